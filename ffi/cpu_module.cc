@@ -1,0 +1,72 @@
+// Python module _zipccl_cpu: the CPU FFI targets, plus the stream coder on
+// numpy buffers (for benchmarks on reused buffers and byte-identity tests).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "codec_cpu.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace nb = nanobind;
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclCompressCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecompressCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCpu);
+
+namespace {
+
+using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+int64_t element_count(const Bytes& raw, int dtype) {
+  if (dtype < zipccl::kBF16 || dtype > zipccl::kF32) throw std::invalid_argument("zipccl: bad dtype code");
+  return int64_t(raw.shape(0)) / zipccl::layout_of(dtype).elem_bytes;
+}
+
+// Compresses the elements whose bytes are in `raw` into `out`; returns the length.
+int64_t compress_into(Bytes raw, int dtype, Bytes out) {
+  const int64_t n = element_count(raw, dtype);
+  if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
+    throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
+  nb::gil_scoped_release release;
+  return zipccl::compress_stream(dtype, raw.data(), n, out.data());
+}
+
+// Decodes `payload` into `raw` (whose size gives the element count).
+void decompress_into(Bytes payload, int dtype, Bytes raw) {
+  const int64_t n = element_count(raw, dtype);
+  int status;
+  {
+    nb::gil_scoped_release release;
+    status = zipccl::decompress_stream(dtype, payload.data(), int64_t(payload.shape(0)), n, raw.data());
+  }
+  if (status != zipccl::kOk)
+    throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
+}
+
+nb::list code_lengths() {
+  constexpr uint8_t lens[zipccl::kNumTables][zipccl::kNumSyms] = ZC_CODE_LENGTHS;
+  nb::list tables;
+  for (const auto& t : lens) {
+    nb::list row;
+    for (uint8_t l : t) row.append(int(l));
+    tables.append(row);
+  }
+  return tables;
+}
+
+}  // namespace
+
+NB_MODULE(_zipccl_cpu, m) {
+  m.def("registrations", []() {
+    nb::dict d;
+    d["zipccl_compress"] = nb::capsule(reinterpret_cast<void*>(ZipcclCompressCpu));
+    d["zipccl_decompress"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecompressCpu));
+    d["zipccl_decompress_accumulate"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecompressAccumulateCpu));
+    return d;
+  });
+  m.def("compress_into", &compress_into);
+  m.def("decompress_into", &decompress_into);
+  m.def("code_lengths", &code_lengths);
+}
