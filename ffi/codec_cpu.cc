@@ -1,5 +1,7 @@
 #include "codec_cpu.h"
 
+#include "block_cpu.h"
+
 #include <cstring>
 #include <vector>
 
@@ -25,6 +27,22 @@ const Tables& tables() {
   return t;
 }
 
+uint32_t encode(int dtype, const uint8_t* in, int count, uint8_t* body, bool generic) {
+  const Tables& tab = tables();
+  if (generic) return encode_block(dtype, in, count, kLens, tab.codes, body);
+  if (dtype == kBF16) return encode_block_fast<kBF16>(in, count, kLens, tab.codes, body);
+  if (dtype == kF16) return encode_block_fast<kF16>(in, count, kLens, tab.codes, body);
+  return encode_block_fast<kF32>(in, count, kLens, tab.codes, body);
+}
+
+int decode(int dtype, const uint8_t* body, uint32_t desc, int count, uint8_t* out, bool generic) {
+  const uint16_t* lut = tables().lut;
+  if (generic) return decode_block(dtype, body, desc, count, lut, out);
+  if (dtype == kBF16) return decode_block_fast<kBF16>(body, desc, count, lut, out);
+  if (dtype == kF16) return decode_block_fast<kF16>(body, desc, count, lut, out);
+  return decode_block_fast<kF32>(body, desc, count, lut, out);
+}
+
 int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   write_header(out, dtype, kFlagStoredRaw, uint64_t(n));
   const int64_t bytes = n * layout_of(dtype).elem_bytes;
@@ -34,8 +52,7 @@ int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
 
 }  // namespace
 
-int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
-  const Tables& tab = tables();
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
   const int es = layout_of(dtype).elem_bytes;
   const int64_t nb = num_blocks(n), raw_bytes = n * es;
   const int64_t limit = kHeaderBytes + raw_bytes;  // a coded stream must end before this
@@ -45,7 +62,7 @@ int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
     const int count = int(n - b * kBlock < kBlock ? n - b * kBlock : kBlock);
     const bool room = pos + int64_t(count) * es <= limit;
     uint8_t* body = room ? out + pos : scratch;
-    const uint32_t desc = encode_block(dtype, in + b * kBlock * es, count, kLens, tab.codes, body);
+    const uint32_t desc = encode(dtype, in + b * kBlock * es, count, body, generic);
     const int64_t body_bytes = desc & 0xFFFFu;
     if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
     store_u32(out + kHeaderBytes + 4 * b, desc);
@@ -56,7 +73,7 @@ int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   return pos;
 }
 
-int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out) {
+int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
   int flags = 0;
   int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &flags);
   if (status != kOk) return status;
@@ -69,13 +86,12 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
   const int64_t nb = num_blocks(n);
   if ((size - kHeaderBytes) / 4 < nb) return kErrTruncated;
   int64_t pos = kHeaderBytes + 4 * nb;
-  const uint16_t* lut = tables().lut;
   for (int64_t b = 0; b < nb; ++b) {
     const int count = int(n - b * kBlock < kBlock ? n - b * kBlock : kBlock);
     const uint32_t desc = load_u32(in + kHeaderBytes + 4 * b);
     const int64_t body_bytes = desc & 0xFFFFu;
     if (body_bytes > size - pos) return kErrTruncated;
-    status = decode_block(dtype, in + pos, desc, count, lut, out + b * kBlock * es);
+    status = decode(dtype, in + pos, desc, count, out + b * kBlock * es, generic);
     if (status != kOk) return status;
     pos += body_bytes;
   }

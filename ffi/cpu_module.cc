@@ -25,21 +25,21 @@ int64_t element_count(const Bytes& raw, int dtype) {
 }
 
 // Compresses the elements whose bytes are in `raw` into `out`; returns the length.
-int64_t compress_into(Bytes raw, int dtype, Bytes out) {
+int64_t compress_into(Bytes raw, int dtype, Bytes out, bool generic) {
   const int64_t n = element_count(raw, dtype);
   if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
     throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
   nb::gil_scoped_release release;
-  return zipccl::compress_stream(dtype, raw.data(), n, out.data());
+  return zipccl::compress_stream(dtype, raw.data(), n, out.data(), generic);
 }
 
 // Decodes `payload` into `raw` (whose size gives the element count).
-void decompress_into(Bytes payload, int dtype, Bytes raw) {
+void decompress_into(Bytes payload, int dtype, Bytes raw, bool generic) {
   const int64_t n = element_count(raw, dtype);
   int status;
   {
     nb::gil_scoped_release release;
-    status = zipccl::decompress_stream(dtype, payload.data(), int64_t(payload.shape(0)), n, raw.data());
+    status = zipccl::decompress_stream(dtype, payload.data(), int64_t(payload.shape(0)), n, raw.data(), generic);
   }
   if (status != zipccl::kOk)
     throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
@@ -66,7 +66,7 @@ NB_MODULE(_zipccl_cpu, m) {
     d["zipccl_decompress_accumulate"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecompressAccumulateCpu));
     return d;
   });
-  m.def("compress_into", &compress_into);
-  m.def("decompress_into", &decompress_into);
+  m.def("compress_into", &compress_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false);
+  m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
   m.def("code_lengths", &code_lengths);
 }

@@ -32,6 +32,7 @@ constexpr int kNumTables = 8;
 constexpr int kMaxCodeLen = 12;
 constexpr int kLutSize = 1 << kMaxCodeLen;
 constexpr int kRefCandidates = 6;  // encoder tries ref = emax, emax-1, ...
+constexpr int kSubstreams = 4;     // independent bitstreams per coded block
 
 // Code lengths of the static exponent codes (symbol order as above), fitted
 // offline to Gaussian, Laplace, Student-t, uniform, log-normal and sparse
@@ -195,23 +196,27 @@ ZC_HD void store_element(uint8_t* p, uint32_t x, int elem_bytes) {
 }
 
 // Chooses (ref, table) with the fewest bits for a block whose exponent
-// histogram is hist; ties go to the larger ref, then the lower table.
-// Returns the bitstream length in bits; *ref and *table receive the choice.
-ZC_HD uint64_t choose_code(const uint32_t* hist, int count, Layout lay, const uint8_t (*lens)[kNumSyms],
-                           uint32_t* ref_out, int* table_out) {
+// histogram is hist (FORMAT.md §7); ties go to the larger ref, then the lower
+// table. Only the exponents present are visited.
+ZC_HD void choose_code(const uint32_t* hist, Layout lay, const uint8_t (*lens)[kNumSyms], uint32_t* ref_out,
+                       int* table_out) {
   const uint32_t all_ones = (1u << lay.exp_bits) - 1;
+  uint8_t present[256];
+  int npresent = 0;
   uint32_t emax = 0;
-  for (uint32_t e = 1; e < all_ones; ++e)
-    if (hist[e]) emax = e;
+  for (uint32_t e = 0; e <= all_ones; ++e) {
+    if (!hist[e]) continue;
+    present[npresent++] = uint8_t(e);
+    if (e >= 1 && e < all_ones) emax = e;
+  }
   uint64_t best = ~uint64_t(0);
   for (int k = 0; k < kRefCandidates && int(emax) - k >= 0; ++k) {
     const uint32_t ref = emax - k;
     for (int t = 0; t < kNumTables; ++t) {
       uint64_t bits = 0;
-      for (uint32_t e = 0; e <= all_ones; ++e) {
-        if (!hist[e]) continue;
-        const int s = symbol_of(e, ref, all_ones);
-        bits += uint64_t(hist[e]) * (lens[t][s] + (s == kSymEsc ? lay.exp_bits : 0));
+      for (int j = 0; j < npresent; ++j) {
+        const int s = symbol_of(present[j], ref, all_ones);
+        bits += uint64_t(hist[present[j]]) * (lens[t][s] + (s == kSymEsc ? lay.exp_bits : 0));
       }
       if (bits < best) {
         best = bits;
@@ -220,7 +225,6 @@ ZC_HD uint64_t choose_code(const uint32_t* hist, int count, Layout lay, const ui
       }
     }
   }
-  return best + uint64_t(count) * lay.extra_bits;
 }
 
 // Appends bits LSB first: stream bit k is bit (k % 8) of byte k / 8.
@@ -242,6 +246,19 @@ struct BitWriter {
   }
 };
 
+// Sub-stream k of a block holds elements [k * q, min(count, (k + 1) * q)).
+ZC_HD int substream_len(int count) { return (count + kSubstreams - 1) / kSubstreams; }
+
+// Bits element x costs in the bitstream under (ref, table).
+ZC_HD int element_bits(uint32_t e, uint32_t ref, Layout lay, const uint8_t* lens) {
+  const int s = symbol_of(e, ref, (1u << lay.exp_bits) - 1);
+  return lens[s] + (s == kSymEsc ? lay.exp_bits : 0) + lay.extra_bits;
+}
+
+ZC_HD uint32_t exponent_of(uint32_t x, Layout lay) {
+  return (x >> (lay.elem_bytes * 8 - 1 - lay.exp_bits)) & ((1u << lay.exp_bits) - 1);
+}
+
 // Encodes one block of count elements (bytes at in) into body; body has room
 // for count * elem_bytes bytes. Returns its descriptor.
 ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, const uint8_t (*lens)[kNumSyms],
@@ -249,51 +266,86 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, const uint8
   const Layout lay = layout_of(dtype);
   const uint32_t all_ones = (1u << lay.exp_bits) - 1;
   uint32_t hist[256] = {0};
-  for (int i = 0; i < count; ++i) {
-    const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-    ++hist[(x >> (lay.elem_bytes * 8 - 1 - lay.exp_bits)) & all_ones];
-  }
+  for (int i = 0; i < count; ++i) ++hist[exponent_of(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay)];
   uint32_t ref = 0;
   int table = 0;
-  const uint64_t bits = choose_code(hist, count, lay, lens, &ref, &table);
-  const uint64_t coded_bytes = uint64_t(count) * lay.raw_bytes + (bits + 7) / 8;
+  choose_code(hist, lay, lens, &ref, &table);
+  // Exact size: raw bytes, sub-stream lengths, each sub-stream padded to a byte.
+  const int q = substream_len(count);
+  uint32_t stream_bytes[kSubstreams] = {0};
+  uint32_t coded_bytes = uint32_t(count) * lay.raw_bytes + 2 * (kSubstreams - 1);
+  for (int k = 0; k < kSubstreams; ++k) {
+    uint32_t bits = 0;
+    for (int i = k * q; i < count && i < (k + 1) * q; ++i)
+      bits += element_bits(exponent_of(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay), ref, lay,
+                           lens[table]);
+    stream_bytes[k] = (bits + 7) / 8;
+    coded_bytes += stream_bytes[k];
+  }
   const uint32_t raw_block_bytes = uint32_t(count) * lay.elem_bytes;
   if (coded_bytes >= raw_block_bytes) {
     for (uint32_t i = 0; i < raw_block_bytes; ++i) body[i] = in[i];
     return make_descriptor(raw_block_bytes, 0, 0);
   }
-  BitWriter w{body + count * lay.raw_bytes, 0, 0};
-  for (int i = 0; i < count; ++i) {
-    const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-    uint32_t extra;
-    const uint32_t e = split_element(dtype, x, body + i * lay.raw_bytes, &extra);
-    const int s = symbol_of(e, ref, all_ones);
-    w.put(codes[table][s], lens[table][s]);
-    if (s == kSymEsc) w.put(e, lay.exp_bits);
-    if (lay.extra_bits) w.put(extra, lay.extra_bits);
+  uint8_t* lengths = body + count * lay.raw_bytes;
+  for (int k = 0; k + 1 < kSubstreams; ++k) {
+    lengths[2 * k] = uint8_t(stream_bytes[k]);
+    lengths[2 * k + 1] = uint8_t(stream_bytes[k] >> 8);
   }
-  w.flush();
-  return make_descriptor(uint32_t(coded_bytes), ref, uint32_t(table + 1));
+  BitWriter w{lengths + 2 * (kSubstreams - 1), 0, 0};
+  for (int k = 0; k < kSubstreams; ++k) {
+    for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
+      const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+      uint32_t extra;
+      const uint32_t e = split_element(dtype, x, body + i * lay.raw_bytes, &extra);
+      const int s = symbol_of(e, ref, all_ones);
+      w.put(codes[table][s], lens[table][s]);
+      if (s == kSymEsc) w.put(e, lay.exp_bits);
+      if (lay.extra_bits) w.put(extra, lay.extra_bits);
+    }
+    w.flush();
+    w.acc = 0;
+    w.nbits = 0;
+  }
+  return make_descriptor(coded_bytes, ref, uint32_t(table + 1));
 }
 
 // Reads bits LSB first from [p, p + nbytes), never past the end.
 struct BitReader {
   const uint8_t* p;
-  uint64_t nbytes;
-  uint64_t pos;  // bit position
+  uint32_t nbytes;
+  uint32_t pos;  // bit position
   ZC_HD uint32_t peek(int len) const {
     uint32_t v = 0;
-    const uint64_t byte = pos >> 3;
-    const int shift = int(pos & 7);
-    for (int i = 0; i < 3; ++i)
+    const uint32_t byte = pos >> 3;
+    for (uint32_t i = 0; i < 3; ++i)
       if (byte + i < nbytes) v |= uint32_t(p[byte + i]) << (8 * i);
-    return (v >> shift) & ((1u << len) - 1);
+    return (v >> (pos & 7)) & ((1u << len) - 1);
   }
   ZC_HD bool skip(int len) {
     pos += len;
     return pos <= nbytes * 8;
   }
+  // A sub-stream must end in its last byte, padded with zero bits.
+  ZC_HD bool finished() const {
+    return (pos + 7) / 8 == nbytes && !((pos & 7) && (p[nbytes - 1] >> (pos & 7)));
+  }
 };
+
+// Checks a coded block's layout; *streams receives its sub-stream offsets
+// (kSubstreams + 1 of them, relative to body). Returns a Status.
+ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, Layout lay, uint32_t* streams) {
+  const uint32_t raw_total = uint32_t(count) * lay.raw_bytes;
+  if (size <= raw_total + 2 * (kSubstreams - 1) || size >= uint32_t(count) * lay.elem_bytes)
+    return kErrBlockSize;
+  streams[0] = raw_total + 2 * (kSubstreams - 1);
+  for (int k = 0; k + 1 < kSubstreams; ++k) {
+    streams[k + 1] = streams[k] + (body[raw_total + 2 * k] | (uint32_t(body[raw_total + 2 * k + 1]) << 8));
+    if (streams[k + 1] > size) return kErrBlockSize;
+  }
+  streams[kSubstreams] = size;
+  return kOk;
+}
 
 // Decodes one block body into count elements at out. lut holds kNumTables
 // decode tables of kLutSize entries. Returns a Status.
@@ -307,34 +359,35 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
     return kOk;
   }
   if (mode > kNumTables) return kErrBlockMode;
-  const uint32_t raw_total = uint32_t(count) * lay.raw_bytes;
-  if (size <= raw_total || size >= uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
+  uint32_t streams[kSubstreams + 1];
+  const int status = locate_substreams(body, size, count, lay, streams);
+  if (status != kOk) return status;
   const uint16_t* table = lut + (mode - 1) * kLutSize;
-  BitReader r{body + raw_total, size - raw_total, 0};
-  for (int i = 0; i < count; ++i) {
-    const uint16_t entry = table[r.peek(kMaxCodeLen)];
-    const int s = entry & 0xFF;
-    if (!r.skip(entry >> 8)) return kErrBitstream;
-    uint32_t e;
-    if (s == kSymZero) {
-      e = 0;
-    } else if (s == kSymEsc) {
-      e = r.peek(lay.exp_bits);
-      if (!r.skip(lay.exp_bits)) return kErrBitstream;
-    } else {
-      if (uint32_t(s - 1) >= ref) return kErrBitstream;  // would give e == 0
-      e = ref - uint32_t(s - 1);
+  const int q = substream_len(count);
+  for (int k = 0; k < kSubstreams; ++k) {
+    BitReader r{body + streams[k], streams[k + 1] - streams[k], 0};
+    for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
+      const uint16_t entry = table[r.peek(kMaxCodeLen)];
+      const int s = entry & 0xFF;
+      if (!r.skip(entry >> 8)) return kErrBitstream;
+      uint32_t e = 0;
+      if (s == kSymEsc) {
+        e = r.peek(lay.exp_bits);
+        if (!r.skip(lay.exp_bits)) return kErrBitstream;
+      } else if (s != kSymZero) {
+        if (uint32_t(s - 1) >= ref) return kErrBitstream;  // would give e == 0
+        e = ref - uint32_t(s - 1);
+      }
+      uint32_t extra = 0;
+      if (lay.extra_bits) {
+        extra = r.peek(lay.extra_bits);
+        if (!r.skip(lay.extra_bits)) return kErrBitstream;
+      }
+      store_element(out + i * lay.elem_bytes, join_element(dtype, e, body + i * lay.raw_bytes, extra),
+                    lay.elem_bytes);
     }
-    uint32_t extra = 0;
-    if (lay.extra_bits) {
-      extra = r.peek(lay.extra_bits);
-      if (!r.skip(lay.extra_bits)) return kErrBitstream;
-    }
-    store_element(out + i * lay.elem_bytes, join_element(dtype, e, body + i * lay.raw_bytes, extra),
-                  lay.elem_bytes);
+    if (!r.finished()) return kErrTrailing;
   }
-  if ((r.pos + 7) / 8 != r.nbytes) return kErrTrailing;
-  if ((r.pos & 7) && (body[size - 1] >> (r.pos & 7))) return kErrTrailing;
   return kOk;
 }
 

@@ -20,6 +20,7 @@ FLAG_STORED_RAW = 1
 NUM_SYMS, SYM_ZERO, SYM_ESC, MAX_DELTA = 32, 0, 31, 29
 MAX_CODE_LEN = 12
 REF_CANDIDATES = 6
+SUBSTREAMS = 4
 
 # §5: code lengths per table, symbols 0..31.
 CODE_LENGTHS = np.array(
@@ -139,25 +140,30 @@ def pack_bits(values: np.ndarray, lengths: np.ndarray) -> bytes:
     return np.packbits(bits.astype(np.uint8), bitorder="little").tobytes()
 
 
+def substream_ranges(count: int) -> list[range]:
+    """§6: sub-stream k holds elements [k q, min(count, (k + 1) q)), q = ceil(count / 4)."""
+    q = -(-count // SUBSTREAMS)
+    return [range(min(count, k * q), min(count, (k + 1) * q)) for k in range(SUBSTREAMS)]
+
+
 def encode_block(code: int, x: np.ndarray) -> tuple[int, bytes]:
     """§2, §6, §7 step 4: one block -> (descriptor, body)."""
     elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
     count = x.size
     e, raw, extra = split(code, x)
-    ref, table, bits = choose_code(e, exp_bits)
-    coded = count * raw_bytes + (bits + count * extra_bits + 7) // 8
-    if coded >= count * elem_bytes:
-        return count * elem_bytes, x.tobytes()
+    ref, table, _ = choose_code(e, exp_bits)
     s = symbols(e, ref, (1 << exp_bits) - 1)
-    esc = s == SYM_ESC
     # per element: code, then the escaped exponent, then the extra bits
     fields = np.stack([CODES[table][s], e, extra], axis=1)
     widths = np.stack(
-        [CODE_LENGTHS[table][s], np.where(esc, exp_bits, 0), np.full(count, extra_bits)], axis=1
+        [CODE_LENGTHS[table][s], np.where(s == SYM_ESC, exp_bits, 0), np.full(count, extra_bits)], axis=1
     )
-    body = raw.astype(np.uint8).tobytes() + pack_bits(fields.ravel(), widths.ravel())
-    assert len(body) == coded
-    return coded | (ref << 16) | ((table + 1) << 24), body
+    streams = [pack_bits(fields[r].ravel(), widths[r].ravel()) for r in substream_ranges(count)]
+    lengths = np.array([len(t) for t in streams[:-1]], "<u2").tobytes()
+    body = raw.astype(np.uint8).tobytes() + lengths + b"".join(streams)
+    if len(body) >= count * elem_bytes:
+        return count * elem_bytes, x.tobytes()
+    return len(body) | (ref << 16) | ((table + 1) << 24), body
 
 
 def header(code: int, flags: int, n: int) -> bytes:
@@ -235,40 +241,47 @@ def _decode_block(code: int, body: bytes, desc: int, count: int) -> np.ndarray:
         return np.frombuffer(body, utype).copy()
     if mode > len(CODE_LENGTHS):
         raise CorruptPayload("corrupt block descriptor (bad mode)")
-    if not count * raw_bytes < size < count * elem_bytes:
-        raise CorruptPayload("corrupt block descriptor (bad body size)")
     raw = np.frombuffer(body, np.uint8, count=count * raw_bytes).reshape(count, raw_bytes).astype(np.int64)
-    stream = body[count * raw_bytes :]
-    nbits = 8 * len(stream)
-    value = int.from_bytes(stream, "little")  # bits past the end read as 0
+    header_end = count * raw_bytes + 2 * (SUBSTREAMS - 1)
+    if not header_end < size < count * elem_bytes:
+        raise CorruptPayload("corrupt block descriptor (bad body size)")
+    lengths = np.frombuffer(body, "<u2", count=SUBSTREAMS - 1, offset=count * raw_bytes)
+    bounds = header_end + np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    if bounds[-1] > size:
+        raise CorruptPayload("corrupt block descriptor (bad body size)")
+    bounds = [*bounds.tolist(), size]
     lut_sym, lut_len = LUTS[mode - 1]
     e = np.empty(count, np.int64)
     extra = np.zeros(count, np.int64)
-    pos = 0
+    for k, elements in enumerate(substream_ranges(count)):
+        stream = body[bounds[k] : bounds[k + 1]]
+        nbits = 8 * len(stream)
+        value = int.from_bytes(stream, "little")  # bits past the end read as 0
+        pos = 0
 
-    def take(width: int) -> int:
-        nonlocal pos
-        if pos + width > nbits:
-            raise CorruptPayload("corrupt block bitstream")
-        pos += width
-        return (value >> (pos - width)) & ((1 << width) - 1)
-
-    for i in range(count):
-        window = (value >> pos) & ((1 << MAX_CODE_LEN) - 1)
-        s = int(lut_sym[window])
-        take(int(lut_len[window]))
-        if s == SYM_ZERO:
-            e[i] = 0
-        elif s == SYM_ESC:
-            e[i] = take(exp_bits)
-        else:
-            if s - 1 >= ref:
+        def take(width: int) -> int:
+            nonlocal pos
+            if pos + width > nbits:
                 raise CorruptPayload("corrupt block bitstream")
-            e[i] = ref - (s - 1)
-        if extra_bits:
-            extra[i] = take(extra_bits)
-    if (pos + 7) // 8 != len(stream) or value >> pos:
-        raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
+            pos += width
+            return (value >> (pos - width)) & ((1 << width) - 1)
+
+        for i in elements:
+            window = (value >> pos) & ((1 << MAX_CODE_LEN) - 1)
+            s = lut_sym[window]
+            take(lut_len[window])
+            if s == SYM_ZERO:
+                e[i] = 0
+            elif s == SYM_ESC:
+                e[i] = take(exp_bits)
+            else:
+                if s - 1 >= ref:
+                    raise CorruptPayload("corrupt block bitstream")
+                e[i] = ref - (s - 1)
+            if extra_bits:
+                extra[i] = take(extra_bits)
+        if (pos + 7) // 8 != len(stream) or value >> pos:
+            raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
     return join(code, e, raw, extra).astype(utype)
 
 

@@ -1,0 +1,138 @@
+"""The codec as JAX operations: compress, decompress and the chunked forms.
+
+Each op is an XLA FFI custom call (CPU and CUDA). They work under jit and
+vmap, inside shard_map (outputs keep the input's varying axes), and under jit
+with sharded inputs, where custom partitioning keeps them local to each
+device's shard of the batch dimensions (see partitioning.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _ffi, partitioning
+from .dtypes import DTYPE_CODES, dtype_name
+from .reference import HEADER_BYTES
+
+
+def stream_capacity(n: int, dtype) -> int:
+    """Bytes reserved per stream of n elements: raw size plus the header (FORMAT.md §1)."""
+    return HEADER_BYTES + n * np.dtype(dtype_name(dtype)).itemsize
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Compressed:
+    """Compressed streams with the static shape and dtype needed to decode them.
+
+    payload: uint8 [*batch_shape, capacity], one stream per row.
+    nbytes: uint32 [*batch_shape], each stream's length (bytes past it are unused).
+    shape: the shape of one decoded item; dtype: its dtype.
+    """
+
+    payload: jax.Array
+    nbytes: jax.Array
+    shape: tuple[int, ...] = dataclasses.field(metadata=dict(static=True))
+    dtype: np.dtype = dataclasses.field(metadata=dict(static=True))
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self.nbytes.shape)
+
+    def ratio(self) -> jax.Array:
+        """Raw bytes over stream bytes, over all streams."""
+        raw = math.prod(self.shape) * np.dtype(self.dtype).itemsize * max(1, math.prod(self.batch_shape))
+        return raw / jnp.maximum(jnp.sum(self.nbytes.astype(jnp.float32)), 1.0)
+
+
+def _result(x, shape, dtype):
+    aval = jax.typeof(x)
+    try:
+        return aval.update(shape=shape, dtype=dtype, weak_type=False)
+    except Exception:  # noqa: BLE001 - older avals without update(sharding)
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def _compress_items(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Compresses each row x[..., :] (last axis) as its own stream.
+
+    Returns (payload uint8 [*x.shape[:-1], capacity], nbytes uint32 [*x.shape[:-1]]).
+    """
+    _ffi.register()
+    dtype_name(x.dtype)
+    batch, m = x.shape[:-1], x.shape[-1]
+    call = jax.ffi.ffi_call(
+        "zipccl_compress",
+        (_result(x, (*batch, stream_capacity(m, x.dtype)), jnp.uint8), _result(x, batch, jnp.uint32)),
+        vmap_method="broadcast_all",
+    )
+    return call(x, item_elems=np.int64(m))
+
+
+def _decompress_items(payload: jax.Array, m: int, dtype) -> jax.Array:
+    """Inverse of compress_items: payload [*batch, capacity] -> [*batch, m] of dtype."""
+    _ffi.register()
+    dtype = np.dtype(dtype_name(dtype))
+    if payload.dtype != jnp.uint8:
+        raise TypeError(f"zipccl: payload must be uint8, got {payload.dtype}")
+    call = jax.ffi.ffi_call(
+        "zipccl_decompress", _result(payload, (*payload.shape[:-1], m), dtype), vmap_method="broadcast_all"
+    )
+    return call(payload, item_elems=np.int64(m))
+
+
+def _decompress_accumulate(payload: jax.Array, m: int, dtype, out_dtype=None) -> jax.Array:
+    """Decodes payload [*batch, k, capacity] (k streams of m elements) and sums
+    the k streams in index order in float32 (FORMAT.md §8) -> [*batch, m]."""
+    _ffi.register()
+    dtype = np.dtype(dtype_name(dtype))
+    out_dtype = np.dtype(out_dtype or dtype)
+    if out_dtype not in (dtype, np.dtype(np.float32)):
+        raise ValueError(f"zipccl: out_dtype must be {dtype} or float32, got {out_dtype}")
+    call = jax.ffi.ffi_call(
+        "zipccl_decompress_accumulate",
+        _result(payload, (*payload.shape[:-2], m), out_dtype),
+        vmap_method="broadcast_all",
+    )
+    return call(payload, item_elems=np.int64(m), dtype=np.int32(DTYPE_CODES[dtype.name]))
+
+
+compress_items = partitioning.rowwise(_compress_items, 1, (1, 0))
+decompress_items = partitioning.rowwise(_decompress_items, 1, (1,))
+decompress_accumulate = partitioning.rowwise(_decompress_accumulate, 2, (1,))
+
+
+def compress(x: jax.Array, *, batch_dims: int = 0) -> Compressed:
+    """Compresses x losslessly.
+
+    The first `batch_dims` axes index independent streams (each item of the
+    remaining axes is one stream); with the default 0 the whole array is one
+    stream. Under jit with x sharded along its batch axes, each device
+    compresses its own shard.
+    """
+    x = jnp.asarray(x)
+    if not 0 <= batch_dims <= x.ndim:
+        raise ValueError(f"zipccl: batch_dims={batch_dims} out of range for rank {x.ndim}")
+    batch, item = x.shape[:batch_dims], x.shape[batch_dims:]
+    payload, nbytes = compress_items(x.reshape(*batch, math.prod(item)))
+    return Compressed(payload, nbytes, tuple(item), np.dtype(x.dtype))
+
+
+def decompress(c: Compressed) -> jax.Array:
+    """Inverse of compress: bit-exact, raises on a corrupt payload."""
+    flat = decompress_items(c.payload, m=math.prod(c.shape), dtype=c.dtype)
+    return flat.reshape(*c.batch_shape, *c.shape)
+
+
+def compress_chunks(x: jax.Array, num_chunks: int) -> Compressed:
+    """Splits flattened x into num_chunks equal chunks, one stream each
+    (FORMAT.md §8): payload [num_chunks, capacity], nbytes [num_chunks]."""
+    x = jnp.asarray(x)
+    if num_chunks < 1 or x.size % num_chunks:
+        raise ValueError(f"zipccl: {x.size} elements do not split into {num_chunks} equal chunks")
+    return compress(x.reshape(num_chunks, x.size // num_chunks), batch_dims=1)
