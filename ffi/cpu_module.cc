@@ -18,14 +18,16 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCpu);
 namespace {
 
 using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using ConstBytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-int64_t element_count(const Bytes& raw, int dtype) {
+template <typename A>
+int64_t element_count(const A& raw, int dtype) {
   if (dtype < zipccl::kBF16 || dtype > zipccl::kF32) throw std::invalid_argument("zipccl: bad dtype code");
   return int64_t(raw.shape(0)) / zipccl::layout_of(dtype).elem_bytes;
 }
 
 // Compresses the elements whose bytes are in `raw` into `out`; returns the length.
-int64_t compress_into(Bytes raw, int dtype, Bytes out, bool generic) {
+int64_t compress_into(ConstBytes raw, int dtype, Bytes out, bool generic) {
   const int64_t n = element_count(raw, dtype);
   if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
     throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
@@ -34,7 +36,7 @@ int64_t compress_into(Bytes raw, int dtype, Bytes out, bool generic) {
 }
 
 // Decodes `payload` into `raw` (whose size gives the element count).
-void decompress_into(Bytes payload, int dtype, Bytes raw, bool generic) {
+void decompress_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
   const int64_t n = element_count(raw, dtype);
   int status;
   {

@@ -137,29 +137,25 @@ __global__ void AssembleKernel(int dtype, const uint8_t* x, int64_t n, int64_t n
   }
 }
 
-// Checks a stream's header, descriptors and total length against cap and
-// writes each block's body offset (from the stream start) to off. Nothing is
-// read past in + cap.
+// Checks a stream's header and that its descriptors and bodies fit in cap,
+// and writes each block's body offset (from the stream start) to off. Nothing
+// is read past in + cap.
 __device__ int ValidateStream(int dtype, const uint8_t* in, int64_t cap, int64_t n, uint64_t* off,
                               bool* stored_raw) {
   int flags = 0;
   const int st = CheckHeader(in, uint64_t(cap), dtype, uint64_t(n), &flags);
   if (st != zc::kOk) return st;
-  const zc::Layout lay = zc::layout_of(dtype);
   *stored_raw = flags & zc::kFlagStoredRaw;
-  if (*stored_raw) return zc::kHeaderBytes + n * lay.elem_bytes <= cap ? zc::kOk : zc::kErrTruncated;
+  const int64_t raw_end = zc::kHeaderBytes + n * zc::layout_of(dtype).elem_bytes;
+  if (*stored_raw) return raw_end <= cap ? zc::kOk : zc::kErrTruncated;
   const int64_t nb = zc::num_blocks(n);
   int64_t pos = zc::kHeaderBytes + 4 * nb;
   if (pos > cap) return zc::kErrTruncated;
-  // Same check order as the CPU codec: body fits, then mode, then size.
+  // Only the body sizes matter here (they place the bodies and must stay
+  // inside cap); decode_block checks each descriptor's mode and size itself.
   for (int64_t b = 0; b < nb; ++b) {
-    const uint32_t desc = zc::load_u32(in + zc::kHeaderBytes + 4 * b);
-    const uint32_t size = desc & 0xFFFFu, mode = desc >> 24, count = uint32_t(BlockCount(n, b));
+    const uint32_t size = zc::load_u32(in + zc::kHeaderBytes + 4 * b) & 0xFFFFu;
     if (size > cap - pos) return zc::kErrTruncated;
-    if (mode > uint32_t(zc::kNumTables)) return zc::kErrBlockMode;
-    const bool ok = mode == 0 ? size == count * lay.elem_bytes
-                              : size > count * lay.raw_bytes && size < count * lay.elem_bytes;
-    if (!ok) return zc::kErrBlockSize;
     off[b] = uint64_t(pos);
     pos += size;
   }

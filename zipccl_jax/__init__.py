@@ -1,1 +1,34 @@
-"""zipccl_jax"""
+"""zipccl_jax: lossless compressed collectives for JAX.
+
+The codec (this release): `compress` / `decompress` turn a bf16, fp16 or fp32
+array into a small pytree of bytes and back, bit-exactly, as XLA FFI custom
+calls on CPU and GPU. `compress_chunks` and `decompress_accumulate` are the
+building blocks of the compressed collectives. The byte format is in
+docs/FORMAT.md and `zipccl_jax.reference` is its numpy oracle.
+"""
+
+from .dtypes import is_compressible
+from .ops import (
+    Compressed,
+    compress,
+    compress_chunks,
+    compress_items,
+    decompress,
+    decompress_accumulate,
+    decompress_items,
+    stream_capacity,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Compressed",
+    "compress",
+    "compress_chunks",
+    "compress_items",
+    "decompress",
+    "decompress_accumulate",
+    "decompress_items",
+    "is_compressible",
+    "stream_capacity",
+]

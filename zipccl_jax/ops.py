@@ -50,6 +50,13 @@ class Compressed:
         return raw / jnp.maximum(jnp.sum(self.nbytes.astype(jnp.float32)), 1.0)
 
 
+def varying_axes(x) -> frozenset:
+    """The shard_map axes along which x varies (jax 0.10: manual_axis_type; later: vma)."""
+    aval = jax.typeof(x)
+    mat = getattr(aval, "manual_axis_type", None)
+    return frozenset(mat.varying) if mat is not None else frozenset(getattr(aval, "vma", ()))
+
+
 def _result(x, shape, dtype):
     aval = jax.typeof(x)
     try:

@@ -69,9 +69,24 @@ def rowwise(fn, item_rank_in: int, item_ranks_out: tuple[int, ...]):
     def _single(outs):
         return outs[0] if len(outs) == 1 else outs
 
+    @functools.cache
+    def batchable(rank: int, static_items: tuple):
+        # custom_partitioning has no batching rule; a vmapped row-wise op is
+        # the same op with one more batch axis.
+        @jax.custom_batching.custom_vmap
+        def op(x):
+            return partitioned(rank, static_items)(x)
+
+        @op.def_vmap
+        def _(axis_size, in_batched, x):
+            out = call(x, **dict(static_items))
+            return out, jax.tree.map(lambda _: True, out)
+
+        return op
+
     def call(x, **static):
         if _in_manual_context() or x.ndim == item_rank_in:
             return fn(x, **static)
-        return partitioned(x.ndim, tuple(sorted(static.items())))(x)
+        return batchable(x.ndim, tuple(sorted(static.items())))(x)
 
     return call

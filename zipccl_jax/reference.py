@@ -304,9 +304,10 @@ def compress_chunks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def accumulate(chunks: list[np.ndarray], out_dtype) -> np.ndarray:
     """§8: sum in list order in float32, rounded once to out_dtype."""
     acc = chunks[0].astype(np.float32)
-    for c in chunks[1:]:
-        acc = acc + c.astype(np.float32)
-    return acc.astype(out_dtype)
+    with np.errstate(all="ignore"):  # inf - inf is a NaN here as in the kernels
+        for c in chunks[1:]:
+            acc = acc + c.astype(np.float32)
+        return acc.astype(out_dtype)
 
 
 def decompress_accumulate(rows: np.ndarray, dtype, n: int, out_dtype=None) -> np.ndarray:

@@ -1,0 +1,120 @@
+"""The C++ codec on hostile input: corrupt, truncated and mutated payloads."""
+
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from zipccl_jax import _zipccl_cpu as cpu
+from zipccl_jax import reference as ref
+from zipccl_jax.bench_data import gaussian, random_bits
+
+CASES = {
+    "bf16_coded": (gaussian(9000, "bfloat16", seed=1), 1),
+    "fp16_coded": (gaussian(9000, "float16", seed=2), 2),
+    "fp32_coded": (gaussian(9000, "float32", seed=3), 3),
+    "bf16_stored_raw": (random_bits(300, "bfloat16", seed=4), 1),
+    # one raw block between coded ones
+    "fp32_mixed": (np.concatenate([gaussian(4096, "float32"), random_bits(4096, "float32"),
+                                   gaussian(100, "float32")]), 3),
+}
+
+
+def decode_cpu(payload: bytes, code: int, n: int, itemsize: int, generic=False):
+    out = np.zeros(n * itemsize, np.uint8)
+    cpu.decompress_into(np.frombuffer(payload, np.uint8), code, out, generic=generic)
+    return out.tobytes()
+
+
+def mutate(stream: bytes, rng) -> bytes:
+    """One random corruption: bit flips, byte overwrites, truncation or garbage appended."""
+    b = bytearray(stream)
+    kind = rng.integers(0, 5)
+    if kind == 0:
+        for _ in range(rng.integers(1, 4)):
+            i = rng.integers(0, len(b))
+            b[i] ^= 1 << int(rng.integers(0, 8))
+    elif kind == 1:
+        i = rng.integers(0, len(b))
+        b[i] = rng.integers(0, 256)
+    elif kind == 2:  # header and descriptors are where structure lives
+        i = rng.integers(0, min(len(b), 64))
+        b[i] = rng.integers(0, 256)
+    elif kind == 3:
+        del b[rng.integers(0, len(b)) :]
+    else:
+        b += bytes(rng.integers(0, 256, rng.integers(1, 64)).astype(np.uint8))
+    return bytes(b)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
+def test_thousands_of_mutations_never_crash_and_errors_are_clear(case, generic):
+    x, code = CASES[case]
+    stream = ref.compress(x)
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    rejected = 0
+    for _ in range(2000):
+        bad = mutate(stream, rng)
+        try:
+            decode_cpu(bad, code, x.size, x.itemsize, generic)
+        except ValueError as err:
+            assert str(err).startswith("zipccl: corrupt payload: "), err
+            rejected += 1
+    assert rejected > 200  # structural damage is caught, not decoded as garbage
+
+
+@pytest.mark.parametrize("case", ["bf16_coded", "fp16_coded", "fp32_mixed"])
+def test_cpu_and_reference_agree_on_every_mutated_payload(case):
+    """Same verdict and, when accepted, the same decoded bits."""
+    x, code = CASES[case]
+    stream = ref.compress(x)
+    rng = np.random.default_rng(5)
+    for _ in range(150):
+        bad = mutate(stream, rng)
+        try:
+            expected = ref.decompress(bad, x.dtype, x.size).view(np.uint8).tobytes()
+        except ref.CorruptPayload:
+            expected = None
+        try:
+            got = decode_cpu(bad, code, x.size, x.itemsize)
+        except ValueError:
+            got = None
+        assert got == expected
+
+
+def test_each_header_field_is_checked_with_its_own_message():
+    x = gaussian(5000, "bfloat16")
+    s = bytearray(ref.compress(x))
+
+    def expect(b, message, n=5000, code=1):
+        with pytest.raises(ValueError, match=message):
+            decode_cpu(bytes(b), code, n, 2)
+
+    expect(s[:10], "truncated")
+    expect(b"ZCCX" + s[4:], "bad magic")
+    expect(s[:4] + b"\x02" + s[5:], "unsupported format version")
+    expect(s, "dtype does not match", code=2)
+    expect(s, "element count does not match", n=4999)
+    expect(s[:6] + b"\x80" + s[7:], "unknown header flags")
+    expect(s[:-1], "truncated")
+    bad_mode = bytearray(s)
+    bad_mode[19] = 9  # block 0 mode byte: table 8 does not exist
+    expect(bad_mode, "bad mode")
+
+
+def test_round_trip_of_every_float32_exponent_and_sign():
+    e = np.arange(256, dtype=np.uint32)
+    x = ((e[:, None] << 23) | np.array([0, 1, 0x7FFFFF, 1 << 31, (1 << 31) | 0x400000], np.uint32)).ravel()
+    x = np.tile(x, 20).view(np.float32)
+    out = np.zeros(ref.max_stream_bytes(x.size, x.dtype), np.uint8)
+    length = cpu.compress_into(x.view(np.uint8), 3, out)
+    assert out[:length].tobytes() == ref.compress(x)
+    assert decode_cpu(out[:length].tobytes(), 3, x.size, 4) == x.tobytes()
+
+
+def test_output_buffer_smaller_than_worst_case_is_refused():
+    x = gaussian(100, ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match="smaller than max_stream_bytes"):
+        cpu.compress_into(x.view(np.uint8), 1, np.zeros(100, np.uint8))

@@ -1,0 +1,145 @@
+"""The numpy reference codec against FORMAT.md, and the C++ codec against it byte for byte."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from zipccl_jax import _zipccl_cpu as cpu
+from zipccl_jax import reference as ref
+from zipccl_jax.bench_data import gaussian, random_bits, special_values
+
+DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
+CODES = {np.dtype(ml_dtypes.bfloat16): 1, np.dtype(np.float16): 2, np.dtype(np.float32): 3}
+SIZES = [0, 1, 2, 3, 4, 5, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 4096 + 1234]
+
+
+def bits(x):
+    return np.ascontiguousarray(x).view(np.uint8).tobytes()
+
+
+def make(kind, n, dtype, seed=0):
+    """Test tensors: every class of bit pattern the codec must survive."""
+    rng = np.random.default_rng(seed)
+    if kind == "gauss":
+        return gaussian(n, dtype, seed=seed)
+    if kind == "gauss_tiny":
+        return gaussian(n, dtype, scale=1e-6, seed=seed)
+    if kind == "gauss_huge":
+        return (rng.standard_normal(n) * 1e4).astype(np.float32).astype(dtype)
+    if kind == "wide":  # exponents spread over the whole range, overflowing to inf in fp16
+        with np.errstate(over="ignore"):
+            return (rng.standard_normal(n) * np.exp(rng.uniform(-30, 30, n))).astype(np.float32).astype(dtype)
+    if kind == "random_bits":
+        return random_bits(n, dtype, seed=seed)
+    if kind == "zeros":
+        return np.zeros(n, dtype)
+    if kind == "signed_zeros":
+        return np.where(rng.random(n) < 0.5, -0.0, 0.0).astype(dtype)
+    if kind == "constant":
+        return np.full(n, 0.3125, dtype)
+    if kind == "specials":
+        s = special_values(dtype)
+        return np.resize(s, n) if n else s[:0]
+    if kind == "specials_in_gauss":  # specials sprinkled into compressible data
+        x = gaussian(n, dtype, seed=seed)
+        s = special_values(dtype)
+        idx = rng.integers(0, max(n, 1), size=min(n, 3 * s.size))
+        x[idx] = np.resize(s, idx.size)
+        return x
+    if kind == "sparse":
+        return (gaussian(n, dtype, seed=seed).astype(np.float32) * (rng.random(n) < 0.1)).astype(dtype)
+    raise ValueError(kind)
+
+
+KINDS = ["gauss", "gauss_tiny", "gauss_huge", "wide", "random_bits", "zeros", "signed_zeros",
+         "constant", "specials", "specials_in_gauss", "sparse"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("kind", KINDS)
+def test_reference_round_trip_is_bit_exact(dtype, kind):
+    for n in SIZES:
+        x = make(kind, n, dtype, seed=n)
+        stream = ref.compress(x)
+        assert len(stream) <= ref.max_stream_bytes(n, dtype)
+        assert bits(ref.decompress(stream, dtype, n)) == bits(x), n
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
+def test_cpu_codec_is_byte_identical_to_reference(dtype, kind, generic):
+    """generic=True runs the shared block coder of zipccl_format.h (the CUDA codec's)."""
+    code = CODES[np.dtype(dtype)]
+    for n in SIZES:
+        x = make(kind, n, dtype, seed=n + 1)
+        expected = ref.compress(x)
+        out = np.zeros(ref.max_stream_bytes(n, dtype), np.uint8)
+        length = cpu.compress_into(np.frombuffer(bits(x), np.uint8), code, out, generic=generic)
+        assert out[:length].tobytes() == expected, n
+        back = np.zeros(x.nbytes, np.uint8)
+        cpu.decompress_into(np.frombuffer(expected, np.uint8).copy(), code, back, generic=generic)
+        assert back.tobytes() == bits(x), n
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_large_odd_size_round_trips_through_cpu_and_reference(dtype):
+    n = 1_000_003
+    x = make("specials_in_gauss", n, dtype, seed=7)
+    code = CODES[np.dtype(dtype)]
+    out = np.zeros(ref.max_stream_bytes(n, dtype), np.uint8)
+    length = cpu.compress_into(np.frombuffer(bits(x), np.uint8), code, out)
+    assert out[:length].tobytes() == ref.compress(x)
+    assert bits(ref.decompress(out[:length].tobytes(), dtype, n)) == bits(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_incompressible_input_grows_by_the_header_only(dtype):
+    for n in [1, 4096, 100_001]:
+        x = random_bits(n, dtype, seed=n)
+        stream = ref.compress(x)
+        assert len(stream) == ref.HEADER_BYTES + x.nbytes
+        assert stream[6] == ref.FLAG_STORED_RAW
+
+
+def test_gaussian_bf16_is_coded_not_raw_and_reaches_1_5x():
+    x = gaussian(1 << 18, "bfloat16")
+    stream = ref.compress(x)
+    assert stream[6] == 0
+    assert x.nbytes / len(stream) >= 1.50
+
+
+def test_header_fields_follow_the_format():
+    x = gaussian(5000, "float32")
+    s = ref.compress(x)
+    assert s[:4] == b"ZCCL" and s[4] == 1 and s[5] == 3 and s[7] == 12
+    assert int.from_bytes(s[8:16], "little") == 5000
+    descs = np.frombuffer(s, "<u4", count=2, offset=16)
+    assert 16 + 8 + int((descs & 0xFFFF).sum()) == len(s)
+
+
+def test_tables_are_complete_prefix_codes_and_shared_with_cpp():
+    assert cpu.code_lengths() == ref.CODE_LENGTHS.tolist()
+    for lens in ref.CODE_LENGTHS:
+        assert sum(2.0 ** -int(l) for l in lens) == 1.0
+        assert lens.max() <= ref.MAX_CODE_LEN
+
+
+def test_chunked_streams_and_accumulate_follow_section_8():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(4 * 3000)).astype(ml_dtypes.bfloat16)
+    rows, sizes = ref.compress_chunks(x, 4)
+    assert rows.shape == (4, ref.max_stream_bytes(3000, x.dtype))
+    for c in range(4):
+        assert rows[c, : sizes[c]].tobytes() == ref.compress(x[c * 3000 : (c + 1) * 3000])
+    total = ref.decompress_accumulate(rows, x.dtype, 3000)
+    chunks = x.reshape(4, 3000).astype(np.float32)
+    expected = (((chunks[0] + chunks[1]) + chunks[2]) + chunks[3]).astype(ml_dtypes.bfloat16)
+    assert bits(total) == bits(expected)
+
+
+def test_unsupported_dtype_is_named():
+    with pytest.raises(ValueError, match="unsupported dtype int32"):
+        ref.compress(np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match="unsupported dtype float64"):
+        ref.decompress(b"", np.float64, 0)
