@@ -1,10 +1,11 @@
 // Fast CPU block coder: the same bytes as encode_block/decode_block of
 // zipccl_format.h (tests assert it), restructured for one core:
-// - split/join run as separate branch-free passes the compiler vectorises;
-// - each exponent's code, escape bits included, comes from one per-block
-//   table lookup;
-// - the four sub-streams are coded in lockstep, so four independent
-//   dependency chains overlap in the pipeline.
+// - one histogram pass per block gives both the block's emax and the counts
+//   the group's code is built from (FORMAT.md §7);
+// - each element's code, escape bits included, is one table lookup keyed by
+//   (exponent, top bits), and decoding is one lookup per element;
+// - the four sub-streams are coded in lockstep: four independent dependency
+//   chains in flight.
 #pragma once
 
 #include <cstring>
@@ -16,8 +17,29 @@ namespace zipccl {
 
 template <int DT>
 struct Elem {
-  static constexpr Layout lay = DT == kBF16 ? Layout{2, 8, 1, 0} : DT == kF16 ? Layout{2, 5, 1, 3} : Layout{4, 8, 3, 0};
+  static constexpr Layout lay = DT == kBF16 ? Layout{2, 8, 0, 6} : DT == kF16 ? Layout{2, 5, 1, 1} : Layout{4, 8, 2, 6};
+  static constexpr int exp_shift = lay.elem_bytes * 8 - 1 - lay.exp_bits;
+  static constexpr int keys = (1 << lay.exp_bits) << kTopBits;  // (e, t) pairs
   using U = std::conditional_t<lay.elem_bytes == 2, uint16_t, uint32_t>;
+
+  static U load(const uint8_t* in, int i) {
+    U x;
+    std::memcpy(&x, in + i * sizeof(U), sizeof(U));
+    return x;
+  }
+  // (e << 2) | t: the exponent and the two top mantissa bits, adjacent in x.
+  static uint32_t key(U x) { return (uint32_t(x) >> (exp_shift - kTopBits)) & (keys - 1); }
+  static uint32_t extra(U x) {
+    if constexpr (DT == kBF16) return ((x & 0x1Fu) << 1) | (x >> 15);
+    if constexpr (DT == kF16) return x >> 15;
+    return (((x >> 16) & 0x1Fu) << 1) | (x >> 31);
+  }
+  // Element bits from (key, extra, raw bytes), the inverse of the above.
+  static U join(uint32_t key, uint32_t extra, const uint8_t* raw) {
+    if constexpr (DT == kBF16) return U(((extra & 1u) << 15) | (key << 5) | (extra >> 1));
+    if constexpr (DT == kF16) return U((extra << 15) | (key << 8) | raw[0]);
+    return ((extra & 1u) << 31) | (key << 21) | ((extra >> 1) << 16) | (uint32_t(raw[1]) << 8) | raw[0];
+  }
 };
 
 inline uint64_t load_u64(const uint8_t* p) {
@@ -26,118 +48,71 @@ inline uint64_t load_u64(const uint8_t* p) {
   return v;
 }
 
-// Decoder-side tables for one block: LUT entry -> (exponent or escape, length).
-struct BitStream {
-  const uint8_t* p;    // next byte to load
-  const uint8_t* end;  // one past the sub-stream's last byte
-  uint64_t buf;
-  int cnt;             // valid bits in buf
-  const uint8_t* start;
-  void refill() {
-    buf |= load_u64(p) << cnt;
-    p += (63 - cnt) >> 3;
-    cnt |= 56;
-  }
-  uint64_t consumed_bits() const { return uint64_t(p - start) * 8 - cnt; }
-};
-
-// Splits count elements into exponents e[] and raw bytes (written at body),
-// and fills extra[] for float16.
+// Histogram of (e, t) keys of a block into hist[Elem::keys]; returns emax.
 template <int DT>
-void split_block(const uint8_t* in, int count, uint8_t* e, uint8_t* raw, uint8_t* extra) {
-  using U = typename Elem<DT>::U;
-  for (int i = 0; i < count; ++i) {
-    U x;
-    std::memcpy(&x, in + i * sizeof(U), sizeof(U));
-    if constexpr (DT == kBF16) {
-      e[i] = uint8_t(x >> 7);
-      raw[i] = uint8_t(((x & 0x7Fu) << 1) | (x >> 15));
-    } else if constexpr (DT == kF16) {
-      e[i] = uint8_t((x >> 10) & 0x1Fu);
-      raw[i] = uint8_t(x);
-      extra[i] = uint8_t(((x >> 15) << 2) | ((x >> 8) & 3u));
-    } else {
-      e[i] = uint8_t(x >> 23);
-      raw[3 * i] = uint8_t(x);
-      raw[3 * i + 1] = uint8_t(x >> 8);
-      raw[3 * i + 2] = uint8_t((((x >> 16) & 0x7Fu) << 1) | (x >> 31));
-    }
-  }
-}
-
-template <int DT>
-void join_block(const uint8_t* e, const uint8_t* raw, const uint8_t* extra, int count, uint8_t* out) {
-  using U = typename Elem<DT>::U;
-  for (int i = 0; i < count; ++i) {
-    U x;
-    if constexpr (DT == kBF16) {
-      x = U(((raw[i] & 1u) << 15) | (uint32_t(e[i]) << 7) | (raw[i] >> 1));
-    } else if constexpr (DT == kF16) {
-      x = U(((extra[i] >> 2) << 15) | (uint32_t(e[i]) << 10) | ((extra[i] & 3u) << 8) | raw[i]);
-    } else {
-      const uint8_t* r = raw + 3 * i;
-      x = ((uint32_t(r[2]) & 1u) << 31) | (uint32_t(e[i]) << 23) | (uint32_t(r[2] >> 1) << 16) |
-          (uint32_t(r[1]) << 8) | r[0];
-    }
-    std::memcpy(out + i * sizeof(U), &x, sizeof(U));
-  }
-}
-
-// Encodes one block (see encode_block). Returns its descriptor.
-template <int DT>
-uint32_t encode_block_fast(const uint8_t* in, int count, const uint8_t (*lens)[kNumSyms],
-                           const uint16_t (*codes)[kNumSyms], uint8_t* body) {
-  constexpr Layout lay = Elem<DT>::lay;
-  constexpr uint32_t all_ones = (1u << lay.exp_bits) - 1;
-  alignas(64) uint8_t e[kBlock + 8], extra[kBlock + 8];
-  alignas(64) uint8_t streams[kSubstreams][kBlock * 3 + 16];
-  split_block<DT>(in, count, e, body, extra);
-
-  uint32_t hist4[4][256] = {};
+uint32_t block_histogram(const uint8_t* in, int count, uint32_t* hist) {
+  using E = Elem<DT>;
+  uint32_t h2[2][E::keys] = {};
   int i = 0;
-  for (; i + 4 <= count; i += 4) {
-    ++hist4[0][e[i]];
-    ++hist4[1][e[i + 1]];
-    ++hist4[2][e[i + 2]];
-    ++hist4[3][e[i + 3]];
+  for (; i + 2 <= count; i += 2) {
+    ++h2[0][E::key(E::load(in, i))];
+    ++h2[1][E::key(E::load(in, i + 1))];
   }
-  for (; i < count; ++i) ++hist4[0][e[i]];
-  uint32_t hist[256];
-  for (int v = 0; v < 256; ++v) hist[v] = hist4[0][v] + hist4[1][v] + hist4[2][v] + hist4[3][v];
-  uint32_t ref = 0;
-  int table = 0;
-  choose_code(hist, lay, lens, &ref, &table);
-
-  // code[v] = the bits written for exponent v (escape included), len[v] their count
-  uint32_t code[all_ones + 1];
-  uint8_t len[all_ones + 1];
-  for (uint32_t v = 0; v <= all_ones; ++v) {
-    const int s = symbol_of(v, ref, all_ones);
-    code[v] = codes[table][s] | (s == kSymEsc ? v << lens[table][s] : 0);
-    len[v] = uint8_t(lens[table][s] + (s == kSymEsc ? lay.exp_bits : 0));
+  if (i < count) ++h2[0][E::key(E::load(in, i))];
+  uint32_t emax = 0;
+  constexpr uint32_t all_ones = (1u << E::lay.exp_bits) - 1;
+  for (int k = 0; k < E::keys; ++k) {
+    hist[k] = h2[0][k] + h2[1][k];
+    const uint32_t e = uint32_t(k) >> kTopBits;
+    if (hist[k] && e < all_ones && e > emax) emax = e;
   }
+  return emax;
+}
 
+// Adds a block's symbol counts under ref, from its key histogram.
+template <int DT>
+void add_counts(const uint32_t* hist, uint32_t ref, uint32_t* counts) {
+  using E = Elem<DT>;
+  constexpr uint32_t all_ones = (1u << E::lay.exp_bits) - 1;
+  for (int k = 0; k < E::keys; ++k)
+    if (hist[k]) counts[(class_of(uint32_t(k) >> kTopBits, ref, all_ones) << kTopBits) | (k & 3)] += hist[k];
+}
+
+// Encodes one block (see encode_block); hist is its key histogram.
+template <int DT>
+uint32_t encode_block_fast(const uint8_t* in, int count, uint32_t ref, const uint32_t* hist, const uint8_t* lens,
+                           const uint16_t* codes, uint8_t* body) {
+  using E = Elem<DT>;
+  constexpr Layout lay = E::lay;
+  constexpr uint32_t all_ones = (1u << lay.exp_bits) - 1;
+  // code[key]: the bits written for an (e, t) key, escape included; len[key] their count
+  uint32_t code[E::keys];
+  uint8_t len[E::keys];
+  for (int k = 0; k < E::keys; ++k) {
+    if (!hist[k]) continue;
+    const uint32_t e = uint32_t(k) >> kTopBits;
+    const int c = class_of(e, ref, all_ones), s = (c << kTopBits) | (k & 3);
+    code[k] = codes[s] | (c == kClassEsc ? e << lens[s] : 0);
+    len[k] = uint8_t(lens[s] + (c == kClassEsc ? lay.exp_bits : 0));
+  }
+  alignas(64) uint8_t streams[kSubstreams][kBlock / kSubstreams * 4 + 16];
   const int q = substream_len(count);
   uint8_t* out[kSubstreams];
   uint64_t acc[kSubstreams] = {};
   int nbits[kSubstreams] = {};
   for (int k = 0; k < kSubstreams; ++k) out[k] = streams[k];
-  auto put = [&](int k, int idx) {
-    uint32_t v = code[e[idx]];
-    int l = len[e[idx]];
-    if constexpr (lay.extra_bits) {
-      v |= uint32_t(extra[idx]) << l;
-      l += lay.extra_bits;
-    }
-    acc[k] |= uint64_t(v) << nbits[k];
-    nbits[k] += l;
+  auto put = [&](int k, int i) {
+    const typename E::U x = E::load(in, i);
+    const uint32_t key = E::key(x);
+    acc[k] |= uint64_t(code[key] | (E::extra(x) << len[key])) << nbits[k];
+    nbits[k] += len[key] + lay.extra_bits;
     std::memcpy(out[k], &acc[k], 8);
     const int bytes = nbits[k] >> 3;
     out[k] += bytes;
     acc[k] >>= bytes * 8;
     nbits[k] &= 7;
   };
-  const int last = count - (kSubstreams - 1) * q;  // elements in the last sub-stream (may be <= 0)
+  const int last = count - (kSubstreams - 1) * q;  // elements of the last sub-stream
   const int full = last < 0 ? 0 : last;
   for (int j = 0; j < full; ++j)
     for (int k = 0; k < kSubstreams; ++k) put(k, k * q + j);
@@ -145,16 +120,19 @@ uint32_t encode_block_fast(const uint8_t* in, int count, const uint8_t (*lens)[k
     for (int j = full; j < q && k * q + j < count; ++j) put(k, k * q + j);
 
   uint32_t stream_bytes[kSubstreams];
-  uint32_t coded = uint32_t(count) * lay.raw_bytes + 2 * (kSubstreams - 1);
+  uint32_t coded = uint32_t(count) * lay.raw_bytes + kSubstreamHeader;
   for (int k = 0; k < kSubstreams; ++k) {
     if (nbits[k]) *out[k]++ = uint8_t(acc[k]);
     stream_bytes[k] = uint32_t(out[k] - streams[k]);
     coded += stream_bytes[k];
   }
-  const uint32_t raw_block_bytes = uint32_t(count) * lay.elem_bytes;
-  if (coded >= raw_block_bytes) {
-    std::memcpy(body, in, raw_block_bytes);
-    return make_descriptor(raw_block_bytes, 0, 0);
+  const uint32_t raw_block = uint32_t(count) * lay.elem_bytes;
+  if (coded >= raw_block) {
+    std::memcpy(body, in, raw_block);
+    return make_descriptor(raw_block, 0, 0);
+  }
+  for (int i = 0; i < count; ++i) {  // raw bytes: the low mantissa bytes, as they are
+    if constexpr (lay.raw_bytes > 0) std::memcpy(body + i * lay.raw_bytes, in + i * lay.elem_bytes, lay.raw_bytes);
   }
   uint8_t* w = body + count * lay.raw_bytes;
   for (int k = 0; k + 1 < kSubstreams; ++k) {
@@ -165,66 +143,81 @@ uint32_t encode_block_fast(const uint8_t* in, int count, const uint8_t (*lens)[k
     std::memcpy(w, streams[k], stream_bytes[k]);
     w += stream_bytes[k];
   }
-  return make_descriptor(coded, ref, uint32_t(table + 1));
+  return make_descriptor(coded, ref, 1);
 }
 
-// Decodes one block (see decode_block). Returns a Status.
+// A sub-stream being read: bits are refilled 8 bytes at a time.
+struct BitStream {
+  const uint8_t* start;
+  const uint8_t* end;  // one past the sub-stream's last byte
+  const uint8_t* p;    // next byte to load
+  uint64_t buf;
+  int cnt;  // valid bits in buf
+  void refill() {
+    buf |= load_u64(p) << cnt;
+    p += (63 - cnt) >> 3;
+    cnt |= 56;
+  }
+  uint64_t consumed_bits() const { return uint64_t(p - start) * 8 - cnt; }
+};
+
+// Decodes one block (see decode_block). lut: its group's decode table.
 template <int DT>
 int decode_block_fast(const uint8_t* body, uint32_t desc, int count, const uint16_t* lut, uint8_t* out) {
-  constexpr Layout lay = Elem<DT>::lay;
+  using E = Elem<DT>;
+  constexpr Layout lay = E::lay;
   const uint32_t size = desc & 0xFFFFu, ref = (desc >> 16) & 0xFFu, mode = desc >> 24;
   if (mode == 0) {
     if (size != uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
     std::memcpy(out, body, size);
     return kOk;
   }
-  if (mode > kNumTables) return kErrBlockMode;
+  if (mode != 1) return kErrBlockMode;
   uint32_t bounds[kSubstreams + 1];
-  int status = locate_substreams(body, size, count, lay, bounds);
+  const int status = locate_substreams(body, size, count, lay, bounds);
   if (status != kOk) return status;
+  if (!lut) return kErrTable;
 
   // The bitstreams, copied so that 8-byte loads past a sub-stream stay in bounds.
   alignas(64) uint8_t bits[kBlock * 4 + 32];
   const uint32_t nbytes = size - bounds[0];
   std::memcpy(bits, body + bounds[0], nbytes);
   std::memset(bits + nbytes, 0, 32);
-  // sym_e[s]: exponent of symbol s, or 0xFFFF for escape / invalid (e would be <= 0)
-  uint16_t sym_e[kNumSyms];
-  sym_e[kSymZero] = 0;
-  for (int s = 1; s < kSymEsc; ++s) sym_e[s] = uint32_t(s - 1) < ref ? uint16_t(ref - (s - 1)) : 0xFFFF;
-  sym_e[kSymEsc] = 0xFFFF;
-  const uint16_t* table = lut + (mode - 1) * kLutSize;
-
+  // key_of[s]: the (e, t) key of symbol s; kEsc: read e from the stream; kBad: invalid.
+  constexpr uint16_t kEsc = 0x8000, kBad = 0xFFFF;
+  uint16_t key_of[kNumSyms];
+  for (int s = 0; s < kNumSyms; ++s) {
+    const int c = s >> kTopBits, t = s & 3;
+    if (c == kClassEsc) key_of[s] = uint16_t(kEsc | t);
+    else if (c == kClassZero) key_of[s] = uint16_t(t);
+    else key_of[s] = uint32_t(c - 1) < ref ? uint16_t(((ref - (c - 1)) << kTopBits) | t) : kBad;
+  }
   BitStream st[kSubstreams];
   for (int k = 0; k < kSubstreams; ++k) {
     const uint8_t* s = bits + (bounds[k] - bounds[0]);
-    st[k] = {s, bits + (bounds[k + 1] - bounds[0]), 0, 0, s};
+    st[k] = {s, bits + (bounds[k + 1] - bounds[0]), s, 0, 0};
   }
-  alignas(64) uint8_t e[kBlock + 8], extra[kBlock + 8];
+  const uint8_t* raw = body;
   bool bad = false;
-  auto get = [&](int k, int idx) {
+  auto get = [&](int k, int i) {
     BitStream& b = st[k];
-    if (b.cnt < 24) {
+    if (b.cnt < kMaxElementBits) {
       bad |= b.p > b.end + 8;  // already past the end: corrupt, stop reading
       if (!bad) b.refill();
     }
-    const uint16_t entry = table[b.buf & (kLutSize - 1)];
+    const uint16_t entry = lut[b.buf & (kLutSize - 1)];
+    bad |= !entry;  // a window that starts with no code
     int l = entry >> 8;
-    uint32_t v = sym_e[entry & 0xFF];
-    if (v == 0xFFFF) {
-      if ((entry & 0xFF) != kSymEsc) {
-        bad = true;
-        v = 0;
-      } else {
-        v = uint32_t(b.buf >> l) & ((1u << lay.exp_bits) - 1);
-        l += lay.exp_bits;
-      }
+    uint32_t key = key_of[entry & 0xFF];
+    if (key & kEsc) {
+      bad |= key == kBad;
+      key = ((uint32_t(b.buf >> l) & ((1u << lay.exp_bits) - 1)) << kTopBits) | (key & 3);
+      l += lay.exp_bits;
     }
-    e[idx] = uint8_t(v);
-    if constexpr (lay.extra_bits) {
-      extra[idx] = uint8_t((b.buf >> l) & ((1u << lay.extra_bits) - 1));
-      l += lay.extra_bits;
-    }
+    const uint32_t extra = uint32_t(b.buf >> l) & ((1u << lay.extra_bits) - 1);
+    l += lay.extra_bits;
+    const typename E::U x = E::join(key, extra, raw + i * lay.raw_bytes);
+    std::memcpy(out + i * sizeof(x), &x, sizeof(x));
     b.buf >>= l;
     b.cnt -= l;
   };
@@ -233,7 +226,7 @@ int decode_block_fast(const uint8_t* body, uint32_t desc, int count, const uint1
   const int full = last < 0 ? 0 : last;
   for (int j = 0; j < full && !bad; ++j)
     for (int k = 0; k < kSubstreams; ++k) get(k, k * q + j);
-  for (int k = 0; k < kSubstreams; ++k)
+  for (int k = 0; k < kSubstreams && !bad; ++k)
     for (int j = full; j < q && k * q + j < count; ++j) get(k, k * q + j);
   if (bad) return kErrBitstream;
   for (int k = 0; k < kSubstreams; ++k) {
@@ -242,7 +235,6 @@ int decode_block_fast(const uint8_t* body, uint32_t desc, int count, const uint1
     const int pad = int(avail - used);
     if (pad >= 8 || (pad && (st[k].end[-1] >> (8 - pad)))) return kErrTrailing;
   }
-  join_block<DT>(e, body, extra, count, out);
   return kOk;
 }
 

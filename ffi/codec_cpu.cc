@@ -1,46 +1,65 @@
 #include "codec_cpu.h"
 
-#include "block_cpu.h"
-
 #include <cstring>
 #include <vector>
+
+#include "block_cpu.h"
 
 namespace zipccl {
 namespace {
 
-constexpr uint8_t kLens[kNumTables][kNumSyms] = ZC_CODE_LENGTHS;
-
-// Encode codes and decode tables, built once from the code lengths.
-struct Tables {
-  uint16_t codes[kNumTables][kNumSyms];
-  uint16_t lut[kNumTables * kLutSize];
-  Tables() {
-    for (int t = 0; t < kNumTables; ++t) {
-      canonical_codes(kLens[t], codes[t]);
-      build_lut(kLens[t], lut + t * kLutSize);
-    }
-  }
+// The coding state of one group of blocks (FORMAT.md §7 steps 1-2).
+struct GroupCode {
+  uint32_t refs[kGroupBlocks];
+  uint8_t lens[kNumSyms];
+  uint16_t codes[kNumSyms];
 };
 
-const Tables& tables() {
-  static const Tables t;
-  return t;
+// Chooses refs and code for blocks [b0, b1); the fast path also keeps each
+// block's key histogram in hists for the encoder.
+template <int DT>
+void choose_group_fast(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, uint32_t* hists, GroupCode* g) {
+  using E = Elem<DT>;
+  uint32_t emax[kGroupBlocks], gmax = 0;
+  for (int64_t b = b0; b < b1; ++b) {
+    emax[b - b0] = block_histogram<DT>(in + b * kBlock * E::lay.elem_bytes, block_count(n, b), hists + (b - b0) * E::keys);
+    gmax = emax[b - b0] > gmax ? emax[b - b0] : gmax;
+  }
+  uint32_t counts[2][kNumSyms] = {};
+  uint8_t lens[2][kNumSyms];
+  for (int64_t b = b0; b < b1; ++b) {
+    add_counts<DT>(hists + (b - b0) * E::keys, gmax, counts[0]);
+    add_counts<DT>(hists + (b - b0) * E::keys, emax[b - b0], counts[1]);
+  }
+  code_lengths(counts[0], lens[0]);
+  code_lengths(counts[1], lens[1]);
+  const bool own = code_cost(counts[1], lens[1], E::lay.exp_bits) < code_cost(counts[0], lens[0], E::lay.exp_bits);
+  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = own ? emax[b - b0] : gmax;
+  std::memcpy(g->lens, lens[own], kNumSyms);
+  canonical_codes(g->lens, g->codes);
 }
 
-uint32_t encode(int dtype, const uint8_t* in, int count, uint8_t* body, bool generic) {
-  const Tables& tab = tables();
-  if (generic) return encode_block(dtype, in, count, kLens, tab.codes, body);
-  if (dtype == kBF16) return encode_block_fast<kBF16>(in, count, kLens, tab.codes, body);
-  if (dtype == kF16) return encode_block_fast<kF16>(in, count, kLens, tab.codes, body);
-  return encode_block_fast<kF32>(in, count, kLens, tab.codes, body);
-}
-
-int decode(int dtype, const uint8_t* body, uint32_t desc, int count, uint8_t* out, bool generic) {
-  const uint16_t* lut = tables().lut;
-  if (generic) return decode_block(dtype, body, desc, count, lut, out);
-  if (dtype == kBF16) return decode_block_fast<kBF16>(body, desc, count, lut, out);
-  if (dtype == kF16) return decode_block_fast<kF16>(body, desc, count, lut, out);
-  return decode_block_fast<kF32>(body, desc, count, lut, out);
+// The same choice with the shared (CUDA) functions of zipccl_format.h.
+void choose_group_generic(int dtype, const uint8_t* in, int64_t n, int64_t b0, int64_t b1, GroupCode* g) {
+  const int es = layout_of(dtype).elem_bytes;
+  uint32_t emax[kGroupBlocks], gmax = 0;
+  for (int64_t b = b0; b < b1; ++b) {
+    emax[b - b0] = block_emax(dtype, in + b * kBlock * es, block_count(n, b));
+    gmax = emax[b - b0] > gmax ? emax[b - b0] : gmax;
+  }
+  uint32_t counts[2][kNumSyms] = {};
+  uint8_t lens[2][kNumSyms];
+  for (int64_t b = b0; b < b1; ++b) {
+    add_symbol_counts(dtype, in + b * kBlock * es, block_count(n, b), gmax, counts[0]);
+    add_symbol_counts(dtype, in + b * kBlock * es, block_count(n, b), emax[b - b0], counts[1]);
+  }
+  code_lengths(counts[0], lens[0]);
+  code_lengths(counts[1], lens[1]);
+  const int exp_bits = layout_of(dtype).exp_bits;
+  const bool own = code_cost(counts[1], lens[1], exp_bits) < code_cost(counts[0], lens[0], exp_bits);
+  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = own ? emax[b - b0] : gmax;
+  std::memcpy(g->lens, lens[own], kNumSyms);
+  canonical_codes(g->lens, g->codes);
 }
 
 int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
@@ -50,52 +69,89 @@ int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   return kHeaderBytes + bytes;
 }
 
-}  // namespace
-
-int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
-  const int es = layout_of(dtype).elem_bytes;
-  const int64_t nb = num_blocks(n), raw_bytes = n * es;
-  const int64_t limit = kHeaderBytes + raw_bytes;  // a coded stream must end before this
-  int64_t pos = kHeaderBytes + 4 * nb;
+template <int DT>
+int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
+  constexpr int es = Elem<DT>::lay.elem_bytes;
+  const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;  // a coded stream ends before limit
+  int64_t pos = bodies_offset(n);
+  std::vector<uint32_t> hists(size_t(kGroupBlocks) * Elem<DT>::keys);
   uint8_t scratch[kBlock * 4];
-  for (int64_t b = 0; b < nb && pos < limit; ++b) {
-    const int count = int(n - b * kBlock < kBlock ? n - b * kBlock : kBlock);
-    const bool room = pos + int64_t(count) * es <= limit;
-    uint8_t* body = room ? out + pos : scratch;
-    const uint32_t desc = encode(dtype, in + b * kBlock * es, count, body, generic);
-    const int64_t body_bytes = desc & 0xFFFFu;
-    if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
-    store_u32(out + kHeaderBytes + 4 * b, desc);
-    pos += body_bytes;
+  GroupCode g;
+  for (int64_t b0 = 0; b0 < nb && pos < limit; b0 += kGroupBlocks) {
+    const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb;
+    if (generic) choose_group_generic(DT, in, n, b0, b1, &g);
+    else choose_group_fast<DT>(in, n, b0, b1, hists.data(), &g);
+    pack_table(g.lens, out + kHeaderBytes + 4 * nb + kTableBytes * (b0 / kGroupBlocks));
+    for (int64_t b = b0; b < b1 && pos < limit; ++b) {
+      const int count = block_count(n, b);
+      const bool room = pos + int64_t(count) * es <= limit;
+      uint8_t* body = room ? out + pos : scratch;
+      const uint8_t* src = in + b * kBlock * es;
+      const uint32_t desc = generic ? encode_block(DT, src, count, g.refs[b - b0], g.lens, g.codes, body)
+                                    : encode_block_fast<DT>(src, count, g.refs[b - b0],
+                                                            hists.data() + (b - b0) * Elem<DT>::keys, g.lens, g.codes, body);
+      const int64_t body_bytes = desc & 0xFFFFu;
+      if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
+      store_u32(out + kHeaderBytes + 4 * b, desc);
+      pos += body_bytes;
+    }
   }
-  if (pos >= limit) return store_raw(dtype, in, n, out);
-  write_header(out, dtype, 0, uint64_t(n));
+  if (pos >= limit) return store_raw(DT, in, n, out);
+  write_header(out, DT, 0, uint64_t(n));
   return pos;
 }
 
-int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
-  int flags = 0;
-  int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &flags);
-  if (status != kOk) return status;
-  const int es = layout_of(dtype).elem_bytes;
-  if (flags & kFlagStoredRaw) {
-    if (size - kHeaderBytes < n * es) return kErrTruncated;
-    std::memcpy(out, in + kHeaderBytes, size_t(n * es));
-    return kOk;
-  }
+template <int DT>
+int decompress_typed(const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
+  constexpr int es = Elem<DT>::lay.elem_bytes;
   const int64_t nb = num_blocks(n);
-  if ((size - kHeaderBytes) / 4 < nb) return kErrTruncated;
-  int64_t pos = kHeaderBytes + 4 * nb;
+  int64_t pos = bodies_offset(n);
+  if (size < pos) return kErrTruncated;
+  std::vector<uint16_t> lut(kLutSize);
   for (int64_t b = 0; b < nb; ++b) {
-    const int count = int(n - b * kBlock < kBlock ? n - b * kBlock : kBlock);
+    const uint16_t* group_lut = nullptr;  // built when a coded block of the group needs it
+    if (b % kGroupBlocks == 0) lut[0] = 0xFFFF;  // marks "not built yet"
     const uint32_t desc = load_u32(in + kHeaderBytes + 4 * b);
+    if ((desc >> 24) == 1) {
+      if (lut[0] == 0xFFFF) {
+        uint8_t lens[kNumSyms];
+        if (unpack_table(in + kHeaderBytes + 4 * nb + kTableBytes * (b / kGroupBlocks), lens) != kOk) return kErrTable;
+        build_lut(lens, lut.data());
+      }
+      group_lut = lut.data();
+    }
     const int64_t body_bytes = desc & 0xFFFFu;
     if (body_bytes > size - pos) return kErrTruncated;
-    status = decode(dtype, in + pos, desc, count, out + b * kBlock * es, generic);
+    const int count = block_count(n, b);
+    const int status = generic ? decode_block(DT, in + pos, desc, count, group_lut, out + b * kBlock * es)
+                               : decode_block_fast<DT>(in + pos, desc, count, group_lut, out + b * kBlock * es);
     if (status != kOk) return status;
     pos += body_bytes;
   }
   return kOk;
+}
+
+}  // namespace
+
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
+  if (dtype == kBF16) return compress_typed<kBF16>(in, n, out, generic);
+  if (dtype == kF16) return compress_typed<kF16>(in, n, out, generic);
+  return compress_typed<kF32>(in, n, out, generic);
+}
+
+int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
+  int flags = 0;
+  const int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &flags);
+  if (status != kOk) return status;
+  if (flags & kFlagStoredRaw) {
+    const int64_t bytes = n * layout_of(dtype).elem_bytes;
+    if (size - kHeaderBytes < bytes) return kErrTruncated;
+    std::memcpy(out, in + kHeaderBytes, size_t(bytes));
+    return kOk;
+  }
+  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, out, generic);
+  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, out, generic);
+  return decompress_typed<kF32>(in, size, n, out, generic);
 }
 
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {

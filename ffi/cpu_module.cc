@@ -3,7 +3,10 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <nanobind/stl/vector.h>
+
 #include <stdexcept>
+#include <vector>
 #include <string>
 
 #include "codec_cpu.h"
@@ -47,15 +50,12 @@ void decompress_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
     throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
 }
 
-nb::list code_lengths() {
-  constexpr uint8_t lens[zipccl::kNumTables][zipccl::kNumSyms] = ZC_CODE_LENGTHS;
-  nb::list tables;
-  for (const auto& t : lens) {
-    nb::list row;
-    for (uint8_t l : t) row.append(int(l));
-    tables.append(row);
-  }
-  return tables;
+// §5.1 on given symbol counts (for tests against the reference).
+std::vector<int> code_lengths(const std::vector<uint32_t>& counts) {
+  if (counts.size() != size_t(zipccl::kNumSyms)) throw std::invalid_argument("zipccl: need 128 counts");
+  uint8_t lens[zipccl::kNumSyms];
+  zipccl::code_lengths(counts.data(), lens);
+  return std::vector<int>(lens, lens + zipccl::kNumSyms);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // The zipccl byte format (docs/FORMAT.md), shared by the CPU and CUDA codecs.
 //
 // Everything here is a plain function of its arguments and compiles for host
-// and device, so the C++ and CUDA codecs run the same block coder and cannot
-// drift apart. The numpy reference (zipccl_jax/reference.py) follows FORMAT.md
-// line by line and tests assert byte identity against both.
+// and device, so the C++ and CUDA codecs run the same coder and cannot drift
+// apart. The numpy reference (zipccl_jax/reference.py) follows FORMAT.md
+// section by section; tests assert byte identity against both. Section
+// numbers below refer to FORMAT.md.
 #pragma once
 
 #include <cstddef>
@@ -22,38 +23,21 @@ constexpr int kVersion = 1;
 constexpr int kHeaderBytes = 16;
 constexpr int kBlockLog2 = 12;
 constexpr int kBlock = 1 << kBlockLog2;  // elements per block
+constexpr int kGroupBlocks = 16;         // blocks sharing one code table
 constexpr int kFlagStoredRaw = 1;        // header flags: whole stream is raw
 
-constexpr int kNumSyms = 32;
-constexpr int kSymZero = 0;  // exponent field == 0 (zero or subnormal)
-constexpr int kSymEsc = 31;  // followed by the raw exponent field
-constexpr int kMaxDelta = 29;  // symbols 1..30 code d = ref - e in 0..29
-constexpr int kNumTables = 8;
+constexpr int kNumClasses = 32;
+constexpr int kClassZero = 0;  // exponent field == 0 (zero or subnormal)
+constexpr int kClassEsc = 31;  // followed by the raw exponent field
+constexpr int kMaxDelta = 29;  // classes 1..30 code d = ref - e in 0..29
+constexpr int kTopBits = 2;    // top mantissa bits coded with the class
+constexpr int kNumSyms = kNumClasses << kTopBits;
+constexpr int kTableBytes = kNumSyms / 2;  // 4-bit lengths
 constexpr int kMaxCodeLen = 12;
 constexpr int kLutSize = 1 << kMaxCodeLen;
-constexpr int kRefCandidates = 6;  // encoder tries ref = emax, emax-1, ...
-constexpr int kSubstreams = 4;     // independent bitstreams per coded block
-
-// Code lengths of the static exponent codes (symbol order as above), fitted
-// offline to Gaussian, Laplace, Student-t, uniform, log-normal and sparse
-// tensors. Each is a complete prefix code (Kraft sum exactly 1).
-#define ZC_CODE_LENGTHS                                                                          \
-  {{12, 5, 2, 2, 2, 3, 5, 5, 6, 8, 8, 9, 10, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, \
-    12, 12, 12, 12, 12, 12},                                                                     \
-   {12, 8, 4, 3, 2, 2, 3, 4, 4, 5, 7, 7, 8, 9, 10, 11, 11, 12, 12, 12, 12, 12, 12, 12, 12, 12,   \
-    12, 12, 12, 12, 12, 12},                                                                     \
-   {12, 8, 5, 4, 3, 3, 3, 3, 3, 3, 4, 5, 5, 6, 8, 9, 10, 10, 12, 12, 12, 12, 12, 12, 12, 12, 12, \
-    12, 12, 12, 12, 11},                                                                         \
-   {1, 6, 3, 3, 3, 4, 6, 6, 8, 8, 9, 10, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, \
-    12, 12, 12, 12, 12, 12},                                                                     \
-   {3, 5, 2, 2, 3, 3, 5, 5, 6, 8, 8, 9, 10, 11, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12,  \
-    12, 12, 12, 12, 12, 12},                                                                     \
-   {12, 10, 1, 2, 3, 4, 5, 6, 8, 8, 10, 11, 11, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12,  \
-    12, 12, 12, 12, 12, 12, 12},                                                                 \
-   {12, 10, 9, 8, 7, 6, 5, 4, 4, 3, 3, 3, 3, 3, 4, 4, 5, 6, 7, 8, 9, 12, 12, 12, 12, 12, 12, 12, \
-    12, 12, 12, 12},                                                                             \
-   {12, 9, 7, 5, 3, 2, 2, 3, 3, 5, 5, 7, 8, 8, 10, 11, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12,   \
-    12, 12, 12, 12, 12, 11}}
+constexpr int kSubstreams = 4;  // independent bitstreams per coded block
+constexpr int kSubstreamHeader = 2 * (kSubstreams - 1);
+constexpr int kMaxElementBits = kMaxCodeLen + 8 + 6;  // code, escaped exponent, extra
 
 // Error codes of the decoder; messages live in error_message().
 enum Status : int {
@@ -68,7 +52,7 @@ enum Status : int {
   kErrBlockSize = 8,
   kErrBitstream = 9,
   kErrTrailing = 10,
-  kErrCapacity = 11,
+  kErrTable = 11,
 };
 
 inline const char* error_message(int status) {
@@ -83,7 +67,7 @@ inline const char* error_message(int status) {
     case kErrBlockSize: return "corrupt block descriptor (bad body size)";
     case kErrBitstream: return "corrupt block bitstream";
     case kErrTrailing: return "corrupt block bitstream (unused or nonzero padding bits)";
-    case kErrCapacity: return "output buffer too small";
+    case kErrTable: return "corrupt code table";
     default: return "ok";
   }
 }
@@ -91,8 +75,8 @@ inline const char* error_message(int status) {
 // Dtype codes stored in byte 5 of the header.
 enum DType : int { kBF16 = 1, kF16 = 2, kF32 = 3 };
 
-// How an element splits into the coded exponent field, raw bytes stored
-// as-is, and extra raw bits written after the exponent code in the bitstream.
+// §3: how an element splits into the coded fields, raw bytes stored as they
+// are, and extra raw bits written after the element's code.
 struct Layout {
   int elem_bytes;  // 2 or 4
   int exp_bits;    // width of the exponent field (8 or 5)
@@ -101,84 +85,71 @@ struct Layout {
 };
 
 ZC_HD Layout layout_of(int dtype) {
-  if (dtype == kBF16) return {2, 8, 1, 0};
-  if (dtype == kF16) return {2, 5, 1, 3};
-  return {4, 8, 3, 0};
+  if (dtype == kBF16) return {2, 8, 0, 6};
+  if (dtype == kF16) return {2, 5, 1, 1};
+  return {4, 8, 2, 6};
 }
 
-// Splits element bits x into (exponent e, raw bytes, extra bits).
-ZC_HD uint32_t split_element(int dtype, uint32_t x, uint8_t* raw, uint32_t* extra) {
+// §3: splits element bits x into (exponent e, top mantissa bits t, raw bytes,
+// extra bits); returns e.
+ZC_HD uint32_t split_element(int dtype, uint32_t x, uint32_t* t, uint8_t* raw, uint32_t* extra) {
   if (dtype == kBF16) {
-    raw[0] = static_cast<uint8_t>(((x & 0x7Fu) << 1) | (x >> 15));
-    *extra = 0;
+    *t = (x >> 5) & 3u;
+    *extra = ((x & 0x1Fu) << 1) | (x >> 15);
     return (x >> 7) & 0xFFu;
   }
   if (dtype == kF16) {
-    raw[0] = static_cast<uint8_t>(x & 0xFFu);
-    *extra = ((x >> 15) << 2) | ((x >> 8) & 3u);
+    *t = (x >> 8) & 3u;
+    raw[0] = uint8_t(x);
+    *extra = x >> 15;
     return (x >> 10) & 0x1Fu;
   }
-  raw[0] = static_cast<uint8_t>(x & 0xFFu);
-  raw[1] = static_cast<uint8_t>((x >> 8) & 0xFFu);
-  raw[2] = static_cast<uint8_t>((((x >> 16) & 0x7Fu) << 1) | (x >> 31));
-  *extra = 0;
+  *t = (x >> 21) & 3u;
+  raw[0] = uint8_t(x);
+  raw[1] = uint8_t(x >> 8);
+  *extra = (((x >> 16) & 0x1Fu) << 1) | (x >> 31);
   return (x >> 23) & 0xFFu;
 }
 
-ZC_HD uint32_t join_element(int dtype, uint32_t e, const uint8_t* raw, uint32_t extra) {
-  if (dtype == kBF16) return (uint32_t(raw[0] & 1u) << 15) | (e << 7) | (raw[0] >> 1);
-  if (dtype == kF16) return ((extra >> 2) << 15) | (e << 10) | ((extra & 3u) << 8) | raw[0];
-  return (uint32_t(raw[2] & 1u) << 31) | (e << 23) | (uint32_t(raw[2] >> 1) << 16) |
-         (uint32_t(raw[1]) << 8) | raw[0];
+ZC_HD uint32_t join_element(int dtype, uint32_t e, uint32_t t, const uint8_t* raw, uint32_t extra) {
+  if (dtype == kBF16) return ((extra & 1u) << 15) | (e << 7) | (t << 5) | (extra >> 1);
+  if (dtype == kF16) return (extra << 15) | (e << 10) | (t << 8) | raw[0];
+  return ((extra & 1u) << 31) | (e << 23) | (t << 21) | ((extra >> 1) << 16) | (uint32_t(raw[1]) << 8) |
+         raw[0];
 }
 
-// Symbol of exponent e relative to reference ref (FORMAT.md, "Symbols").
-ZC_HD int symbol_of(uint32_t e, uint32_t ref, uint32_t exp_all_ones) {
-  if (e == 0) return kSymZero;
-  if (e == exp_all_ones || e > ref || ref - e > uint32_t(kMaxDelta)) return kSymEsc;
+ZC_HD uint32_t exponent_of(uint32_t x, Layout lay) {
+  return (x >> (lay.elem_bytes * 8 - 1 - lay.exp_bits)) & ((1u << lay.exp_bits) - 1);
+}
+
+ZC_HD uint32_t top_bits_of(uint32_t x, Layout lay) {
+  return (x >> (lay.elem_bytes * 8 - 1 - lay.exp_bits - kTopBits)) & ((1u << kTopBits) - 1);
+}
+
+// §4: the class of exponent e relative to ref.
+ZC_HD int class_of(uint32_t e, uint32_t ref, uint32_t all_ones) {
+  if (e == 0) return kClassZero;
+  if (e == all_ones || e > ref || ref - e > uint32_t(kMaxDelta)) return kClassEsc;
   return int(ref - e) + 1;
 }
 
-// Block descriptor: bits 0..15 body bytes, 16..23 reference exponent,
-// 24..31 mode (0 raw, 1 + table index).
+// §2: bits 0..15 body bytes, 16..23 ref, 24..31 mode (0 raw, 1 coded).
 ZC_HD uint32_t make_descriptor(uint32_t body_bytes, uint32_t ref, uint32_t mode) {
   return body_bytes | (ref << 16) | (mode << 24);
 }
 
 ZC_HD int64_t num_blocks(int64_t n) { return (n + kBlock - 1) >> kBlockLog2; }
+ZC_HD int64_t num_groups(int64_t nb) { return (nb + kGroupBlocks - 1) / kGroupBlocks; }
+ZC_HD int block_count(int64_t n, int64_t b) { return int(n - b * kBlock < kBlock ? n - b * kBlock : kBlock); }
 
-// The most bytes a stream of n elements can take: raw plus the header.
-ZC_HD int64_t max_stream_bytes(int64_t n, int dtype) {
-  return kHeaderBytes + n * layout_of(dtype).elem_bytes;
+// Offset of the first block body of a coded stream.
+ZC_HD int64_t bodies_offset(int64_t n) {
+  const int64_t nb = num_blocks(n);
+  return kHeaderBytes + 4 * nb + int64_t(kTableBytes) * num_groups(nb);
 }
 
-// Canonical codes of a table, bit-reversed so the decoder peeks LSB first:
-// codes[s] = reversed code, lens[s] = length.
-ZC_HD void canonical_codes(const uint8_t* lens, uint16_t* codes) {
-  uint32_t code = 0;
-  for (int len = 1; len <= kMaxCodeLen; ++len) {
-    for (int s = 0; s < kNumSyms; ++s) {
-      if (lens[s] != len) continue;
-      uint32_t rev = 0;
-      for (int b = 0; b < len; ++b) rev |= ((code >> b) & 1u) << (len - 1 - b);
-      codes[s] = static_cast<uint16_t>(rev);
-      ++code;
-    }
-    code <<= 1;
-  }
-}
-
-// Decode table: lut[peek of kMaxCodeLen bits] = symbol | (length << 8).
-ZC_HD void build_lut(const uint8_t* lens, uint16_t* lut) {
-  uint16_t codes[kNumSyms];
-  canonical_codes(lens, codes);
-  for (int s = 0; s < kNumSyms; ++s) {
-    const int len = lens[s];
-    for (uint32_t fill = 0; fill < (1u << (kMaxCodeLen - len)); ++fill) {
-      lut[codes[s] | (fill << len)] = static_cast<uint16_t>(s | (len << 8));
-    }
-  }
-}
+// §1: the most bytes a stream of n elements can take: raw plus the header.
+ZC_HD int64_t max_stream_bytes(int64_t n, int dtype) { return kHeaderBytes + n * layout_of(dtype).elem_bytes; }
 
 ZC_HD uint32_t load_element(const uint8_t* p, int elem_bytes) {
   uint32_t x = p[0] | (uint32_t(p[1]) << 8);
@@ -195,39 +166,134 @@ ZC_HD void store_element(uint8_t* p, uint32_t x, int elem_bytes) {
   }
 }
 
-// Chooses (ref, table) with the fewest bits for a block whose exponent
-// histogram is hist (FORMAT.md §7); ties go to the larger ref, then the lower
-// table. Only the exponents present are visited.
-ZC_HD void choose_code(const uint32_t* hist, Layout lay, const uint8_t (*lens)[kNumSyms], uint32_t* ref_out,
-                       int* table_out) {
+ZC_HD uint32_t load_u32(const uint8_t* p) {
+  return p[0] | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
+}
+
+ZC_HD void store_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+
+// §7 step 1: the largest exponent field with 1 <= e < ALL_ONES, or 0.
+ZC_HD uint32_t block_emax(int dtype, const uint8_t* in, int count) {
+  const Layout lay = layout_of(dtype);
   const uint32_t all_ones = (1u << lay.exp_bits) - 1;
-  uint8_t present[256];
-  int npresent = 0;
   uint32_t emax = 0;
-  for (uint32_t e = 0; e <= all_ones; ++e) {
-    if (!hist[e]) continue;
-    present[npresent++] = uint8_t(e);
-    if (e >= 1 && e < all_ones) emax = e;
+  for (int i = 0; i < count; ++i) {
+    const uint32_t e = exponent_of(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay);
+    if (e < all_ones && e > emax) emax = e;
   }
-  uint64_t best = ~uint64_t(0);
-  for (int k = 0; k < kRefCandidates && int(emax) - k >= 0; ++k) {
-    const uint32_t ref = emax - k;
-    for (int t = 0; t < kNumTables; ++t) {
-      uint64_t bits = 0;
-      for (int j = 0; j < npresent; ++j) {
-        const int s = symbol_of(present[j], ref, all_ones);
-        bits += uint64_t(hist[present[j]]) * (lens[t][s] + (s == kSymEsc ? lay.exp_bits : 0));
-      }
-      if (bits < best) {
-        best = bits;
-        *ref_out = ref;
-        *table_out = t;
-      }
-    }
+  return emax;
+}
+
+// §7 step 2: adds the symbol counts of a block under ref to counts[kNumSyms].
+ZC_HD void add_symbol_counts(int dtype, const uint8_t* in, int count, uint32_t ref, uint32_t* counts) {
+  const Layout lay = layout_of(dtype);
+  const uint32_t all_ones = (1u << lay.exp_bits) - 1;
+  for (int i = 0; i < count; ++i) {
+    const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+    ++counts[(class_of(exponent_of(x, lay), ref, all_ones) << kTopBits) | top_bits_of(x, lay)];
   }
 }
 
-// Appends bits LSB first: stream bit k is bit (k % 8) of byte k / 8.
+// §5.1 step 1: deterministic two-queue Huffman code lengths (unlimited).
+ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens) {
+  uint8_t leaf[kNumSyms];  // used symbols sorted by (count, symbol)
+  uint32_t weight[2 * kNumSyms];
+  uint16_t parent[2 * kNumSyms];
+  int n = 0;
+  for (int s = 0; s < kNumSyms; ++s) {
+    lens[s] = 0;
+    if (!counts[s]) continue;
+    int j = n++;
+    for (; j > 0 && counts[leaf[j - 1]] > counts[s]; --j) leaf[j] = leaf[j - 1];
+    leaf[j] = uint8_t(s);
+  }
+  if (n == 1) lens[leaf[0]] = 1;
+  if (n < 2) return;
+  for (int i = 0; i < n; ++i) weight[i] = counts[leaf[i]];
+  int li = 0, ni = n, total = n;
+  while (total < 2 * n - 1) {
+    int pick[2];
+    for (int k = 0; k < 2; ++k)
+      pick[k] = (li < n && (ni >= total || weight[li] <= weight[ni])) ? li++ : ni++;
+    parent[pick[0]] = parent[pick[1]] = uint16_t(total);
+    weight[total++] = weight[pick[0]] + weight[pick[1]];
+  }
+  uint8_t depth[2 * kNumSyms];
+  depth[total - 1] = 0;
+  for (int node = total - 2; node >= 0; --node) depth[node] = uint8_t(depth[parent[node]] + 1);
+  for (int i = 0; i < n; ++i) lens[leaf[i]] = depth[i];
+}
+
+// §5.1: Huffman lengths, flattening the counts until no code is over 12 bits.
+ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens) {
+  uint32_t counts[kNumSyms];
+  for (int s = 0; s < kNumSyms; ++s) counts[s] = counts_in[s];
+  for (;;) {
+    huffman_lengths(counts, lens);
+    int longest = 0;
+    for (int s = 0; s < kNumSyms; ++s) longest = lens[s] > longest ? lens[s] : longest;
+    if (longest <= kMaxCodeLen) return;
+    for (int s = 0; s < kNumSyms; ++s) counts[s] = counts[s] ? (counts[s] + 1) >> 1 : 0;
+  }
+}
+
+// §7 step 2: the bits a group costs under code lengths lens.
+ZC_HD uint64_t code_cost(const uint32_t* counts, const uint8_t* lens, int exp_bits) {
+  uint64_t bits = 0;
+  for (int s = 0; s < kNumSyms; ++s)
+    bits += uint64_t(counts[s]) * (lens[s] + ((s >> kTopBits) == kClassEsc ? exp_bits : 0));
+  return bits;
+}
+
+// §5.2: canonical codes, bit-reversed so the decoder peeks LSB first.
+ZC_HD void canonical_codes(const uint8_t* lens, uint16_t* codes) {
+  uint32_t code = 0;
+  for (int len = 1; len <= kMaxCodeLen; ++len) {
+    for (int s = 0; s < kNumSyms; ++s) {
+      if (lens[s] != len) continue;
+      uint32_t rev = 0;
+      for (int b = 0; b < len; ++b) rev |= ((code >> b) & 1u) << (len - 1 - b);
+      codes[s] = uint16_t(rev);
+      ++code;
+    }
+    code <<= 1;
+  }
+}
+
+// §5.3: stored table <-> lengths; unpack_table validates.
+ZC_HD void pack_table(const uint8_t* lens, uint8_t* table) {
+  for (int j = 0; j < kTableBytes; ++j) table[j] = uint8_t(lens[2 * j] | (lens[2 * j + 1] << 4));
+}
+
+ZC_HD int unpack_table(const uint8_t* table, uint8_t* lens) {
+  uint32_t kraft = 0;  // in units of 2^-12
+  for (int j = 0; j < kTableBytes; ++j) {
+    lens[2 * j] = table[j] & 15;
+    lens[2 * j + 1] = table[j] >> 4;
+  }
+  for (int s = 0; s < kNumSyms; ++s) {
+    if (lens[s] > kMaxCodeLen) return kErrTable;
+    if (lens[s]) kraft += 1u << (kMaxCodeLen - lens[s]);
+  }
+  return (kraft == 0 || kraft > uint32_t(kLutSize)) ? kErrTable : kOk;
+}
+
+// Decode table: lut[12-bit window] = symbol | (length << 8); 0 = no code.
+ZC_HD void build_lut(const uint8_t* lens, uint16_t* lut) {
+  uint16_t codes[kNumSyms];
+  canonical_codes(lens, codes);
+  for (int w = 0; w < kLutSize; ++w) lut[w] = 0;
+  for (int s = 0; s < kNumSyms; ++s) {
+    const int len = lens[s];
+    if (!len) continue;
+    for (uint32_t fill = 0; fill < (1u << (kMaxCodeLen - len)); ++fill)
+      lut[codes[s] | (fill << len)] = uint16_t(s | (len << 8));
+  }
+}
+
+// §6: appends bits LSB first: stream bit k is bit (k % 8) of byte k / 8.
 struct BitWriter {
   uint8_t* out;
   uint64_t acc;
@@ -243,74 +309,65 @@ struct BitWriter {
   }
   ZC_HD void flush() {
     if (nbits > 0) *out++ = uint8_t(acc);
+    acc = 0;
+    nbits = 0;
   }
 };
 
-// Sub-stream k of a block holds elements [k * q, min(count, (k + 1) * q)).
+// §2: sub-stream k of a block holds elements [k * q, min(count, (k + 1) * q)).
 ZC_HD int substream_len(int count) { return (count + kSubstreams - 1) / kSubstreams; }
 
-// Bits element x costs in the bitstream under (ref, table).
-ZC_HD int element_bits(uint32_t e, uint32_t ref, Layout lay, const uint8_t* lens) {
-  const int s = symbol_of(e, ref, (1u << lay.exp_bits) - 1);
-  return lens[s] + (s == kSymEsc ? lay.exp_bits : 0) + lay.extra_bits;
+// Bits one element costs in its sub-stream.
+ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens) {
+  const Layout lay = layout_of(dtype);
+  const int c = class_of(exponent_of(x, lay), ref, (1u << lay.exp_bits) - 1);
+  return lens[(c << kTopBits) | top_bits_of(x, lay)] + (c == kClassEsc ? lay.exp_bits : 0) + lay.extra_bits;
 }
 
-ZC_HD uint32_t exponent_of(uint32_t x, Layout lay) {
-  return (x >> (lay.elem_bytes * 8 - 1 - lay.exp_bits)) & ((1u << lay.exp_bits) - 1);
-}
-
-// Encodes one block of count elements (bytes at in) into body; body has room
-// for count * elem_bytes bytes. Returns its descriptor.
-ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, const uint8_t (*lens)[kNumSyms],
-                            const uint16_t (*codes)[kNumSyms], uint8_t* body) {
+// §7 step 3: encodes one block of count elements (bytes at in) with its ref
+// and its group's code into body, which has room for count * elem_bytes
+// bytes. Returns the block's descriptor.
+ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t ref, const uint8_t* lens,
+                            const uint16_t* codes, uint8_t* body) {
   const Layout lay = layout_of(dtype);
   const uint32_t all_ones = (1u << lay.exp_bits) - 1;
-  uint32_t hist[256] = {0};
-  for (int i = 0; i < count; ++i) ++hist[exponent_of(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay)];
-  uint32_t ref = 0;
-  int table = 0;
-  choose_code(hist, lay, lens, &ref, &table);
-  // Exact size: raw bytes, sub-stream lengths, each sub-stream padded to a byte.
   const int q = substream_len(count);
-  uint32_t stream_bytes[kSubstreams] = {0};
-  uint32_t coded_bytes = uint32_t(count) * lay.raw_bytes + 2 * (kSubstreams - 1);
-  for (int k = 0; k < kSubstreams; ++k) {
+  uint32_t stream_bytes[kSubstreams];
+  uint32_t coded = uint32_t(count) * lay.raw_bytes + kSubstreamHeader;
+  for (int k = 0; k < kSubstreams; ++k) {  // exact size first: never write past body
     uint32_t bits = 0;
     for (int i = k * q; i < count && i < (k + 1) * q; ++i)
-      bits += element_bits(exponent_of(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay), ref, lay,
-                           lens[table]);
+      bits += element_bits(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, lens);
     stream_bytes[k] = (bits + 7) / 8;
-    coded_bytes += stream_bytes[k];
+    coded += stream_bytes[k];
   }
-  const uint32_t raw_block_bytes = uint32_t(count) * lay.elem_bytes;
-  if (coded_bytes >= raw_block_bytes) {
-    for (uint32_t i = 0; i < raw_block_bytes; ++i) body[i] = in[i];
-    return make_descriptor(raw_block_bytes, 0, 0);
+  const uint32_t raw_block = uint32_t(count) * lay.elem_bytes;
+  if (coded >= raw_block) {
+    for (uint32_t i = 0; i < raw_block; ++i) body[i] = in[i];
+    return make_descriptor(raw_block, 0, 0);
   }
-  uint8_t* lengths = body + count * lay.raw_bytes;
+  uint8_t* sizes = body + count * lay.raw_bytes;
   for (int k = 0; k + 1 < kSubstreams; ++k) {
-    lengths[2 * k] = uint8_t(stream_bytes[k]);
-    lengths[2 * k + 1] = uint8_t(stream_bytes[k] >> 8);
+    sizes[2 * k] = uint8_t(stream_bytes[k]);
+    sizes[2 * k + 1] = uint8_t(stream_bytes[k] >> 8);
   }
-  BitWriter w{lengths + 2 * (kSubstreams - 1), 0, 0};
+  BitWriter w{sizes + kSubstreamHeader, 0, 0};
   for (int k = 0; k < kSubstreams; ++k) {
     for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-      const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-      uint32_t extra;
-      const uint32_t e = split_element(dtype, x, body + i * lay.raw_bytes, &extra);
-      const int s = symbol_of(e, ref, all_ones);
-      w.put(codes[table][s], lens[table][s]);
-      if (s == kSymEsc) w.put(e, lay.exp_bits);
-      if (lay.extra_bits) w.put(extra, lay.extra_bits);
+      uint32_t t, extra;
+      const uint32_t e =
+          split_element(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), &t, body + i * lay.raw_bytes, &extra);
+      const int s = (class_of(e, ref, all_ones) << kTopBits) | int(t);
+      w.put(codes[s], lens[s]);
+      if ((s >> kTopBits) == kClassEsc) w.put(e, lay.exp_bits);
+      w.put(extra, lay.extra_bits);
     }
     w.flush();
-    w.acc = 0;
-    w.nbits = 0;
   }
-  return make_descriptor(coded_bytes, ref, uint32_t(table + 1));
+  return make_descriptor(coded, ref, 1);
 }
 
-// Reads bits LSB first from [p, p + nbytes), never past the end.
+// §6: reads bits LSB first from [p, p + nbytes), never past the end.
 struct BitReader {
   const uint8_t* p;
   uint32_t nbytes;
@@ -327,28 +384,26 @@ struct BitReader {
     return pos <= nbytes * 8;
   }
   // A sub-stream must end in its last byte, padded with zero bits.
-  ZC_HD bool finished() const {
-    return (pos + 7) / 8 == nbytes && !((pos & 7) && (p[nbytes - 1] >> (pos & 7)));
-  }
+  ZC_HD bool finished() const { return (pos + 7) / 8 == nbytes && !((pos & 7) && (p[nbytes - 1] >> (pos & 7))); }
 };
 
-// Checks a coded block's layout; *streams receives its sub-stream offsets
-// (kSubstreams + 1 of them, relative to body). Returns a Status.
-ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, Layout lay, uint32_t* streams) {
+// §2: checks a coded block's layout; bounds[k] receives where sub-stream k
+// starts (bounds[kSubstreams] = size), relative to body. Returns a Status.
+ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, Layout lay, uint32_t* bounds) {
   const uint32_t raw_total = uint32_t(count) * lay.raw_bytes;
-  if (size <= raw_total + 2 * (kSubstreams - 1) || size >= uint32_t(count) * lay.elem_bytes)
-    return kErrBlockSize;
-  streams[0] = raw_total + 2 * (kSubstreams - 1);
+  if (size <= raw_total + kSubstreamHeader || size >= uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
+  bounds[0] = raw_total + kSubstreamHeader;
   for (int k = 0; k + 1 < kSubstreams; ++k) {
-    streams[k + 1] = streams[k] + (body[raw_total + 2 * k] | (uint32_t(body[raw_total + 2 * k + 1]) << 8));
-    if (streams[k + 1] > size) return kErrBlockSize;
+    bounds[k + 1] = bounds[k] + (body[raw_total + 2 * k] | (uint32_t(body[raw_total + 2 * k + 1]) << 8));
+    if (bounds[k + 1] > size) return kErrBlockSize;
   }
-  streams[kSubstreams] = size;
+  bounds[kSubstreams] = size;
   return kOk;
 }
 
-// Decodes one block body into count elements at out. lut holds kNumTables
-// decode tables of kLutSize entries. Returns a Status.
+// Decodes one block body into count elements at out; lut is the decode
+// table of the block's group (null if the group's table is invalid, which
+// only matters to coded blocks). Returns a Status.
 ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count, const uint16_t* lut,
                        uint8_t* out) {
   const Layout lay = layout_of(dtype);
@@ -358,32 +413,30 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
     for (uint32_t i = 0; i < size; ++i) out[i] = body[i];
     return kOk;
   }
-  if (mode > kNumTables) return kErrBlockMode;
-  uint32_t streams[kSubstreams + 1];
-  const int status = locate_substreams(body, size, count, lay, streams);
+  if (mode != 1) return kErrBlockMode;
+  uint32_t bounds[kSubstreams + 1];
+  const int status = locate_substreams(body, size, count, lay, bounds);
   if (status != kOk) return status;
-  const uint16_t* table = lut + (mode - 1) * kLutSize;
+  if (!lut) return kErrTable;
   const int q = substream_len(count);
   for (int k = 0; k < kSubstreams; ++k) {
-    BitReader r{body + streams[k], streams[k + 1] - streams[k], 0};
+    BitReader r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
     for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-      const uint16_t entry = table[r.peek(kMaxCodeLen)];
-      const int s = entry & 0xFF;
-      if (!r.skip(entry >> 8)) return kErrBitstream;
+      const uint16_t entry = lut[r.peek(kMaxCodeLen)];
+      if (!entry || !r.skip(entry >> 8)) return kErrBitstream;
+      const int c = (entry & 0xFF) >> kTopBits;
       uint32_t e = 0;
-      if (s == kSymEsc) {
+      if (c == kClassEsc) {
         e = r.peek(lay.exp_bits);
         if (!r.skip(lay.exp_bits)) return kErrBitstream;
-      } else if (s != kSymZero) {
-        if (uint32_t(s - 1) >= ref) return kErrBitstream;  // would give e == 0
-        e = ref - uint32_t(s - 1);
+      } else if (c != kClassZero) {
+        if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
+        e = ref - uint32_t(c - 1);
       }
-      uint32_t extra = 0;
-      if (lay.extra_bits) {
-        extra = r.peek(lay.extra_bits);
-        if (!r.skip(lay.extra_bits)) return kErrBitstream;
-      }
-      store_element(out + i * lay.elem_bytes, join_element(dtype, e, body + i * lay.raw_bytes, extra),
+      const uint32_t extra = r.peek(lay.extra_bits);
+      if (!r.skip(lay.extra_bits)) return kErrBitstream;
+      store_element(out + i * lay.elem_bytes,
+                    join_element(dtype, e, entry & ((1u << kTopBits) - 1), body + i * lay.raw_bytes, extra),
                     lay.elem_bytes);
     }
     if (!r.finished()) return kErrTrailing;
@@ -417,16 +470,6 @@ ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, 
   return kOk;
 }
 
-ZC_HD uint32_t load_u32(const uint8_t* p) {
-  return p[0] | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
-}
-
-ZC_HD void store_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
-}
-
-// Float conversions for the accumulate step, bit-exact with numpy/ml_dtypes
-// (round to nearest even; NaN handling as documented in FORMAT.md §8).
 ZC_HD float bits_to_f32(uint32_t u) {
   union { uint32_t u; float f; } v{u};
   return v.f;

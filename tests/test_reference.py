@@ -115,14 +115,25 @@ def test_header_fields_follow_the_format():
     assert s[:4] == b"ZCCL" and s[4] == 1 and s[5] == 3 and s[7] == 12
     assert int.from_bytes(s[8:16], "little") == 5000
     descs = np.frombuffer(s, "<u4", count=2, offset=16)
-    assert 16 + 8 + int((descs & 0xFFFF).sum()) == len(s)
+    assert list(descs >> 24) == [1, 1]  # both blocks coded
+    assert 16 + 8 + 64 + int((descs & 0xFFFF).sum()) == len(s)  # descriptors, one table, bodies
+    lengths = ref.unpack_table(s[24:88])
+    assert sum(2.0 ** -int(l) for l in lengths if l) <= 1.0
 
 
-def test_tables_are_complete_prefix_codes_and_shared_with_cpp():
-    assert cpu.code_lengths() == ref.CODE_LENGTHS.tolist()
-    for lens in ref.CODE_LENGTHS:
-        assert sum(2.0 ** -int(l) for l in lens) == 1.0
-        assert lens.max() <= ref.MAX_CODE_LEN
+def test_code_lengths_are_identical_in_cpp_and_within_12_bits():
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        counts = rng.integers(0, 1000, ref.NUM_SYMS) * (rng.random(ref.NUM_SYMS) < 0.5)
+        if trial % 3 == 0:  # power-law counts force the 12-bit limit
+            counts = (2 ** rng.integers(0, 24, ref.NUM_SYMS)) * (rng.random(ref.NUM_SYMS) < 0.7)
+        counts[trial % ref.NUM_SYMS] += 1
+        lengths = ref.code_lengths(counts)
+        assert cpu.code_lengths([int(c) for c in counts]) == lengths.tolist()
+        assert lengths.max() <= ref.MAX_CODE_LEN
+        assert ((lengths > 0) == (counts > 0)).all()
+        used = lengths[lengths > 0]
+        assert used.size == 1 or sum(2.0 ** -int(l) for l in used) == 1.0  # complete prefix code
 
 
 def test_chunked_streams_and_accumulate_follow_section_8():

@@ -1,8 +1,8 @@
 """numpy reference codec: docs/FORMAT.md, section by section.
 
 This is the oracle the C++ and CUDA codecs are tested against byte for byte.
-It favours following the document over speed, but is vectorised enough
-(across blocks) to check tensors of a few million elements.
+It favours following the document over speed, but is vectorised where that
+keeps it readable, so it checks tensors of a few million elements.
 """
 
 from __future__ import annotations
@@ -16,29 +16,17 @@ VERSION = 1
 HEADER_BYTES = 16
 BLOCK_LOG2 = 12
 BLOCK = 1 << BLOCK_LOG2
+GROUP_BLOCKS = 16  # blocks sharing one code table
 FLAG_STORED_RAW = 1
-NUM_SYMS, SYM_ZERO, SYM_ESC, MAX_DELTA = 32, 0, 31, 29
+NUM_CLASSES, CLASS_ZERO, CLASS_ESC, MAX_DELTA = 32, 0, 31, 29
+TOP_BITS = 2  # top mantissa bits coded jointly with the exponent class
+NUM_SYMS = NUM_CLASSES << TOP_BITS
+TABLE_BYTES = NUM_SYMS // 2
 MAX_CODE_LEN = 12
-REF_CANDIDATES = 6
 SUBSTREAMS = 4
 
-# §5: code lengths per table, symbols 0..31.
-CODE_LENGTHS = np.array(
-    [
-        [12, 5, 2, 2, 2, 3, 5, 5, 6, 8, 8, 9, 10] + [12] * 19,
-        [12, 8, 4, 3, 2, 2, 3, 4, 4, 5, 7, 7, 8, 9, 10, 11, 11] + [12] * 15,
-        [12, 8, 5, 4, 3, 3, 3, 3, 3, 3, 4, 5, 5, 6, 8, 9, 10, 10] + [12] * 13 + [11],
-        [1, 6, 3, 3, 3, 4, 6, 6, 8, 8, 9, 10] + [12] * 20,
-        [3, 5, 2, 2, 3, 3, 5, 5, 6, 8, 8, 9, 10, 11] + [12] * 18,
-        [12, 10, 1, 2, 3, 4, 5, 6, 8, 8, 10, 11, 11] + [12] * 19,
-        [12, 10, 9, 8, 7, 6, 5, 4, 4, 3, 3, 3, 3, 3, 4, 4, 5, 6, 7, 8, 9] + [12] * 11,
-        [12, 9, 7, 5, 3, 2, 2, 3, 3, 5, 5, 7, 8, 8, 10, 11] + [12] * 15 + [11],
-    ],
-    dtype=np.int64,
-)
-
 # §3: (elem_bytes, exp_bits, raw_bytes, extra_bits) per dtype code.
-LAYOUTS = {1: (2, 8, 1, 0), 2: (2, 5, 1, 3), 3: (4, 8, 3, 0)}
+LAYOUTS = {1: (2, 8, 0, 6), 2: (2, 5, 1, 1), 3: (4, 8, 2, 6)}
 
 
 class CorruptPayload(ValueError):
@@ -50,141 +38,216 @@ def max_stream_bytes(n: int, dtype) -> int:
     return HEADER_BYTES + n * LAYOUTS[DTYPE_CODES[dtype_name(dtype)]][0]
 
 
-def canonical_codes(lens: np.ndarray) -> np.ndarray:
-    """§5-6: canonical codes, bit-reversed so they are written value-LSB first."""
+# §3 ---------------------------------------------------------------------------
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(np.uint16 if x.dtype.itemsize == 2 else np.uint32).astype(np.int64)
+
+
+def split(code: int, x: np.ndarray):
+    """Element bits -> (e, t, raw bytes [n, raw_bytes], extra)."""
+    x = _bits(x)
+    if code == 1:
+        return (x >> 7) & 0xFF, (x >> 5) & 3, np.zeros((x.size, 0), np.int64), ((x & 0x1F) << 1) | (x >> 15)
+    if code == 2:
+        return (x >> 10) & 0x1F, (x >> 8) & 3, (x & 0xFF)[:, None], x >> 15
+    raw = np.stack([x & 0xFF, (x >> 8) & 0xFF], axis=1)
+    return (x >> 23) & 0xFF, (x >> 21) & 3, raw, (((x >> 16) & 0x1F) << 1) | (x >> 31)
+
+
+def join(code: int, e, t, raw, extra) -> np.ndarray:
+    """Inverse of split, as unsigned element bits."""
+    if code == 1:
+        return ((extra & 1) << 15) | (e << 7) | (t << 5) | (extra >> 1)
+    if code == 2:
+        return (extra << 15) | (e << 10) | (t << 8) | raw[:, 0]
+    return ((extra & 1) << 31) | (e << 23) | (t << 21) | ((extra >> 1) << 16) | (raw[:, 1] << 8) | raw[:, 0]
+
+
+# §4 ---------------------------------------------------------------------------
+
+
+def block_ref(e: np.ndarray, exp_bits: int) -> int:
+    """The largest exponent field with 1 <= e < ALL_ONES, or 0."""
+    normal = e[(e >= 1) & (e < (1 << exp_bits) - 1)]
+    return int(normal.max()) if normal.size else 0
+
+
+def symbols(e: np.ndarray, t: np.ndarray, ref, exp_bits: int) -> np.ndarray:
+    """Symbol = (exponent class relative to ref) << 2 | top mantissa bits."""
+    d = ref - e
+    coded = (e >= 1) & (e != (1 << exp_bits) - 1) & (d >= 0) & (d <= MAX_DELTA)
+    cls = np.where(e == 0, CLASS_ZERO, np.where(coded, d + 1, CLASS_ESC))
+    return (cls << TOP_BITS) | t
+
+
+# §5 ---------------------------------------------------------------------------
+
+
+def huffman_lengths(counts: np.ndarray) -> np.ndarray:
+    """§5.1: the deterministic two-queue Huffman code lengths (unlimited)."""
+    used = [s for s in range(len(counts)) if counts[s] > 0]
+    lengths = np.zeros(len(counts), np.int64)
+    if len(used) == 1:
+        lengths[used[0]] = 1
+        return lengths
+    leaves = sorted(used, key=lambda s: (counts[s], s))
+    weight = [int(counts[s]) for s in leaves]  # nodes 0..n-1 are the leaves, in that order
+    parent = [0] * (2 * len(leaves) - 1)
+    li, ni = 0, len(leaves)  # fronts of the leaf queue and the node queue
+
+    def take():
+        nonlocal li, ni
+        if li < len(leaves) and (ni >= len(weight) or weight[li] <= weight[ni]):
+            li += 1
+            return li - 1
+        ni += 1
+        return ni - 1
+
+    while len(weight) < 2 * len(leaves) - 1:
+        a, b = take(), take()
+        parent[a] = parent[b] = len(weight)
+        weight.append(weight[a] + weight[b])
+    depth = [0] * len(weight)
+    for node in range(len(weight) - 2, -1, -1):
+        depth[node] = depth[parent[node]] + 1
+    for i, s in enumerate(leaves):
+        lengths[s] = depth[i]
+    return lengths
+
+
+def code_lengths(counts: np.ndarray) -> np.ndarray:
+    """§5.1: Huffman lengths, flattening the counts until no code is over 12 bits."""
+    counts = np.asarray(counts, np.int64).copy()
+    while True:
+        lengths = huffman_lengths(counts)
+        if lengths.max() <= MAX_CODE_LEN:
+            return lengths
+        counts = np.where(counts > 0, (counts + 1) >> 1, 0)
+
+
+def canonical_codes(lengths: np.ndarray) -> np.ndarray:
+    """§5.2: canonical codes, bit-reversed so they are written value-LSB first."""
     codes = np.zeros(NUM_SYMS, np.int64)
     code = 0
     for length in range(1, MAX_CODE_LEN + 1):
         for s in range(NUM_SYMS):
-            if lens[s] == length:
+            if lengths[s] == length:
                 codes[s] = int(f"{code:0{length}b}"[::-1], 2)
                 code += 1
         code <<= 1
     return codes
 
 
-def decode_lut(lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symbol and length for every 12-bit window (read LSB first)."""
+def pack_table(lengths: np.ndarray) -> bytes:
+    return bytes((lengths[0::2] | (lengths[1::2] << 4)).astype(np.uint8))
+
+
+def unpack_table(table: bytes) -> np.ndarray:
+    """§5.3: the 64 lengths of a stored table, validated."""
+    b = np.frombuffer(table, np.uint8).astype(np.int64)
+    lengths = np.stack([b & 15, b >> 4], axis=1).ravel()
+    if lengths.max() > MAX_CODE_LEN or not lengths.any():
+        raise CorruptPayload("corrupt code table")
+    if sum(1 << (MAX_CODE_LEN - int(l)) for l in lengths if l) > 1 << MAX_CODE_LEN:
+        raise CorruptPayload("corrupt code table")
+    return lengths
+
+
+def decode_lut(lengths: np.ndarray) -> tuple[list, list]:
+    """Symbol and length for every 12-bit window (read LSB first); length 0 = no code."""
     sym = np.zeros(1 << MAX_CODE_LEN, np.int64)
-    length = np.zeros(1 << MAX_CODE_LEN, np.int64)
-    for s, code in enumerate(canonical_codes(lens)):
-        window = code + (np.arange(1 << (MAX_CODE_LEN - lens[s])) << lens[s])
-        sym[window], length[window] = s, lens[s]
-    return sym, length
+    size = np.zeros(1 << MAX_CODE_LEN, np.int64)
+    for s, code in enumerate(canonical_codes(lengths)):
+        if lengths[s]:
+            window = code + (np.arange(1 << (MAX_CODE_LEN - lengths[s])) << lengths[s])
+            sym[window], size[window] = s, lengths[s]
+    return sym.tolist(), size.tolist()
 
 
-CODES = np.stack([canonical_codes(t) for t in CODE_LENGTHS])
-LUTS = [tuple(a.tolist() for a in decode_lut(t)) for t in CODE_LENGTHS]
-
-
-def _bits(x: np.ndarray) -> np.ndarray:
-    return x.view(np.uint16 if x.dtype.itemsize == 2 else np.uint32).astype(np.int64)
-
-
-def split(code: int, x: np.ndarray):
-    """§3: element bits -> (e, raw bytes [n, raw_bytes], extra bits)."""
-    x = _bits(x)
-    if code == 1:
-        return (x >> 7) & 0xFF, (((x & 0x7F) << 1) | (x >> 15))[:, None], np.zeros_like(x)
-    if code == 2:
-        return (x >> 10) & 0x1F, (x & 0xFF)[:, None], ((x >> 15) << 2) | ((x >> 8) & 3)
-    raw = np.stack([x & 0xFF, (x >> 8) & 0xFF, (((x >> 16) & 0x7F) << 1) | (x >> 31)], axis=1)
-    return (x >> 23) & 0xFF, raw, np.zeros_like(x)
-
-
-def join(code: int, e, raw, extra) -> np.ndarray:
-    """§3: the inverse of split, as unsigned element bits."""
-    if code == 1:
-        return ((raw[:, 0] & 1) << 15) | (e << 7) | (raw[:, 0] >> 1)
-    if code == 2:
-        return ((extra >> 2) << 15) | (e << 10) | ((extra & 3) << 8) | raw[:, 0]
-    return ((raw[:, 2] & 1) << 31) | (e << 23) | ((raw[:, 2] >> 1) << 16) | (raw[:, 1] << 8) | raw[:, 0]
-
-
-def symbols(e: np.ndarray, ref, all_ones: int) -> np.ndarray:
-    """§4: exponent -> symbol relative to ref (broadcasts)."""
-    d = ref - e
-    coded = (e >= 1) & (e != all_ones) & (d >= 0) & (d <= MAX_DELTA)
-    return np.where(e == 0, SYM_ZERO, np.where(coded, d + 1, SYM_ESC))
-
-
-def choose_code(e: np.ndarray, exp_bits: int) -> tuple[int, int, int]:
-    """§7 steps 1-3 for one block: (ref, table, bits of exponent codes)."""
-    all_ones = (1 << exp_bits) - 1
-    hist = np.bincount(e, minlength=all_ones + 1)
-    present = np.nonzero(hist[1:all_ones])[0]
-    emax = int(present[-1]) + 1 if present.size else 0
-    values = np.nonzero(hist)[0]
-    best = None
-    for k in range(REF_CANDIDATES):
-        ref = emax - k
-        if ref < 0:
-            break
-        s = symbols(values, ref, all_ones)
-        cost = CODE_LENGTHS[:, s] + np.where(s == SYM_ESC, exp_bits, 0)
-        bits = cost @ hist[values]
-        t = int(np.argmin(bits))
-        if best is None or bits[t] < best[2]:
-            best = (ref, t, int(bits[t]))
-    return best
-
-
-def pack_bits(values: np.ndarray, lengths: np.ndarray) -> bytes:
-    """§6: write each value's `length` low bits, LSB first, zero padded."""
-    total = int(lengths.sum())
-    if total == 0:
-        return b""
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    offset = np.arange(total) - starts
-    bits = (np.repeat(values, lengths) >> offset) & 1
-    return np.packbits(bits.astype(np.uint8), bitorder="little").tobytes()
+# §6 ---------------------------------------------------------------------------
 
 
 def substream_ranges(count: int) -> list[range]:
-    """§6: sub-stream k holds elements [k q, min(count, (k + 1) q)), q = ceil(count / 4)."""
+    """Sub-stream k holds elements [k q, min(count, (k + 1) q)), q = ceil(count / 4)."""
     q = -(-count // SUBSTREAMS)
     return [range(min(count, k * q), min(count, (k + 1) * q)) for k in range(SUBSTREAMS)]
 
 
-def encode_block(code: int, x: np.ndarray) -> tuple[int, bytes]:
-    """§2, §6, §7 step 4: one block -> (descriptor, body)."""
-    elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
-    count = x.size
-    e, raw, extra = split(code, x)
-    ref, table, _ = choose_code(e, exp_bits)
-    s = symbols(e, ref, (1 << exp_bits) - 1)
-    # per element: code, then the escaped exponent, then the extra bits
-    fields = np.stack([CODES[table][s], e, extra], axis=1)
-    widths = np.stack(
-        [CODE_LENGTHS[table][s], np.where(s == SYM_ESC, exp_bits, 0), np.full(count, extra_bits)], axis=1
-    )
-    streams = [pack_bits(fields[r].ravel(), widths[r].ravel()) for r in substream_ranges(count)]
-    lengths = np.array([len(t) for t in streams[:-1]], "<u2").tobytes()
-    body = raw.astype(np.uint8).tobytes() + lengths + b"".join(streams)
-    if len(body) >= count * elem_bytes:
-        return count * elem_bytes, x.tobytes()
-    return len(body) | (ref << 16) | ((table + 1) << 24), body
+def pack_bits(values: np.ndarray, widths: np.ndarray) -> bytes:
+    """Write each value's `width` low bits, LSB first, zero padded to a byte."""
+    total = int(widths.sum())
+    if total == 0:
+        return b""
+    starts = np.repeat(np.cumsum(widths) - widths, widths)
+    bits = (np.repeat(values, widths) >> (np.arange(total) - starts)) & 1
+    return np.packbits(bits.astype(np.uint8), bitorder="little").tobytes()
+
+
+# §7 ---------------------------------------------------------------------------
 
 
 def header(code: int, flags: int, n: int) -> bytes:
-    """§1."""
     return MAGIC + bytes([VERSION, code, flags, BLOCK_LOG2]) + int(n).to_bytes(8, "little")
 
 
+def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, codes: np.ndarray) -> tuple[int, bytes]:
+    """One block with its ref and its group's code -> (descriptor, body)."""
+    elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
+    count = x.size
+    e, t, raw, extra = split(code, x)
+    s = symbols(e, t, ref, exp_bits)
+    esc = s >> TOP_BITS == CLASS_ESC
+    fields = np.stack([codes[s], e, extra], axis=1)
+    widths = np.stack([lengths[s], np.where(esc, exp_bits, 0), np.full(count, extra_bits)], axis=1)
+    streams = [pack_bits(fields[r].ravel(), widths[r].ravel()) for r in substream_ranges(count)]
+    sizes = np.array([len(t) for t in streams[:-1]], "<u2").tobytes()
+    body = raw.astype(np.uint8).tobytes() + sizes + b"".join(streams)
+    if len(body) >= count * elem_bytes:
+        return count * elem_bytes, x.tobytes()
+    return len(body) | (ref << 16) | (1 << 24), body
+
+
+def choose_group_code(code: int, blocks: list[np.ndarray]) -> tuple[list[int], np.ndarray]:
+    """§7 steps 1-2: the refs of a group's blocks and the group's code lengths."""
+    exp_bits = LAYOUTS[code][1]
+    parts = [split(code, blk)[:2] for blk in blocks]
+    block_refs = [block_ref(e, exp_bits) for e, _ in parts]
+    best = None
+    for refs in ([max(block_refs)] * len(blocks), block_refs):  # one group ref; then each block's own
+        counts = sum(np.bincount(symbols(e, t, r, exp_bits), minlength=NUM_SYMS) for (e, t), r in zip(parts, refs))
+        lengths = code_lengths(counts)
+        esc = counts.reshape(NUM_CLASSES, -1)[CLASS_ESC].sum()
+        cost = int(counts @ lengths) + exp_bits * int(esc)
+        if best is None or cost < best[0]:
+            best = (cost, refs, lengths)
+    return best[1], best[2]
+
+
 def compress(x: np.ndarray) -> bytes:
-    """One stream for the flattened array x (§1, §7 step 5)."""
+    """One stream for the flattened array x."""
     code = DTYPE_CODES[dtype_name(x.dtype)]
     x = np.ascontiguousarray(x).ravel()
     n, elem_bytes = x.size, LAYOUTS[code][0]
-    descs, bodies = [], []
-    for b in range(0, n, BLOCK):
-        desc, body = encode_block(code, x[b : b + BLOCK])
-        descs.append(desc)
-        bodies.append(body)
-    coded_len = 4 * len(descs) + sum(map(len, bodies))
+    descs, tables, bodies = [], [], []
+    group = GROUP_BLOCKS * BLOCK
+    for g in range(0, n, group):
+        blocks = [x[b : min(b + BLOCK, n)] for b in range(g, min(g + group, n), BLOCK)]
+        refs, lengths = choose_group_code(code, blocks)
+        tables.append(pack_table(lengths))
+        codes = canonical_codes(lengths)
+        for blk, r in zip(blocks, refs):
+            desc, body = encode_block(code, blk, r, lengths, codes)
+            descs.append(desc)
+            bodies.append(body)
+    coded_len = 4 * len(descs) + TABLE_BYTES * len(tables) + sum(map(len, bodies))
     if coded_len >= n * elem_bytes:
         return header(code, FLAG_STORED_RAW, n) + x.tobytes()
-    return header(code, 0, n) + np.array(descs, "<u4").tobytes() + b"".join(bodies)
+    return header(code, 0, n) + np.array(descs, "<u4").tobytes() + b"".join(tables) + b"".join(bodies)
+
+
+# decoding ------------------------------------------------------------------------
 
 
 def _check_header(buf: bytes, code: int, n: int) -> int:
@@ -207,31 +270,37 @@ def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
     """Decode a stream of n elements of dtype; raises CorruptPayload."""
     dt = np.dtype(dtype)
     code = DTYPE_CODES[dtype_name(dt)]
-    elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
+    elem_bytes = LAYOUTS[code][0]
     buf = bytes(buf)
-    flags = _check_header(buf, code, n)
-    if flags & FLAG_STORED_RAW:
+    if _check_header(buf, code, n) & FLAG_STORED_RAW:
         if len(buf) - HEADER_BYTES < n * elem_bytes:
             raise CorruptPayload("truncated payload (shorter than its header says)")
         return np.frombuffer(buf, dt, count=n, offset=HEADER_BYTES).copy()
     nb = -(-n // BLOCK)
-    if (len(buf) - HEADER_BYTES) // 4 < nb:
+    ng = -(-nb // GROUP_BLOCKS)
+    pos = HEADER_BYTES + 4 * nb + TABLE_BYTES * ng
+    if len(buf) < pos:
         raise CorruptPayload("truncated payload (shorter than its header says)")
     descs = np.frombuffer(buf, "<u4", count=nb, offset=HEADER_BYTES).astype(np.int64)
     out = np.empty(n, dt)
-    pos = HEADER_BYTES + 4 * nb
+    lut = None
     for b, desc in enumerate(descs):
+        if b % GROUP_BLOCKS == 0:
+            lut = None  # built lazily: a group of raw blocks may carry any table
+            table = buf[HEADER_BYTES + 4 * nb + TABLE_BYTES * (b // GROUP_BLOCKS) :][:TABLE_BYTES]
         count = min(BLOCK, n - b * BLOCK)
         size = int(desc & 0xFFFF)
         if size > len(buf) - pos:
             raise CorruptPayload("truncated payload (shorter than its header says)")
-        out[b * BLOCK : b * BLOCK + count] = _decode_block(code, buf[pos : pos + size], int(desc), count).view(dt)
+        if desc >> 24 == 1 and lut is None:
+            lut = decode_lut(unpack_table(table))
+        out[b * BLOCK : b * BLOCK + count] = _decode_block(code, buf[pos : pos + size], int(desc), count, lut).view(dt)
         pos += size
     return out
 
 
-def _decode_block(code: int, body: bytes, desc: int, count: int) -> np.ndarray:
-    """§2-§6 for one block; returns the elements' unsigned bits."""
+def _decode_block(code: int, body: bytes, desc: int, count: int, lut) -> np.ndarray:
+    """One block; returns the elements' unsigned bits."""
     elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
     utype = np.uint16 if elem_bytes == 2 else np.uint32
     size, ref, mode = desc & 0xFFFF, (desc >> 16) & 0xFF, desc >> 24
@@ -239,20 +308,19 @@ def _decode_block(code: int, body: bytes, desc: int, count: int) -> np.ndarray:
         if size != count * elem_bytes:
             raise CorruptPayload("corrupt block descriptor (bad body size)")
         return np.frombuffer(body, utype).copy()
-    if mode > len(CODE_LENGTHS):
+    if mode != 1:
         raise CorruptPayload("corrupt block descriptor (bad mode)")
-    raw = np.frombuffer(body, np.uint8, count=count * raw_bytes).reshape(count, raw_bytes).astype(np.int64)
     header_end = count * raw_bytes + 2 * (SUBSTREAMS - 1)
     if not header_end < size < count * elem_bytes:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
-    lengths = np.frombuffer(body, "<u2", count=SUBSTREAMS - 1, offset=count * raw_bytes)
-    bounds = header_end + np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    raw = np.frombuffer(body, np.uint8, count=count * raw_bytes).reshape(count, raw_bytes).astype(np.int64)
+    sizes = np.frombuffer(body, "<u2", count=SUBSTREAMS - 1, offset=count * raw_bytes)
+    bounds = header_end + np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
     if bounds[-1] > size:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
     bounds = [*bounds.tolist(), size]
-    lut_sym, lut_len = LUTS[mode - 1]
-    e = np.empty(count, np.int64)
-    extra = np.zeros(count, np.int64)
+    lut_sym, lut_len = lut
+    e, t, extra = (np.zeros(count, np.int64) for _ in range(3))
     for k, elements in enumerate(substream_ranges(count)):
         stream = body[bounds[k] : bounds[k + 1]]
         nbits = 8 * len(stream)
@@ -268,31 +336,33 @@ def _decode_block(code: int, body: bytes, desc: int, count: int) -> np.ndarray:
 
         for i in elements:
             window = (value >> pos) & ((1 << MAX_CODE_LEN) - 1)
+            if not lut_len[window]:
+                raise CorruptPayload("corrupt block bitstream")
             s = lut_sym[window]
             take(lut_len[window])
-            if s == SYM_ZERO:
-                e[i] = 0
-            elif s == SYM_ESC:
+            cls, t[i] = s >> TOP_BITS, s & ((1 << TOP_BITS) - 1)
+            if cls == CLASS_ESC:
                 e[i] = take(exp_bits)
-            else:
-                if s - 1 >= ref:
+            elif cls != CLASS_ZERO:
+                if cls - 1 >= ref:
                     raise CorruptPayload("corrupt block bitstream")
-                e[i] = ref - (s - 1)
-            if extra_bits:
-                extra[i] = take(extra_bits)
+                e[i] = ref - (cls - 1)
+            extra[i] = take(extra_bits)
         if (pos + 7) // 8 != len(stream) or value >> pos:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    return join(code, e, raw, extra).astype(utype)
+    return join(code, e, t, raw, extra).astype(utype)
+
+
+# §8 ---------------------------------------------------------------------------
 
 
 def compress_chunks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """§8: k equal chunks -> ([k, cap] uint8 payload rows, [k] uint32 lengths)."""
+    """k equal chunks -> ([k, cap] uint8 payload rows, [k] uint32 lengths)."""
     x = np.ascontiguousarray(x).ravel()
     if x.size % k:
         raise ValueError(f"size {x.size} is not divisible into {k} chunks")
     m = x.size // k
-    cap = max_stream_bytes(m, x.dtype)
-    rows = np.zeros((k, cap), np.uint8)
+    rows = np.zeros((k, max_stream_bytes(m, x.dtype)), np.uint8)
     sizes = np.zeros(k, np.uint32)
     for c in range(k):
         s = compress(x[c * m : (c + 1) * m])
@@ -302,7 +372,7 @@ def compress_chunks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def accumulate(chunks: list[np.ndarray], out_dtype) -> np.ndarray:
-    """§8: sum in list order in float32, rounded once to out_dtype."""
+    """Sum in list order in float32, rounded once to out_dtype."""
     acc = chunks[0].astype(np.float32)
     with np.errstate(all="ignore"):  # inf - inf is a NaN here as in the kernels
         for c in chunks[1:]:
@@ -311,6 +381,6 @@ def accumulate(chunks: list[np.ndarray], out_dtype) -> np.ndarray:
 
 
 def decompress_accumulate(rows: np.ndarray, dtype, n: int, out_dtype=None) -> np.ndarray:
-    """§8: decode each row (a stream of n elements) and accumulate in row order."""
+    """Decode each row (a stream of n elements) and accumulate in row order."""
     chunks = [decompress(r.tobytes(), dtype, n) for r in rows]
     return accumulate(chunks, out_dtype or dtype)
