@@ -48,6 +48,24 @@ inline uint64_t load_u64(const uint8_t* p) {
   return v;
 }
 
+// Bit writer that stores 8 bytes at a time and advances by whole bytes
+// (the buffer has 8 bytes of slack); values are at most 26 bits.
+struct Writer {
+  uint8_t* out;
+  uint64_t acc;
+  int nbits;
+  void put(uint32_t value, int len) {
+    acc |= uint64_t(value) << nbits;
+    nbits += len;
+    const uint64_t v = acc;
+    std::memcpy(out, &v, 8);
+    const int bytes = nbits >> 3;
+    out += bytes;
+    acc >>= bytes * 8;
+    nbits &= 7;
+  }
+};
+
 // Histogram of (e, t) keys of a block into hist[Elem::keys]; returns emax.
 template <int DT>
 uint32_t block_histogram(const uint8_t* in, int count, uint32_t* hist) {
@@ -78,6 +96,29 @@ void add_counts(const uint32_t* hist, uint32_t ref, uint32_t* counts) {
     if (hist[k]) counts[(class_of(uint32_t(k) >> kTopBits, ref, all_ones) << kTopBits) | (k & 3)] += hist[k];
 }
 
+// Packs the extra bits of count elements, 8 elements per 64-bit word.
+template <int DT>
+void pack_extras(const uint8_t* in, int count, uint8_t* area) {
+  using E = Elem<DT>;
+  constexpr int w = E::lay.extra_bits;
+  for (int i = 0; i < count; i += 8) {
+    uint64_t v = 0;
+    const int m = count - i < 8 ? count - i : 8;
+    for (int j = 0; j < m; ++j) v |= uint64_t(E::extra(E::load(in, i + j))) << (j * w);
+    const int bytes = (m * w + 7) / 8;
+    std::memcpy(area + (i / 8) * w, &v, size_t(bytes));
+  }
+}
+
+template <int DT>
+uint32_t unpack_extra(const uint8_t* area, int i) {
+  constexpr int w = Elem<DT>::lay.extra_bits;
+  const uint32_t bit = uint32_t(i) * w;
+  uint32_t two = area[bit >> 3];
+  if ((bit & 7) + w > 8) two |= uint32_t(area[(bit >> 3) + 1]) << 8;
+  return (two >> (bit & 7)) & ((1u << w) - 1);
+}
+
 // Encodes one block (see encode_block); hist is its key histogram.
 template <int DT>
 uint32_t encode_block_fast(const uint8_t* in, int count, uint32_t ref, const uint32_t* hist, const uint8_t* lens,
@@ -97,33 +138,31 @@ uint32_t encode_block_fast(const uint8_t* in, int count, uint32_t ref, const uin
   }
   alignas(64) uint8_t streams[kSubstreams][kBlock / kSubstreams * 4 + 16];
   const int q = substream_len(count);
-  uint8_t* out[kSubstreams];
-  uint64_t acc[kSubstreams] = {};
-  int nbits[kSubstreams] = {};
-  for (int k = 0; k < kSubstreams; ++k) out[k] = streams[k];
-  auto put = [&](int k, int i) {
-    const typename E::U x = E::load(in, i);
-    const uint32_t key = E::key(x);
-    acc[k] |= uint64_t(code[key] | (E::extra(x) << len[key])) << nbits[k];
-    nbits[k] += len[key] + lay.extra_bits;
-    std::memcpy(out[k], &acc[k], 8);
-    const int bytes = nbits[k] >> 3;
-    out[k] += bytes;
-    acc[k] >>= bytes * 8;
-    nbits[k] &= 7;
+  Writer w[kSubstreams];
+  for (int k = 0; k < kSubstreams; ++k) w[k] = {streams[k], 0, 0};
+  auto put = [&](Writer& wr, int i) {
+    const uint32_t key = E::key(E::load(in, i));
+    wr.put(code[key], len[key]);
   };
   const int last = count - (kSubstreams - 1) * q;  // elements of the last sub-stream
   const int full = last < 0 ? 0 : last;
-  for (int j = 0; j < full; ++j)
-    for (int k = 0; k < kSubstreams; ++k) put(k, k * q + j);
+  Writer w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];  // four chains, in registers
+  for (int j = 0; j < full; ++j) {
+    put(w0, j);
+    put(w1, q + j);
+    put(w2, 2 * q + j);
+    put(w3, 3 * q + j);
+  }
+  w[0] = w0, w[1] = w1, w[2] = w2, w[3] = w3;
   for (int k = 0; k < kSubstreams; ++k)
-    for (int j = full; j < q && k * q + j < count; ++j) put(k, k * q + j);
+    for (int j = full; j < q && k * q + j < count; ++j) put(w[k], k * q + j);
 
   uint32_t stream_bytes[kSubstreams];
-  uint32_t coded = uint32_t(count) * lay.raw_bytes + kSubstreamHeader;
+  const uint32_t sizes_at = uint32_t(count) * lay.raw_bytes + extra_area_bytes(count, lay);
+  uint32_t coded = sizes_at + kSubstreamHeader;
   for (int k = 0; k < kSubstreams; ++k) {
-    if (nbits[k]) *out[k]++ = uint8_t(acc[k]);
-    stream_bytes[k] = uint32_t(out[k] - streams[k]);
+    if (w[k].nbits) *w[k].out++ = uint8_t(w[k].acc);
+    stream_bytes[k] = uint32_t(w[k].out - streams[k]);
     coded += stream_bytes[k];
   }
   const uint32_t raw_block = uint32_t(count) * lay.elem_bytes;
@@ -134,14 +173,15 @@ uint32_t encode_block_fast(const uint8_t* in, int count, uint32_t ref, const uin
   for (int i = 0; i < count; ++i) {  // raw bytes: the low mantissa bytes, as they are
     if constexpr (lay.raw_bytes > 0) std::memcpy(body + i * lay.raw_bytes, in + i * lay.elem_bytes, lay.raw_bytes);
   }
-  uint8_t* w = body + count * lay.raw_bytes;
+  pack_extras<DT>(in, count, body + count * lay.raw_bytes);
+  uint8_t* dst = body + sizes_at;
   for (int k = 0; k + 1 < kSubstreams; ++k) {
-    *w++ = uint8_t(stream_bytes[k]);
-    *w++ = uint8_t(stream_bytes[k] >> 8);
+    *dst++ = uint8_t(stream_bytes[k]);
+    *dst++ = uint8_t(stream_bytes[k] >> 8);
   }
   for (int k = 0; k < kSubstreams; ++k) {
-    std::memcpy(w, streams[k], stream_bytes[k]);
-    w += stream_bytes[k];
+    std::memcpy(dst, streams[k], stream_bytes[k]);
+    dst += stream_bytes[k];
   }
   return make_descriptor(coded, ref, 1);
 }
@@ -197,10 +237,9 @@ int decode_block_fast(const uint8_t* body, uint32_t desc, int count, const uint1
     const uint8_t* s = bits + (bounds[k] - bounds[0]);
     st[k] = {s, bits + (bounds[k + 1] - bounds[0]), s, 0, 0};
   }
-  const uint8_t* raw = body;
+  uint16_t keys[kBlock];  // typed, so stores cannot alias the readers' state
   bool bad = false;
-  auto get = [&](int k, int i) {
-    BitStream& b = st[k];
+  auto get = [&](BitStream& b, int i) {
     if (b.cnt < kMaxElementBits) {
       bad |= b.p > b.end + 8;  // already past the end: corrupt, stop reading
       if (!bad) b.refill();
@@ -214,26 +253,34 @@ int decode_block_fast(const uint8_t* body, uint32_t desc, int count, const uint1
       key = ((uint32_t(b.buf >> l) & ((1u << lay.exp_bits) - 1)) << kTopBits) | (key & 3);
       l += lay.exp_bits;
     }
-    const uint32_t extra = uint32_t(b.buf >> l) & ((1u << lay.extra_bits) - 1);
-    l += lay.extra_bits;
-    const typename E::U x = E::join(key, extra, raw + i * lay.raw_bytes);
-    std::memcpy(out + i * sizeof(x), &x, sizeof(x));
+    keys[i] = uint16_t(key);
     b.buf >>= l;
     b.cnt -= l;
   };
   const int q = substream_len(count);
   const int last = count - (kSubstreams - 1) * q;
   const int full = last < 0 ? 0 : last;
-  for (int j = 0; j < full && !bad; ++j)
-    for (int k = 0; k < kSubstreams; ++k) get(k, k * q + j);
+  BitStream s0 = st[0], s1 = st[1], s2 = st[2], s3 = st[3];  // four chains, in registers
+  for (int j = 0; j < full && !bad; ++j) {
+    get(s0, j);
+    get(s1, q + j);
+    get(s2, 2 * q + j);
+    get(s3, 3 * q + j);
+  }
+  st[0] = s0, st[1] = s1, st[2] = s2, st[3] = s3;
   for (int k = 0; k < kSubstreams && !bad; ++k)
-    for (int j = full; j < q && k * q + j < count; ++j) get(k, k * q + j);
+    for (int j = full; j < q && k * q + j < count; ++j) get(st[k], k * q + j);
   if (bad) return kErrBitstream;
   for (int k = 0; k < kSubstreams; ++k) {
     const uint64_t used = st[k].consumed_bits(), avail = uint64_t(st[k].end - st[k].start) * 8;
     if (st[k].cnt < 0 || used > avail) return kErrBitstream;
     const int pad = int(avail - used);
     if (pad >= 8 || (pad && (st[k].end[-1] >> (8 - pad)))) return kErrTrailing;
+  }
+  const uint8_t* extras = body + count * lay.raw_bytes;
+  for (int i = 0; i < count; ++i) {
+    const typename E::U x = E::join(keys[i], unpack_extra<DT>(extras, i), body + i * lay.raw_bytes);
+    std::memcpy(out + i * sizeof(x), &x, sizeof(x));
   }
   return kOk;
 }

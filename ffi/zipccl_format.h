@@ -37,7 +37,7 @@ constexpr int kMaxCodeLen = 12;
 constexpr int kLutSize = 1 << kMaxCodeLen;
 constexpr int kSubstreams = 4;  // independent bitstreams per coded block
 constexpr int kSubstreamHeader = 2 * (kSubstreams - 1);
-constexpr int kMaxElementBits = kMaxCodeLen + 8 + 6;  // code, escaped exponent, extra
+constexpr int kMaxElementBits = kMaxCodeLen + 8;  // a code and an escaped exponent
 
 // Error codes of the decoder; messages live in error_message().
 enum Status : int {
@@ -81,8 +81,11 @@ struct Layout {
   int elem_bytes;  // 2 or 4
   int exp_bits;    // width of the exponent field (8 or 5)
   int raw_bytes;   // raw bytes per element in a coded block
-  int extra_bits;  // raw bits per element in the bitstream
+  int extra_bits;  // raw bits per element in the packed extra area
 };
+
+// §2: bytes of a coded block's extra area.
+ZC_HD uint32_t extra_area_bytes(int count, Layout lay) { return (uint32_t(count) * lay.extra_bits + 7) / 8; }
 
 ZC_HD Layout layout_of(int dtype) {
   if (dtype == kBF16) return {2, 8, 0, 6};
@@ -321,7 +324,7 @@ ZC_HD int substream_len(int count) { return (count + kSubstreams - 1) / kSubstre
 ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens) {
   const Layout lay = layout_of(dtype);
   const int c = class_of(exponent_of(x, lay), ref, (1u << lay.exp_bits) - 1);
-  return lens[(c << kTopBits) | top_bits_of(x, lay)] + (c == kClassEsc ? lay.exp_bits : 0) + lay.extra_bits;
+  return lens[(c << kTopBits) | top_bits_of(x, lay)] + (c == kClassEsc ? lay.exp_bits : 0);
 }
 
 // §7 step 3: encodes one block of count elements (bytes at in) with its ref
@@ -333,7 +336,8 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t re
   const uint32_t all_ones = (1u << lay.exp_bits) - 1;
   const int q = substream_len(count);
   uint32_t stream_bytes[kSubstreams];
-  uint32_t coded = uint32_t(count) * lay.raw_bytes + kSubstreamHeader;
+  const uint32_t sizes_at = uint32_t(count) * lay.raw_bytes + extra_area_bytes(count, lay);
+  uint32_t coded = sizes_at + kSubstreamHeader;
   for (int k = 0; k < kSubstreams; ++k) {  // exact size first: never write past body
     uint32_t bits = 0;
     for (int i = k * q; i < count && i < (k + 1) * q; ++i)
@@ -346,11 +350,12 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t re
     for (uint32_t i = 0; i < raw_block; ++i) body[i] = in[i];
     return make_descriptor(raw_block, 0, 0);
   }
-  uint8_t* sizes = body + count * lay.raw_bytes;
+  uint8_t* sizes = body + sizes_at;
   for (int k = 0; k + 1 < kSubstreams; ++k) {
     sizes[2 * k] = uint8_t(stream_bytes[k]);
     sizes[2 * k + 1] = uint8_t(stream_bytes[k] >> 8);
   }
+  BitWriter extras{body + count * lay.raw_bytes, 0, 0};
   BitWriter w{sizes + kSubstreamHeader, 0, 0};
   for (int k = 0; k < kSubstreams; ++k) {
     for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
@@ -360,10 +365,11 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t re
       const int s = (class_of(e, ref, all_ones) << kTopBits) | int(t);
       w.put(codes[s], lens[s]);
       if ((s >> kTopBits) == kClassEsc) w.put(e, lay.exp_bits);
-      w.put(extra, lay.extra_bits);
+      extras.put(extra, lay.extra_bits);
     }
     w.flush();
   }
+  extras.flush();
   return make_descriptor(coded, ref, 1);
 }
 
@@ -388,17 +394,27 @@ struct BitReader {
 };
 
 // §2: checks a coded block's layout; bounds[k] receives where sub-stream k
-// starts (bounds[kSubstreams] = size), relative to body. Returns a Status.
+// starts (bounds[kSubstreams] = size), relative to body. Also checks the
+// extra area's padding bits. Returns a Status.
 ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, Layout lay, uint32_t* bounds) {
-  const uint32_t raw_total = uint32_t(count) * lay.raw_bytes;
-  if (size <= raw_total + kSubstreamHeader || size >= uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
-  bounds[0] = raw_total + kSubstreamHeader;
+  const uint32_t sizes_at = uint32_t(count) * lay.raw_bytes + extra_area_bytes(count, lay);
+  if (size <= sizes_at + kSubstreamHeader || size >= uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
+  const uint32_t used_bits = uint32_t(count) * lay.extra_bits;
+  if ((used_bits & 7) && (body[sizes_at - 1] >> (used_bits & 7))) return kErrTrailing;
+  bounds[0] = sizes_at + kSubstreamHeader;
   for (int k = 0; k + 1 < kSubstreams; ++k) {
-    bounds[k + 1] = bounds[k] + (body[raw_total + 2 * k] | (uint32_t(body[raw_total + 2 * k + 1]) << 8));
+    bounds[k + 1] = bounds[k] + (body[sizes_at + 2 * k] | (uint32_t(body[sizes_at + 2 * k + 1]) << 8));
     if (bounds[k + 1] > size) return kErrBlockSize;
   }
   bounds[kSubstreams] = size;
   return kOk;
+}
+
+// The extra value of element i of a coded block (§2: packed LSB first).
+ZC_HD uint32_t load_extra(const uint8_t* area, int i, Layout lay) {
+  const uint32_t bit = uint32_t(i) * lay.extra_bits;
+  const uint32_t two = area[bit >> 3] | (((bit & 7) + lay.extra_bits > 8) ? uint32_t(area[(bit >> 3) + 1]) << 8 : 0u);
+  return (two >> (bit & 7)) & ((1u << lay.extra_bits) - 1);
 }
 
 // Decodes one block body into count elements at out; lut is the decode
@@ -433,8 +449,7 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
         if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
         e = ref - uint32_t(c - 1);
       }
-      const uint32_t extra = r.peek(lay.extra_bits);
-      if (!r.skip(lay.extra_bits)) return kErrBitstream;
+      const uint32_t extra = load_extra(body + count * lay.raw_bytes, i, lay);
       store_element(out + i * lay.elem_bytes,
                     join_element(dtype, e, entry & ((1u << kTopBits) - 1), body + i * lay.raw_bytes, extra),
                     lay.elem_bytes);

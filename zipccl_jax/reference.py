@@ -175,6 +175,10 @@ def substream_ranges(count: int) -> list[range]:
     return [range(min(count, k * q), min(count, (k + 1) * q)) for k in range(SUBSTREAMS)]
 
 
+def extra_bytes(count: int, extra_bits: int) -> int:
+    return (count * extra_bits + 7) // 8
+
+
 def pack_bits(values: np.ndarray, widths: np.ndarray) -> bytes:
     """Write each value's `width` low bits, LSB first, zero padded to a byte."""
     total = int(widths.sum())
@@ -199,11 +203,12 @@ def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, codes:
     e, t, raw, extra = split(code, x)
     s = symbols(e, t, ref, exp_bits)
     esc = s >> TOP_BITS == CLASS_ESC
-    fields = np.stack([codes[s], e, extra], axis=1)
-    widths = np.stack([lengths[s], np.where(esc, exp_bits, 0), np.full(count, extra_bits)], axis=1)
+    fields = np.stack([codes[s], e], axis=1)
+    widths = np.stack([lengths[s], np.where(esc, exp_bits, 0)], axis=1)
     streams = [pack_bits(fields[r].ravel(), widths[r].ravel()) for r in substream_ranges(count)]
     sizes = np.array([len(t) for t in streams[:-1]], "<u2").tobytes()
-    body = raw.astype(np.uint8).tobytes() + sizes + b"".join(streams)
+    extras = pack_bits(extra, np.full(count, extra_bits))
+    body = raw.astype(np.uint8).tobytes() + extras + sizes + b"".join(streams)
     if len(body) >= count * elem_bytes:
         return count * elem_bytes, x.tobytes()
     return len(body) | (ref << 16) | (1 << 24), body
@@ -310,17 +315,23 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, lut) -> np.ndar
         return np.frombuffer(body, utype).copy()
     if mode != 1:
         raise CorruptPayload("corrupt block descriptor (bad mode)")
-    header_end = count * raw_bytes + 2 * (SUBSTREAMS - 1)
+    extra_at = count * raw_bytes
+    sizes_at = extra_at + extra_bytes(count, extra_bits)
+    header_end = sizes_at + 2 * (SUBSTREAMS - 1)
     if not header_end < size < count * elem_bytes:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
-    raw = np.frombuffer(body, np.uint8, count=count * raw_bytes).reshape(count, raw_bytes).astype(np.int64)
-    sizes = np.frombuffer(body, "<u2", count=SUBSTREAMS - 1, offset=count * raw_bytes)
+    raw = np.frombuffer(body, np.uint8, count=extra_at).reshape(count, raw_bytes).astype(np.int64)
+    ebits = np.unpackbits(np.frombuffer(body[extra_at:sizes_at], np.uint8), bitorder="little")
+    if ebits[count * extra_bits :].any():
+        raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
+    extra = ebits[: count * extra_bits].reshape(count, extra_bits).astype(np.int64) @ (1 << np.arange(extra_bits))
+    sizes = np.frombuffer(body, "<u2", count=SUBSTREAMS - 1, offset=sizes_at)
     bounds = header_end + np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
     if bounds[-1] > size:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
     bounds = [*bounds.tolist(), size]
     lut_sym, lut_len = lut
-    e, t, extra = (np.zeros(count, np.int64) for _ in range(3))
+    e, t = np.zeros(count, np.int64), np.zeros(count, np.int64)
     for k, elements in enumerate(substream_ranges(count)):
         stream = body[bounds[k] : bounds[k + 1]]
         nbits = 8 * len(stream)
@@ -347,7 +358,6 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, lut) -> np.ndar
                 if cls - 1 >= ref:
                     raise CorruptPayload("corrupt block bitstream")
                 e[i] = ref - (cls - 1)
-            extra[i] = take(extra_bits)
         if (pos + 7) // 8 != len(stream) or value >> pos:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
     return join(code, e, t, raw, extra).astype(utype)
