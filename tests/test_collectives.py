@@ -1,0 +1,346 @@
+"""Compressed collectives on 8 virtual CPU devices against lax and the numpy reference."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import zipccl_jax as zc
+from zipccl_jax import reference as ref
+from zipccl_jax import strategy
+from zipccl_jax.bench_data import gaussian, random_bits, special_values
+
+FLOATS = [jnp.bfloat16, jnp.float16, jnp.float32]
+N = 8
+
+
+def bits(x):
+    return np.asarray(x).view(np.uint8).tobytes()
+
+
+def mesh1(axis_type=AxisType.Explicit):
+    if len(jax.devices()) < N:
+        pytest.fail(f"needs {N} devices: XLA_FLAGS=--xla_force_host_platform_device_count={N}")
+    return jax.make_mesh((N,), ("d",), axis_types=(axis_type,))
+
+
+def per_device(shape, dtype, seed=0, scale=1.0):
+    """[N, *shape] data: Gaussian with the special values planted on device 0."""
+    x = np.stack([gaussian(int(np.prod(shape)), dtype, scale=scale, seed=seed + i) for i in range(N)])
+    s = special_values(dtype) if np.dtype(dtype).kind == "f" else None
+    if s is not None:
+        s = s[~np.isnan(s.astype(np.float32))]  # NaN + x payloads are not part of the sum contract
+        k = min(s.size, x.shape[1])
+        x[0, :k] = s[:k]
+    return x.reshape(N, *shape)
+
+
+def run(fn, x, mesh=None, out_specs=P("d"), check_vma=True):
+    """Runs fn on each device's slice x[i] inside shard_map under jit."""
+    mesh = mesh or mesh1()
+    xs = jax.device_put(x, NamedSharding(mesh, P("d")))
+    f = jax.jit(jax.shard_map(lambda a: fn(a[0]), mesh=mesh, in_specs=P("d"), out_specs=out_specs,
+                              check_vma=check_vma))
+    return jax.tree.map(np.asarray, f(xs))
+
+
+def rank_sum(x, dtype):
+    return ref.accumulate(list(np.asarray(x)), np.dtype(dtype))
+
+
+# ---------------------------------------------------------------------------- psum
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("force", ["compressed", "raw"])
+def test_psum_is_the_rank_ordered_fp32_sum_bit_for_bit(dtype, force):
+    x = per_device((3, 1000), dtype)
+    out = run(lambda a: zc.zip_psum(a, "d", strategy=force), x, out_specs=P())
+    assert out.shape == (3, 1000)
+    assert bits(out) == bits(rank_sum(x, dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+def test_psum_with_and_without_codec_and_both_algorithms_agree_bitwise(dtype):
+    x = per_device((20_000,), dtype, seed=3)
+    ag = strategy.CostModel(latency=1.0)  # latency dominates: one-step all_gather + local reduce
+    rs = strategy.CostModel(latency=0.0, link_bandwidth=1.0)  # bytes dominate: reduce-scatter + all-gather
+    results = {}
+    for name, kw in {"rs_zip": dict(strategy=rs), "rs_raw": dict(strategy=rs, compress=False),
+                     "ag_zip": dict(strategy=ag), "ag_raw": dict(strategy=ag, compress=False)}.items():
+        strategy.last_plans(clear=True)
+        results[name] = bits(run(lambda a: zc.zip_psum(a, "d", **kw), x, out_specs=P()))
+        plan = strategy.last_plans()[-1]
+        assert plan.algorithm == ("reduce_scatter+all_gather" if name.startswith("rs") else "all_gather+local_reduce")
+    assert len(set(results.values())) == 1
+
+
+def test_psum_agrees_with_lax_psum_within_rounding():
+    x = per_device((5000,), jnp.float32, seed=5)
+    ours = run(lambda a: zc.zip_psum(a, "d"), x, out_specs=P())
+    theirs = run(lambda a: lax.psum(a, "d"), x, out_specs=P())
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-5)
+
+
+def test_psum_passes_integers_through_lax():
+    x = np.arange(N * 10, dtype=np.int32).reshape(N, 10)
+    out = run(lambda a: zc.zip_psum(a, "d"), x, out_specs=P())
+    np.testing.assert_array_equal(np.asarray(out), x.sum(0))
+
+
+def test_psum_of_a_pytree_packs_leaves_into_few_buckets():
+    rng = np.random.default_rng(0)
+    shapes = [(int(rng.integers(1, 50)), int(rng.integers(1, 40))) for _ in range(200)]
+    tree = {f"w{i}": per_device(s, jnp.bfloat16 if i % 3 else jnp.float32, seed=i) for i, s in enumerate(shapes)}
+    tree["step"] = np.arange(N, dtype=np.int32)[:, None]
+    mesh = mesh1()
+    xs = jax.device_put(tree, NamedSharding(mesh, P("d")))
+    strategy.last_plans(clear=True)
+    f = jax.jit(jax.shard_map(lambda t: zc.zip_psum(jax.tree.map(lambda a: a[0], t), "d", bucket_bytes=1 << 17,
+                                                    strategy="compressed"),
+                              mesh=mesh, in_specs=P("d"), out_specs=P()))
+    out = f(xs)
+    plans = strategy.last_plans()
+    total_bytes = sum(np.prod(s) * (2 if i % 3 else 4) for i, s in enumerate(shapes))
+    assert 2 <= len(plans) <= total_bytes // (1 << 17) + 2  # per bucket, not per leaf
+    for k, v in tree.items():
+        expected = v.sum(0).astype(v.dtype) if k == "step" else rank_sum(v, v.dtype)
+        assert bits(out[k]) == bits(expected), k
+    assert f.lower(xs).as_text().count("zipccl_compress") < 20
+
+
+# ---------------------------------------------------------------------------- all_gather / psum_scatter
+
+@pytest.mark.parametrize("dtype", FLOATS + [jnp.int32], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("axis,tiled", [(0, False), (0, True), (1, False), (1, True), (2, False)])
+def test_all_gather_equals_lax_bitwise(dtype, axis, tiled):
+    x = per_device((6, 700), dtype) if dtype != jnp.int32 else np.arange(N * 4200, dtype=np.int32).reshape(N, 6, 700)
+    ours = run(lambda a: zc.zip_all_gather(a, "d", axis=axis, tiled=tiled, strategy="compressed"), x)
+    theirs = run(lambda a: lax.all_gather(a, "d", axis=axis, tiled=tiled), x)
+    assert ours.shape == theirs.shape and bits(ours) == bits(theirs)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dim,tiled", [(0, False), (0, True), (1, True)])
+def test_psum_scatter_is_each_devices_slice_of_the_rank_ordered_sum(dtype, dim, tiled):
+    shape = (N, 900) if (dim == 0 and not tiled) else ((2 * N, 450) if dim == 0 else (3, 8 * 160))
+    x = per_device(shape, dtype, seed=11)
+    ours = run(lambda a: zc.zip_psum_scatter(a, "d", scatter_dimension=dim, tiled=tiled, strategy="compressed"), x)
+    raw = run(lambda a: zc.zip_psum_scatter(a, "d", scatter_dimension=dim, tiled=tiled, compress=False), x)
+    theirs = run(lambda a: lax.psum_scatter(a.astype(jnp.float32), "d", scatter_dimension=dim, tiled=tiled), x)
+    assert ours.shape == theirs.shape
+    total = rank_sum(x, dtype)
+    expected = np.concatenate(np.split(total, N, axis=dim), axis=0) if tiled else total
+    assert bits(ours) == bits(expected) == bits(raw)
+    np.testing.assert_allclose(np.asarray(ours, np.float32), np.asarray(theirs), rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------------------- all_to_all / ppermute
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("split,concat,tiled", [(0, 0, True), (0, 1, True), (1, 0, True), (0, 1, False),
+                                                (1, 0, False), (0, 2, False)])
+def test_all_to_all_equals_lax_bitwise(dtype, split, concat, tiled):
+    shape = {(0, 0): (16, 300), (0, 1): (16, 300), (1, 0): (4, 32, 50)}[(split, concat)] if tiled else \
+        {(0, 1): (N, 300), (1, 0): (5, N, 60), (0, 2): (N, 3, 70)}[(split, concat)]
+    x = per_device(shape, dtype, seed=2)
+    ours = run(lambda a: zc.zip_all_to_all(a, "d", split, concat, tiled=tiled, strategy="compressed"), x)
+    theirs = run(lambda a: lax.all_to_all(a, "d", split, concat, tiled=tiled), x)
+    assert ours.shape == theirs.shape and bits(ours) == bits(theirs)
+
+
+@pytest.mark.parametrize("perm", [[(i, (i + 1) % N) for i in range(N)], [(0, 3), (3, 5), (6, 0)]],
+                         ids=["ring", "partial"])
+def test_ppermute_equals_lax_bitwise_including_devices_nobody_sends_to(perm):
+    x = per_device((5000,), jnp.bfloat16, seed=4)
+    ours = run(lambda a: zc.zip_ppermute(a, "d", perm, strategy="compressed"), x)
+    theirs = run(lambda a: lax.ppermute(a, "d", perm), x)
+    assert bits(ours) == bits(theirs)
+
+
+# ---------------------------------------------------------------------------- the capacity ladder
+
+def spread(m, width, seed):
+    """bf16 values whose exponents are uniform over `width` values: the wider,
+    the less they compress (from ~1.9x down to none)."""
+    rng = np.random.default_rng(seed)
+    e = 127 - rng.integers(0, width, m)
+    u = (rng.integers(0, 2, m) << 15) | (e << 7) | rng.integers(0, 128, m)
+    return u.astype(np.uint16).view(jnp.bfloat16)
+
+
+def test_every_rung_is_reached_and_wire_bytes_follow_the_largest_stream():
+    m = 6000  # elements per device
+    cap = ref.max_stream_bytes(m, jnp.bfloat16)
+    rungs = strategy.capacities(cap, cap - 16)
+    seen = set()
+    for width in [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128, 200]:
+        x = np.stack([spread(m, width if i == 3 else 1, seed=i) for i in range(N)])  # device 3 decides
+        out, sent = run(lambda a: (lambda r: (r[0], r[1].wire_bytes[None]))(
+            zc.zip_all_gather(a, "d", strategy="compressed", with_stats=True)), x, out_specs=(P("d"), P("d")))
+        assert bits(out.reshape(N, N, m)[0]) == bits(x)
+        largest = max(len(ref.compress(row)) for row in x)
+        expected = next(r for r in rungs if r >= largest)
+        assert float(sent[0]) == expected * (N - 1)
+        seen.add(expected)
+    x = per_device((m,), jnp.bfloat16)
+    x[5] = random_bits(m, jnp.bfloat16)  # incompressible on one device only
+    out, sent = run(lambda a: (lambda r: (r[0], r[1].wire_bytes[None]))(
+        zc.zip_all_gather(a, "d", strategy="compressed", with_stats=True)), x, out_specs=(P("d"), P("d")))
+    assert bits(out.reshape(N, N, m)[0]) == bits(x) and float(sent[0]) == cap * (N - 1)
+    assert seen | {cap} == set(rungs)
+
+
+def test_compiled_hlo_moves_only_the_rung_sizes():
+    m = 1 << 18
+    x = per_device((m,), jnp.bfloat16)
+    mesh = mesh1()
+    xs = jax.device_put(x, NamedSharding(mesh, P("d")))
+    f = jax.jit(jax.shard_map(lambda a: zc.zip_psum(a[0], "d", strategy="compressed"), mesh=mesh,
+                              in_specs=P("d"), out_specs=P()))
+    hlo = f.lower(xs).compile().as_text()
+    chunk_cap = ref.max_stream_bytes(m // N, jnp.bfloat16)
+    rungs = strategy.capacities(chunk_cap, chunk_cap - 16)
+    a2a = [line for line in hlo.splitlines() if " all-to-all(" in line]
+    sizes = sorted({int(line.split("u8[")[1].split("]")[0].split(",")[1]) for line in a2a})
+    assert sizes == sorted(rungs)
+    assert bits(f(xs)) == bits(rank_sum(x, jnp.bfloat16))
+
+
+# ---------------------------------------------------------------------------- gradients
+
+def _loss(collective, lax_version, compress):
+    def loss(a):
+        y = (lax_version or collective)(a) if compress is None else collective(a, compress)
+        return jnp.sum(jnp.sin(y.astype(jnp.float32)) * jnp.arange(y.size, dtype=jnp.float32).reshape(y.shape))
+    return loss
+
+
+GRAD_CASES = {
+    "psum": (lambda a, c: zc.zip_psum(a, "d", compress=c, strategy="compressed" if c else "raw"),
+             lambda a: lax.psum(a, "d"), (2000,)),
+    "all_gather": (lambda a, c: zc.zip_all_gather(a, "d", tiled=True, compress=c, strategy="compressed"),
+                   lambda a: lax.all_gather(a, "d", tiled=True), (2000,)),
+    "psum_scatter": (lambda a, c: zc.zip_psum_scatter(a, "d", tiled=True, compress=c, strategy="compressed"),
+                     lambda a: lax.psum_scatter(a, "d", tiled=True), (N * 250,)),
+    "all_to_all": (lambda a, c: zc.zip_all_to_all(a, "d", 0, 1, tiled=True, compress=c, strategy="compressed"),
+                   lambda a: lax.all_to_all(a, "d", 0, 1, tiled=True), (N * 4, 60)),
+    "ppermute": (lambda a, c: zc.zip_ppermute(a, "d", [(i, (i + 3) % N) for i in range(N)], compress=c,
+                                              strategy="compressed"),
+                 lambda a: lax.ppermute(a, "d", [(i, (i + 3) % N) for i in range(N)]), (2000,)),
+}
+
+
+@pytest.mark.parametrize("name", GRAD_CASES)
+def test_gradients_match_lax_and_are_bit_identical_without_codec(name):
+    collective, lax_version, shape = GRAD_CASES[name]
+    x = per_device(shape, jnp.float32, seed=9)
+    x[0, :50] = 0.5  # no specials in gradients
+    grads = {}
+    for key, compress in [("zip", True), ("raw", False), ("lax", None)]:
+        loss = _loss(collective, lax_version, compress)
+        grads[key] = run(lambda a: jax.grad(lambda b: loss(b))(a)[None], x)
+    np.testing.assert_allclose(np.asarray(grads["zip"]), np.asarray(grads["lax"]), rtol=1e-4, atol=1e-3)
+    assert bits(grads["zip"]) == bits(grads["raw"])
+
+
+# ---------------------------------------------------------------------------- transformations and meshes
+
+def test_vmap_scan_and_cond_around_collectives():
+    x = per_device((4, 3000), jnp.bfloat16, seed=6)
+
+    def body(a):
+        v = jax.vmap(lambda r: zc.zip_psum(r, "d", strategy="compressed"))(a)
+        s, _ = lax.scan(lambda c, r: (c + zc.zip_psum(r, "d", strategy="compressed").astype(jnp.float32), None),
+                        jnp.zeros(3000, jnp.float32), a)
+        pred = lax.psum(jnp.sum(a.astype(jnp.float32)), "d") > -1e9  # invariant predicate
+        c = lax.cond(pred, lambda r: zc.zip_psum(r, "d", strategy="compressed"), lambda r: lax.psum(r * 0, "d"), a)
+        return v, s, c
+
+    v, s, c = run(body, x, out_specs=(P(), P(), P()))
+    total = rank_sum(x, jnp.bfloat16)
+    assert bits(v) == bits(total) == bits(c)
+    expected_scan = functools.reduce(lambda acc, r: acc + r.astype(np.float32), list(total), np.zeros(3000, np.float32))
+    assert bits(s) == bits(expected_scan)
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+@pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto])
+def test_meshes_and_check_vma(axis_type, check_vma):
+    x = per_device((4000,), jnp.bfloat16, seed=8)
+    out = run(lambda a: zc.zip_psum(a, "d", strategy="compressed"), x, mesh=mesh1(axis_type),
+              out_specs=P(), check_vma=check_vma)
+    assert bits(out) == bits(rank_sum(x, jnp.bfloat16))
+
+
+def test_tuple_axes_on_a_2d_mesh():
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    x = per_device((2000,), jnp.bfloat16, seed=12).reshape(2, 4, 2000)
+    xs = jax.device_put(x, NamedSharding(mesh, P("a", "b")))
+
+    def body(v):
+        v = v[0, 0]
+        return (zc.zip_psum(v, ("a", "b"), strategy="compressed"),
+                zc.zip_all_gather(v, ("a", "b"), strategy="compressed")[None, None],
+                lax.all_gather(v, ("a", "b"))[None, None])
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("a", "b"),
+                              out_specs=(P(), P("a", "b"), P("a", "b"))))
+    total, ours, theirs = f(xs)
+    assert bits(total) == bits(rank_sum(x.reshape(N, 2000), jnp.bfloat16))
+    assert bits(ours) == bits(theirs)
+
+
+@pytest.mark.parametrize("data_type", [AxisType.Explicit, AxisType.Auto])
+def test_partially_manual_2d_mesh_under_jit(data_type):
+    """shard_map manual over 'data' while 'model' stays automatic, as large training code does."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(data_type, AxisType.Auto))
+    x = gaussian(4 * 2 * 3000, jnp.bfloat16).reshape(4, 2 * 3000)
+    xs = jax.device_put(x, NamedSharding(mesh, P("data", "model")))
+
+    @jax.jit
+    def step(a):
+        def local(v):
+            return zc.zip_psum(v, "data", strategy="compressed")
+        return jax.shard_map(local, mesh=mesh, in_specs=P("data", None), out_specs=P(None, None),
+                             axis_names={"data"})(a)
+
+    out = step(xs)
+    assert bits(out) == bits(ref.accumulate(list(x.reshape(4, 1, -1)), np.dtype(jnp.bfloat16)))
+    # the fp32 lax reference (lax.psum of bf16 aborts XLA:CPU in this layout)
+    lax_out = jax.jit(lambda a: jax.shard_map(lambda v: lax.psum(v.astype(jnp.float32), "data"), mesh=mesh,
+                                              in_specs=P("data", None), out_specs=P(None, None),
+                                              axis_names={"data"})(a))(xs)
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(lax_out), rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------------------- misuse
+
+def test_misuse_gets_the_errors_lax_gives():
+    x = per_device((N * 10,), jnp.float32)
+    with pytest.raises(NameError, match="unbound axis name: nope"):
+        run(lambda a: zc.zip_psum(a, "nope"), x, out_specs=P())
+    with pytest.raises(ValueError, match="sources and destinations must be unique"):
+        run(lambda a: zc.zip_ppermute(a, "d", [(0, 1), (1, 1)]), x)
+    with pytest.raises(ValueError, match="must be in range"):
+        run(lambda a: zc.zip_ppermute(a, "d", [(0, 9)]), x)
+    with pytest.raises(ValueError, match="must be divisible by the axis size 8"):
+        run(lambda a: zc.zip_psum_scatter(a[:-1], "d", tiled=True, strategy="compressed"), x)
+    with pytest.raises(ValueError, match="must equal the axis size 8"):
+        run(lambda a: zc.zip_all_to_all(a.reshape(4, 20), "d", 0, 1, strategy="compressed"), x)
+    with pytest.raises(ValueError, match="strategy must be"):
+        run(lambda a: zc.zip_psum(a, "d", strategy="fast"), x, out_specs=P())
+
+
+def test_plans_are_visible_and_small_messages_go_raw():
+    x = per_device((64,), jnp.bfloat16)
+    strategy.last_plans(clear=True)
+    out, stats = run(lambda a: (lambda r: (r[0], r[1].wire_bytes[None]))(zc.zip_psum(a, "d", with_stats=True)), x,
+                     out_specs=(P(), P("d")))
+    plan = strategy.last_plans()[-1]
+    assert not plan.compress and "raw" in plan.reason
+    assert bits(out) == bits(rank_sum(x, jnp.bfloat16))

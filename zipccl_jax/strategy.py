@@ -1,0 +1,143 @@
+"""When to compress, which algorithm, and how many bytes to send.
+
+Every compressed collective asks `plan()` at trace time. The answer comes from
+a cost model (latency, link bandwidth, codec throughput, expected ratio)
+whose constants are measured by `python -m zipccl_jax calibrate` and stored in
+a JSON profile a user can edit, or passed per call as `strategy=CostModel(...)`
+or `strategy="raw"` / `"compressed"` to force the choice. The decision and its
+reason are recorded so a user can see what was chosen (`last_plans()`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .dtypes import is_compressible
+
+PROFILE_ENV = "ZIPCCL_PROFILE"
+
+# Capacities (fractions of the raw bytes) the compressed transfer can use; the
+# smallest one every device's streams fit is sent. The top rung is raw.
+DEFAULT_LADDER = (0.58, 0.62, 0.66, 0.69, 0.72, 0.77, 0.83, 0.9, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """Constants of the cost model; times in seconds, rates in bytes per second."""
+
+    latency: float = 50e-6  # one collective's fixed cost (also the size consensus)
+    link_bandwidth: float = 5e9  # bytes per second per device
+    compress_rate: float = 1e9  # codec input bytes per second
+    decompress_rate: float = 1.5e9
+    ratios: tuple = (("bfloat16", 1.5), ("float16", 1.18), ("float32", 1.2))
+    ladder: tuple = DEFAULT_LADDER
+
+    def ratio(self, dtype) -> float:
+        return dict(self.ratios).get(np.dtype(dtype).name, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a collective will do: compress or not, algorithm, and why."""
+
+    collective: str
+    compress: bool
+    algorithm: str
+    reason: str
+    raw_bytes: int
+    axis_size: int
+
+
+_PLANS: list[Plan] = []
+
+
+def last_plans(clear: bool = False) -> list[Plan]:
+    """The plans made since the last clear (one per collective traced)."""
+    plans = list(_PLANS)
+    if clear:
+        _PLANS.clear()
+    return plans
+
+
+def profile_path() -> Path:
+    return Path(os.environ.get(PROFILE_ENV, Path.home() / ".cache" / "zipccl_jax" / "profile.json"))
+
+
+def load_model(path: Path | None = None) -> CostModel:
+    """The calibrated model if a profile exists, else the defaults."""
+    path = path or profile_path()
+    if not path.exists():
+        return CostModel()
+    fields = json.loads(path.read_text())
+    fields = {k: tuple(map(tuple, v)) if k == "ratios" else tuple(v) if k == "ladder" else v
+              for k, v in fields.items() if k in CostModel.__dataclass_fields__}
+    return CostModel(**fields)
+
+
+def save_model(model: CostModel, path: Path | None = None) -> Path:
+    path = path or profile_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dataclasses.asdict(model), indent=2) + "\n")
+    return path
+
+
+def _transfer_time(model: CostModel, wire_bytes: float, steps: int) -> float:
+    return steps * model.latency + wire_bytes / model.link_bandwidth
+
+
+def plan(collective: str, nbytes: int, dtype, axis_size: int, strategy=None) -> Plan:
+    """Decides raw vs compressed, and for psum reduce-scatter+all-gather vs
+    all-gather+local-reduce, by comparing modelled times."""
+    model = strategy if isinstance(strategy, CostModel) else load_model()
+    n = axis_size
+    share = (n - 1) / n if n > 1 else 0.0
+    # bytes each device puts on its link, per algorithm, uncompressed
+    algorithms = {"direct": nbytes * share}
+    if collective == "psum":
+        algorithms = {"reduce_scatter+all_gather": 2 * nbytes * share, "all_gather+local_reduce": nbytes * (n - 1)}
+    steps = {"direct": 1, "reduce_scatter+all_gather": 2, "all_gather+local_reduce": 1}
+    ratio = model.ratio(dtype)
+    codec = nbytes / model.compress_rate + nbytes / model.decompress_rate
+    options = []
+    for algo, wire in algorithms.items():
+        codec_time = codec * (2 if algo == "reduce_scatter+all_gather" else 1)
+        if algo == "all_gather+local_reduce":
+            codec_time = nbytes / model.compress_rate + n * nbytes / model.decompress_rate
+        options.append((_transfer_time(model, wire, steps[algo]), False, algo))
+        if is_compressible(dtype) and n > 1:
+            consensus = steps[algo] * model.latency
+            options.append((_transfer_time(model, wire / ratio, steps[algo]) + consensus + codec_time, True, algo))
+    forced = strategy if isinstance(strategy, str) else None
+    if forced not in (None, "raw", "compressed"):
+        raise ValueError(f"zipccl: strategy must be a CostModel, 'raw' or 'compressed', got {strategy!r}")
+    if not is_compressible(dtype):
+        forced, why = "raw", f"dtype {np.dtype(dtype).name} is not compressed"
+    elif n == 1:
+        forced, why = "raw", "axis of size 1: nothing crosses a link"
+    else:
+        why = ""
+    if forced:
+        candidates = [o for o in options if o[1] == (forced == "compressed")]
+        why = why or f"strategy={forced!r}"
+    else:
+        candidates = options
+    t, compress, algo = min(candidates)
+    if not why:
+        raw_best = min(o[0] for o in options if not o[1])
+        why = f"modelled {t * 1e6:.0f} us vs {raw_best * 1e6:.0f} us raw"
+    result = Plan(collective, compress, algo, why, nbytes, n)
+    _PLANS.append(result)
+    return result
+
+
+def capacities(capacity: int, raw_bytes: int, ladder=DEFAULT_LADDER) -> tuple[int, ...]:
+    """The ladder in bytes per stream: increasing, 8-byte aligned, the top one
+    the full stream capacity (raw plus header), so every stream fits."""
+    header = capacity - raw_bytes
+    rungs = sorted({min(capacity, -(-int(header + f * raw_bytes) // 8) * 8) for f in ladder if f < 1.0})
+    return tuple(r for r in rungs if r < capacity) + (capacity,)
