@@ -105,3 +105,69 @@ def run_codec(elements: int, repeat: int, core: int | None) -> None:
         s = speeds(bench_data.gaussian(elements, dt), repeat)
         rows.append({"data": f"gaussian {dt}", **{k: f"{v:.2f} ({f:.3f})" for k, (v, f) in s.items()}})
     _print_table(rows)
+
+
+# ---------------------------------------------------------------------------
+# collectives
+
+
+def _collective_cases(n):
+    """name -> (zip version, lax version, per-device shape for `elements`)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from . import collectives as zc
+
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    return {
+        "psum": (lambda a, **k: zc.zip_psum(a, "d", **k), lambda a: lax.psum(a.astype(jnp.float32), "d")),
+        "all_gather": (lambda a, **k: zc.zip_all_gather(a, "d", tiled=True, **k),
+                       lambda a: lax.all_gather(a, "d", tiled=True)),
+        "psum_scatter": (lambda a, **k: zc.zip_psum_scatter(a, "d", tiled=True, **k),
+                         lambda a: lax.psum_scatter(a.astype(jnp.float32), "d", tiled=True)),
+        "all_to_all": (lambda a, **k: zc.zip_all_to_all(a, "d", 0, 0, tiled=True, **k),
+                       lambda a: lax.all_to_all(a, "d", 0, 0, tiled=True)),
+        "ppermute": (lambda a, **k: zc.zip_ppermute(a, "d", perm, **k), lambda a: lax.ppermute(a, "d", perm)),
+    }
+
+
+def run_collectives(sizes: list[int], repeat: int, data: str) -> None:
+    """Time and wire bytes of each collective vs lax on all local devices."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    devices = jax.devices()
+    n = len(devices)
+    mesh = jax.make_mesh((n,), ("d",))
+    print(f"## Collectives on {n} x {devices[0].platform} ({data} bf16 per device), median of {repeat}\n")
+    print("lax psum and psum_scatter run in float32 (bf16 lax.psum sums in bf16); times include the codec.\n")
+    rows = []
+    source = bench_data.minilm_concat("bfloat16") if data == "minilm" else None
+    for nbytes in sizes:
+        m = max(n * 8, nbytes // 2 // (n * 8) * n * 8)
+        if source is not None:
+            x = np.stack([source[(i * m) % (source.size - m):][:m] for i in range(n)])
+        else:
+            x = np.stack([bench_data.gaussian(m, "bfloat16", seed=i) for i in range(n)])
+        xs = jax.device_put(x, NamedSharding(mesh, P("d")))
+        for name, (ours, theirs) in _collective_cases(n).items():
+            def timed(fn):
+                f = jax.jit(jax.shard_map(lambda a: fn(a[0]), mesh=mesh, in_specs=P("d"), out_specs=P("d"),
+                                          check_vma=False))
+                return _median_seconds(lambda: jax.block_until_ready(f(xs)), repeat)
+
+            t_zip = timed(lambda a: ours(a, strategy="compressed")[None])
+            t_lax = timed(lambda a: theirs(a)[None])
+            stats = jax.jit(jax.shard_map(lambda a: ours(a[0], strategy="compressed", with_stats=True)[1].wire_bytes[None],
+                                          mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))(xs)
+            raws = jax.jit(jax.shard_map(lambda a: ours(a[0], compress=False, with_stats=True)[1].raw_bytes[None],
+                                         mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))(xs)
+            wire, raw = float(np.max(stats)), float(np.max(raws))
+            rows.append({"collective": name, "bytes/device": f"{x[0].nbytes:,}", "raw wire B": f"{raw:,.0f}",
+                         "zip wire B": f"{wire:,.0f}", "wire ratio": f"{raw / wire:.3f}",
+                         "lax ms": f"{t_lax * 1e3:.2f}", "zip ms": f"{t_zip * 1e3:.2f}",
+                         "zip/lax time": f"{t_zip / t_lax:.2f}"})
+            print(" | ".join(rows[-1].values()), flush=True)
+    print()
+    _print_table(rows)

@@ -31,9 +31,9 @@ class CostModel:
     """Constants of the cost model; times in seconds, rates in bytes per second."""
 
     latency: float = 50e-6  # one collective's fixed cost (also the size consensus)
-    link_bandwidth: float = 5e9  # bytes per second per device
-    compress_rate: float = 1e9  # codec input bytes per second
-    decompress_rate: float = 1.5e9
+    link_bandwidth: float = 1.25e9  # bytes per second per device (10 Gbit/s between hosts)
+    compress_rate: float = 1.5e9  # codec input bytes per second (one CPU core)
+    decompress_rate: float = 2e9
     ratios: tuple = (("bfloat16", 1.5), ("float16", 1.18), ("float32", 1.2))
     ladder: tuple = DEFAULT_LADDER
 
@@ -86,50 +86,44 @@ def save_model(model: CostModel, path: Path | None = None) -> Path:
     return path
 
 
-def _transfer_time(model: CostModel, wire_bytes: float, steps: int) -> float:
-    return steps * model.latency + wire_bytes / model.link_bandwidth
+def _algorithms(collective: str, nbytes: int, n: int) -> dict:
+    """Per algorithm, per device: (collective steps, bytes received, bytes
+    compressed, bytes decompressed), for an operand of nbytes per device."""
+    share = nbytes * (n - 1) / n
+    if collective == "psum":
+        return {"reduce_scatter+all_gather": (2, 2 * share, nbytes + nbytes / n, 2 * nbytes),
+                "all_gather+local_reduce": (1, nbytes * (n - 1), nbytes, n * nbytes)}
+    if collective == "all_gather":
+        return {"direct": (1, nbytes * (n - 1), nbytes, n * nbytes)}
+    if collective == "ppermute":
+        return {"direct": (1, nbytes, nbytes, nbytes)}
+    return {"direct": (1, share, nbytes, nbytes)}  # psum_scatter, all_to_all
 
 
 def plan(collective: str, nbytes: int, dtype, axis_size: int, strategy=None) -> Plan:
     """Decides raw vs compressed, and for psum reduce-scatter+all-gather vs
     all-gather+local-reduce, by comparing modelled times."""
-    model = strategy if isinstance(strategy, CostModel) else load_model()
-    n = axis_size
-    share = (n - 1) / n if n > 1 else 0.0
-    # bytes each device puts on its link, per algorithm, uncompressed
-    algorithms = {"direct": nbytes * share}
-    if collective == "psum":
-        algorithms = {"reduce_scatter+all_gather": 2 * nbytes * share, "all_gather+local_reduce": nbytes * (n - 1)}
-    steps = {"direct": 1, "reduce_scatter+all_gather": 2, "all_gather+local_reduce": 1}
-    ratio = model.ratio(dtype)
-    codec = nbytes / model.compress_rate + nbytes / model.decompress_rate
-    options = []
-    for algo, wire in algorithms.items():
-        codec_time = codec * (2 if algo == "reduce_scatter+all_gather" else 1)
-        if algo == "all_gather+local_reduce":
-            codec_time = nbytes / model.compress_rate + n * nbytes / model.decompress_rate
-        options.append((_transfer_time(model, wire, steps[algo]), False, algo))
-        if is_compressible(dtype) and n > 1:
-            consensus = steps[algo] * model.latency
-            options.append((_transfer_time(model, wire / ratio, steps[algo]) + consensus + codec_time, True, algo))
     forced = strategy if isinstance(strategy, str) else None
     if forced not in (None, "raw", "compressed"):
         raise ValueError(f"zipccl: strategy must be a CostModel, 'raw' or 'compressed', got {strategy!r}")
+    model = strategy if isinstance(strategy, CostModel) else load_model()
+    n, ratio = axis_size, model.ratio(dtype)
+    options = []  # (modelled seconds, compress, algorithm)
+    for algo, (steps, wire, packed, unpacked) in _algorithms(collective, nbytes, n).items():
+        options.append((steps * model.latency + wire / model.link_bandwidth, False, algo))
+        codec = packed / model.compress_rate + unpacked / model.decompress_rate
+        # each step also pays a pmax that agrees on the size: twice the latency
+        options.append((2 * steps * model.latency + wire / ratio / model.link_bandwidth + codec, True, algo))
+    why = ""
     if not is_compressible(dtype):
         forced, why = "raw", f"dtype {np.dtype(dtype).name} is not compressed"
     elif n == 1:
         forced, why = "raw", "axis of size 1: nothing crosses a link"
-    else:
-        why = ""
-    if forced:
-        candidates = [o for o in options if o[1] == (forced == "compressed")]
-        why = why or f"strategy={forced!r}"
-    else:
-        candidates = options
+    candidates = [o for o in options if forced is None or o[1] == (forced == "compressed")]
     t, compress, algo = min(candidates)
     if not why:
         raw_best = min(o[0] for o in options if not o[1])
-        why = f"modelled {t * 1e6:.0f} us vs {raw_best * 1e6:.0f} us raw"
+        why = (f"strategy={forced!r}: " if forced else "") + f"modelled {t * 1e6:.0f} us vs {raw_best * 1e6:.0f} us raw"
     result = Plan(collective, compress, algo, why, nbytes, n)
     _PLANS.append(result)
     return result
