@@ -280,18 +280,23 @@ def _psum_scatter_array(x, axes, dim, tiled, compress, strategy_arg):
     plan = _plan("psum_scatter", x, n, strategy_arg)
     if not is_compressible(x.dtype):
         return lax.psum_scatter(x, axes, scatter_dimension=dim, tiled=tiled), Stats(_f32(0), _f32(0), (plan,))
-    size = x.shape[dim]
-    if (not tiled and size != n) or size % n:
-        raise ValueError(
-            f"zip_psum_scatter: scatter_dimension {dim} has size {size}, which must "
-            + (f"equal the axis size {n}" if not tiled else f"be divisible by the axis size {n}"))
-    moved = jnp.moveaxis(_vary(x, axes), dim, 0)
+    moved = _split_rows(x, axes, dim, tiled, "zip_psum_scatter: scatter_dimension")
     part, sent = _reduce_scatter(moved.reshape(n, -1), axes, compress and plan.compress, _model(strategy_arg).ladder)
-    part = jnp.moveaxis(part.reshape(size // n, *moved.shape[1:]), 0, dim)
+    part = jnp.moveaxis(part.reshape(x.shape[dim] // n, *moved.shape[1:]), 0, dim)
     if not tiled:
         part = part.reshape(*x.shape[:dim], *x.shape[dim + 1 :])
     raw = _f32(x.size * x.dtype.itemsize * (n - 1) // n)
     return part, Stats(sent * (n - 1), raw, (plan,))
+
+
+def _split_rows(x, axes, dim, tiled, what):
+    """x with axis dim moved first, after lax's size check: that axis is cut
+    into one piece per device (of size 1 unless tiled)."""
+    n, size = _axis_size(axes), x.shape[dim]
+    if (not tiled and size != n) or size % n:
+        raise ValueError(f"{what} {dim} has size {size}, which must "
+                         + (f"be divisible by the axis size {n}" if tiled else f"equal the axis size {n}"))
+    return jnp.moveaxis(_vary(x, axes), dim, 0)
 
 
 def _tree_call(fn, tree):
@@ -357,13 +362,8 @@ def _all_to_all_array(x, axes, split_axis, concat_axis, tiled, compress, strateg
     if not plan.compress or not compress:
         out = lax.all_to_all(x, axes, split_axis, concat_axis, tiled=tiled)
         return out, Stats(raw, raw, (plan,))
-    size = x.shape[split_axis]
-    if (not tiled and size != n) or size % n:
-        raise ValueError(
-            f"zip_all_to_all: split_axis {split_axis} has size {size}, which must "
-            + (f"equal the axis size {n}" if not tiled else f"be divisible by the axis size {n}"))
-    moved = jnp.moveaxis(_vary(x, axes), split_axis, 0)
-    chunk_shape = (size // n, *moved.shape[1:])
+    moved = _split_rows(x, axes, split_axis, tiled, "zip_all_to_all: split_axis")
+    chunk_shape = (x.shape[split_axis] // n, *moved.shape[1:])
     payload, nbytes = ops.compress_items(moved.reshape(n, -1))
     send = lambda p: lax.all_to_all(p, axes, 0, 0, tiled=True)  # noqa: E731
     decode = lambda r: ops.decompress_items(r, m=math.prod(chunk_shape), dtype=x.dtype)  # noqa: E731
