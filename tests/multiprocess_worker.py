@@ -12,6 +12,7 @@ import sys
 
 coordinator, num_processes, process_id, local_devices = sys.argv[1], *map(int, sys.argv[2:5])
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+os.environ["JAX_PLATFORMS"] = "cpu"  # gloo across processes, also on a GPU host
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

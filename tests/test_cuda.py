@@ -66,3 +66,31 @@ def test_cuda_rejects_a_corrupt_payload_with_a_clear_error():
     payload[19] = 7  # block 0 mode
     with pytest.raises(Exception, match="zipccl: corrupt payload"):
         jax.block_until_ready(zc.decompress(zc.Compressed(on_gpu(payload), c.nbytes, c.shape, c.dtype)))
+
+
+def test_collectives_on_the_gpu_mesh():
+    """Every collective on a mesh of all visible GPUs (one GPU: an axis of size 1)."""
+    from jax import lax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    gpus = _gpus()
+    n = len(gpus)
+    mesh = jax.make_mesh((n,), ("d",), devices=gpus)
+    x = np.stack([gaussian(n * 4000, jnp.bfloat16, seed=i) for i in range(n)])
+    xs = jax.device_put(x, NamedSharding(mesh, P("d")))
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    pairs = {
+        "psum": (lambda a: zc.zip_psum(a, "d", strategy="compressed")[None], None),
+        "all_gather": (lambda a: zc.zip_all_gather(a, "d", strategy="compressed")[None],
+                       lambda a: lax.all_gather(a, "d")[None]),
+        "all_to_all": (lambda a: zc.zip_all_to_all(a, "d", 0, 0, tiled=True, strategy="compressed"),
+                       lambda a: lax.all_to_all(a, "d", 0, 0, tiled=True)),
+        "ppermute": (lambda a: zc.zip_ppermute(a, "d", perm, strategy="compressed"), lambda a: lax.ppermute(a, "d", perm)),
+    }
+    for name, (ours, theirs) in pairs.items():
+        run = lambda fn: np.asarray(jax.jit(jax.shard_map(lambda a: fn(a[0]), mesh=mesh, in_specs=P("d"),  # noqa: E731
+                                                           out_specs=P("d")))(xs))
+        got = run(ours)
+        expected = np.stack([ref.accumulate(list(x), np.dtype(jnp.bfloat16))] * n) if theirs is None else run(theirs)
+        assert bits(got) == bits(expected), name
