@@ -10,6 +10,10 @@
 #include "codec_cpu.h"
 #include "xla/ffi/api/ffi.h"
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <xmmintrin.h>
+#endif
+
 namespace ffi = xla::ffi;
 
 namespace {
@@ -37,6 +41,20 @@ ffi::Error corrupt(int64_t item, int status) {
                                                    std::to_string(item) +
                                                    "): " + zipccl::error_message(status));
 }
+
+// XLA:CPU runs handlers with flush-to-zero and denormals-are-zero on; the
+// accumulate must add subnormals exactly as numpy does (FORMAT.md §8), so it
+// turns both off while it runs.
+class ExactSubnormals {
+ public:
+#if defined(__x86_64__) || defined(_M_X64)
+  ExactSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }
+  ~ExactSubnormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#endif
+};
 
 // The payload's last dimension is the per-stream capacity; the rest are batch.
 int64_t last_dim(ffi::Span<const int64_t> dims) { return dims.size() == 0 ? 0 : dims.back(); }
@@ -93,6 +111,7 @@ ffi::Error DecompressAccumulate(ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::A
   const int out_bytes = zipccl::layout_of(out_dtype).elem_bytes;
   auto* dst = static_cast<uint8_t*>(out->untyped_data());
   std::vector<float> acc(item_elems);
+  const ExactSubnormals exact;
   for (int64_t i = 0; i < batch; ++i) {
     const int status = zipccl::decompress_accumulate(dtype, payload.typed_data() + i * k * cap, cap, k,
                                                      item_elems, acc.data());

@@ -18,7 +18,6 @@
 
 namespace zipccl {
 
-constexpr uint8_t kMagic[4] = {'Z', 'C', 'C', 'L'};
 constexpr int kVersion = 1;
 constexpr int kHeaderBytes = 16;
 constexpr int kBlockLog2 = 12;
@@ -461,7 +460,7 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
 
 // Header fields (FORMAT.md, "Stream header").
 ZC_HD void write_header(uint8_t* out, int dtype, int flags, uint64_t n) {
-  for (int i = 0; i < 4; ++i) out[i] = kMagic[i];
+  for (int i = 0; i < 4; ++i) out[i] = uint8_t("ZCCL"[i]);
   out[4] = kVersion;
   out[5] = uint8_t(dtype);
   out[6] = uint8_t(flags);
@@ -474,7 +473,7 @@ ZC_HD void write_header(uint8_t* out, int dtype, int flags, uint64_t n) {
 ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, int* flags) {
   if (size < uint64_t(kHeaderBytes)) return kErrTruncated;
   for (int i = 0; i < 4; ++i)
-    if (in[i] != kMagic[i]) return kErrMagic;
+    if (in[i] != uint8_t("ZCCL"[i])) return kErrMagic;
   if (in[4] != kVersion || in[7] != kBlockLog2) return kErrVersion;
   if (in[5] != dtype) return kErrDType;
   uint64_t count = 0;

@@ -82,6 +82,18 @@ def test_decompress_accumulate_is_bit_exact_with_ordered_fp32_sum(dtype, out_dty
     assert bits(got) == bits(expected)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_accumulate_adds_subnormals_exactly_despite_xla_flush_to_zero(dtype):
+    info = np.finfo(np.dtype(dtype)) if dtype != jnp.bfloat16 else ml_dtypes.finfo(ml_dtypes.bfloat16)
+    tiny = np.array([info.smallest_subnormal] * 50 + [-0.0] * 50, np.dtype(dtype))
+    rows = np.stack([tiny, tiny * 3, -tiny])
+    c = zc.compress(rows, batch_dims=1)
+    for out in (None, jnp.float32):
+        got = zc.decompress_accumulate(c.payload, m=100, dtype=dtype, out_dtype=out)
+        assert bits(got) == bits(ref.accumulate(list(rows), out or dtype))
+        assert np.any(np.asarray(got, np.float32) != 0)
+
+
 def test_compress_chunks_splits_the_flat_array():
     x = mixed(4 * 3001, jnp.float16).reshape(4, 3001)
     c = zc.compress_chunks(x.T, 4)
