@@ -137,7 +137,9 @@ def _psum_array(x, axes, compress, strategy_arg):
     """psum of one float array by the planned algorithm; returns (sum, Stats)."""
     n = _axis_size(axes)
     plan = _plan("psum", x, n, strategy_arg)
-    compress = compress and plan.compress
+    if not plan.compress:  # small message: XLA's all-reduce, in float32
+        raw = _f32(2 * x.size * x.dtype.itemsize * (n - 1) / n)
+        return lax.psum(x.astype(jnp.float32), axes).astype(x.dtype), Stats(raw, raw, (plan,))
     ladder = _model(strategy_arg).ladder
     x = _vary(x, axes)
     flat = x.reshape(-1)
@@ -248,8 +250,8 @@ def zip_psum(x, axis_name, *, compress: bool = True, strategy=None, bucket_bytes
 
     Float leaves (bf16, fp16, fp32) are packed per dtype into buckets of at
     most `bucket_bytes` and summed in float32 in rank order; other dtypes use
-    lax.psum. `compress=False` runs the same algorithm without the codec
-    (bit-identical results). `strategy`: a strategy.CostModel, or "raw" /
+    lax.psum. `compress=False` runs the planned algorithm without the codec
+    (bit-identical results); buckets the plan sends raw use lax.psum in float32. `strategy`: a strategy.CostModel, or "raw" /
     "compressed" to force the choice. With `with_stats=True` returns
     (result, Stats).
     """
@@ -278,14 +280,15 @@ def _all_gather_array(x, axes, axis, tiled, compress, strategy_arg):
 def _psum_scatter_array(x, axes, dim, tiled, compress, strategy_arg):
     n = _axis_size(axes)
     plan = _plan("psum_scatter", x, n, strategy_arg)
-    if not is_compressible(x.dtype):
-        return lax.psum_scatter(x, axes, scatter_dimension=dim, tiled=tiled), Stats(_f32(0), _f32(0), (plan,))
+    raw = _f32(x.size * x.dtype.itemsize * (n - 1) // n)
     moved = _split_rows(x, axes, dim, tiled, "zip_psum_scatter: scatter_dimension")
-    part, sent = _reduce_scatter(moved.reshape(n, -1), axes, compress and plan.compress, _model(strategy_arg).ladder)
+    if not plan.compress:  # small message or not a float: XLA's reduce-scatter, floats in float32
+        wide = x.astype(jnp.float32) if is_compressible(x.dtype) else x
+        return lax.psum_scatter(wide, axes, scatter_dimension=dim, tiled=tiled).astype(x.dtype), Stats(raw, raw, (plan,))
+    part, sent = _reduce_scatter(moved.reshape(n, -1), axes, compress, _model(strategy_arg).ladder)
     part = jnp.moveaxis(part.reshape(x.shape[dim] // n, *moved.shape[1:]), 0, dim)
     if not tiled:
         part = part.reshape(*x.shape[:dim], *x.shape[dim + 1 :])
-    raw = _f32(x.size * x.dtype.itemsize * (n - 1) // n)
     return part, Stats(sent * (n - 1), raw, (plan,))
 
 

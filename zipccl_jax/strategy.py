@@ -36,6 +36,7 @@ class CostModel:
     decompress_rate: float = 2e9
     ratios: tuple = (("bfloat16", 1.5), ("float16", 1.18), ("float32", 1.2))
     ladder: tuple = DEFAULT_LADDER
+    psum_algorithm: str | None = None  # force "reduce_scatter+all_gather" or "all_gather+local_reduce"
 
     def ratio(self, dtype) -> float:
         return dict(self.ratios).get(np.dtype(dtype).name, 1.0)
@@ -119,7 +120,10 @@ def plan(collective: str, nbytes: int, dtype, axis_size: int, strategy=None) -> 
         forced, why = "raw", f"dtype {np.dtype(dtype).name} is not compressed"
     elif n == 1:
         forced, why = "raw", "axis of size 1: nothing crosses a link"
-    candidates = [o for o in options if forced is None or o[1] == (forced == "compressed")]
+    candidates = [o for o in options if (forced is None or o[1] == (forced == "compressed"))
+                  and (collective != "psum" or model.psum_algorithm in (None, o[2]))]
+    if not candidates:
+        raise ValueError(f"zipccl: unknown psum_algorithm {model.psum_algorithm!r}")
     t, compress, algo = min(candidates)
     if not why:
         raw_best = min(o[0] for o in options if not o[1])
