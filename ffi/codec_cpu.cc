@@ -3,40 +3,55 @@
 #include <cstring>
 #include <vector>
 
-#include "block_cpu.h"
+#include "decode_cpu.h"
+#include "encode_cpu.h"
 
 namespace zipccl {
 namespace {
 
-// The coding state of one group of blocks (FORMAT.md §7 steps 1-2).
+// The choices for one group of blocks (FORMAT.md §7 steps 1-2).
 struct GroupCode {
   uint32_t refs[kGroupBlocks];
   uint8_t lens[kNumSyms];
-  uint16_t codes[kNumSyms];
 };
 
-// Chooses refs and code for blocks [b0, b1); the fast path also keeps each
-// block's key histogram in hists for the encoder.
+// Adds a block's symbol counts, taken under ref r, as they are under ref
+// r + delta: class c in 1..30 becomes c + delta, or escapes past 30. (Classes
+// 0 and ESC stay: the block has no exponent in (r, ALL_ONES).)
+void add_shifted_counts(const uint32_t* own, uint32_t delta, uint32_t* counts) {
+  const int moved = delta < uint32_t(kMaxDelta + 1) ? kMaxDelta + 1 - int(delta) : 0;  // classes that stay coded
+  const int from = 1 << kTopBits, to = from + (int(delta) << kTopBits);
+  for (int s = 0; s < (moved << kTopBits); ++s) counts[to + s] += own[from + s];
+  for (int s = 0; s < (1 << kTopBits); ++s) {
+    counts[s] += own[s];
+    for (int c = 1 + moved; c <= kClassEsc; ++c)
+      counts[(kClassEsc << kTopBits) + s] += own[(c << kTopBits) + s];
+  }
+}
+
+// Chooses refs and code for blocks [b0, b1) from each block's counts under
+// its own emax: candidate B adds them as they are, candidate A shifted to gmax.
 template <int DT>
-void choose_group_fast(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, uint32_t* hists, GroupCode* g) {
-  using E = Elem<DT>;
-  uint32_t emax[kGroupBlocks], gmax = 0;
+void choose_group_fast(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, GroupCode* g) {
+  uint32_t emax[kGroupBlocks], own[kGroupBlocks][kNumSyms], gmax = 0;
   for (int64_t b = b0; b < b1; ++b) {
-    emax[b - b0] = block_histogram<DT>(in + b * kBlock * E::lay.elem_bytes, block_count(n, b), hists + (b - b0) * E::keys);
+    emax[b - b0] = block_counts<DT>(in + b * kBlock * Elem<DT>::lay.elem_bytes, block_count(n, b), own[b - b0]);
     gmax = emax[b - b0] > gmax ? emax[b - b0] : gmax;
   }
   uint32_t counts[2][kNumSyms] = {};
   uint8_t lens[2][kNumSyms];
+  bool same = true;  // every block's emax is gmax: the candidates are the same
   for (int64_t b = b0; b < b1; ++b) {
-    add_counts<DT>(hists + (b - b0) * E::keys, gmax, counts[0]);
-    add_counts<DT>(hists + (b - b0) * E::keys, emax[b - b0], counts[1]);
+    add_shifted_counts(own[b - b0], gmax - emax[b - b0], counts[0]);
+    add_shifted_counts(own[b - b0], 0, counts[1]);
+    same &= emax[b - b0] == gmax;
   }
-  code_lengths(counts[0], lens[0]);
-  code_lengths(counts[1], lens[1]);
-  const bool own = code_cost(counts[1], lens[1], E::lay.exp_bits) < code_cost(counts[0], lens[0], E::lay.exp_bits);
-  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = own ? emax[b - b0] : gmax;
-  std::memcpy(g->lens, lens[own], kNumSyms);
-  canonical_codes(g->lens, g->codes);
+  fast_code_lengths(counts[0], lens[0]);
+  if (!same) fast_code_lengths(counts[1], lens[1]);
+  const int exp_bits = Elem<DT>::lay.exp_bits;
+  const bool own_refs = !same && code_cost(counts[1], lens[1], exp_bits) < code_cost(counts[0], lens[0], exp_bits);
+  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = own_refs ? emax[b - b0] : gmax;
+  std::memcpy(g->lens, lens[own_refs], kNumSyms);
 }
 
 // The same choice with the shared (CUDA) functions of zipccl_format.h.
@@ -59,7 +74,12 @@ void choose_group_generic(int dtype, const uint8_t* in, int64_t n, int64_t b0, i
   const bool own = code_cost(counts[1], lens[1], exp_bits) < code_cost(counts[0], lens[0], exp_bits);
   for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = own ? emax[b - b0] : gmax;
   std::memcpy(g->lens, lens[own], kNumSyms);
-  canonical_codes(g->lens, g->codes);
+}
+
+// Asks for the lines a block body will be written to: the encoder stores
+// them in bursts, which would otherwise wait for each line in turn.
+void prefetch_for_write(uint8_t* p, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 1);
 }
 
 int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
@@ -74,22 +94,25 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
   constexpr int es = Elem<DT>::lay.elem_bytes;
   const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;  // a coded stream ends before limit
   int64_t pos = bodies_offset(n);
-  std::vector<uint32_t> hists(size_t(kGroupBlocks) * Elem<DT>::keys);
   uint8_t scratch[kBlock * 4];
   GroupCode g;
+  uint16_t codes[kNumSyms];  // the generic coder's
+  uint16_t table[kNumSyms];  // the fast coder's
   for (int64_t b0 = 0; b0 < nb && pos < limit; b0 += kGroupBlocks) {
     const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb;
     if (generic) choose_group_generic(DT, in, n, b0, b1, &g);
-    else choose_group_fast<DT>(in, n, b0, b1, hists.data(), &g);
+    else choose_group_fast<DT>(in, n, b0, b1, &g);
     pack_table(g.lens, out + kHeaderBytes + 4 * nb + kTableBytes * (b0 / kGroupBlocks));
+    if (generic) canonical_codes(g.lens, codes);
+    else encoder_table(g.lens, table);
     for (int64_t b = b0; b < b1 && pos < limit; ++b) {
       const int count = block_count(n, b);
       const bool room = pos + int64_t(count) * es <= limit;
       uint8_t* body = room ? out + pos : scratch;
       const uint8_t* src = in + b * kBlock * es;
-      const uint32_t desc = generic ? encode_block(DT, src, count, g.refs[b - b0], g.lens, g.codes, body)
-                                    : encode_block_fast<DT>(src, count, g.refs[b - b0],
-                                                            hists.data() + (b - b0) * Elem<DT>::keys, g.lens, g.codes, body);
+      if (room) prefetch_for_write(body, int64_t(count) * es);
+      const uint32_t desc = generic ? encode_block(DT, src, count, g.refs[b - b0], g.lens, codes, body)
+                                    : encode_block_fast<DT>(src, count, g.refs[b - b0], table, body);
       const int64_t body_bytes = desc & 0xFFFFu;
       if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
       store_u32(out + kHeaderBytes + 4 * b, desc);
@@ -101,30 +124,43 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
   return pos;
 }
 
+// Asks for input bytes [from, from + bytes) (clipped to size) ahead of use.
+void prefetch_input(const uint8_t* in, int64_t size, int64_t from, int64_t bytes) {
+  for (int64_t i = from; i < from + bytes && i < size; i += 64) __builtin_prefetch(in + i);
+}
+
 template <int DT>
 int decompress_typed(const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
   constexpr int es = Elem<DT>::lay.elem_bytes;
   const int64_t nb = num_blocks(n);
   int64_t pos = bodies_offset(n);
   if (size < pos) return kErrTruncated;
-  std::vector<uint16_t> lut(kLutSize);
+  std::vector<uint16_t> lut(generic ? kLutSize : 0);      // the generic decoder's table
+  std::vector<DecodeTable> table(generic ? 0 : 1);     // the fast decoder's
+  int64_t built = -1;  // the group whose table is built, when a coded block needs it
+  int64_t asked = 0, ahead = pos;  // the bodies of blocks below asked were asked for, up to ahead
   for (int64_t b = 0; b < nb; ++b) {
-    const uint16_t* group_lut = nullptr;  // built when a coded block of the group needs it
-    if (b % kGroupBlocks == 0) lut[0] = 0xFFFF;  // marks "not built yet"
+    for (; asked < nb && asked <= b + 2; ++asked) {  // keep the next two blocks' input coming
+      const int64_t bytes = load_u32(in + kHeaderBytes + 4 * asked) & 0xFFFFu;
+      prefetch_input(in, size, ahead, bytes);
+      ahead += bytes;
+    }
     const uint32_t desc = load_u32(in + kHeaderBytes + 4 * b);
-    if ((desc >> 24) == 1) {
-      if (lut[0] == 0xFFFF) {
-        uint8_t lens[kNumSyms];
-        if (unpack_table(in + kHeaderBytes + 4 * nb + kTableBytes * (b / kGroupBlocks), lens) != kOk) return kErrTable;
-        build_lut(lens, lut.data());
-      }
-      group_lut = lut.data();
+    const bool coded = (desc >> 24) == 1;
+    if (coded && b / kGroupBlocks != built) {
+      uint8_t lens[kNumSyms];
+      if (unpack_table(in + kHeaderBytes + 4 * nb + kTableBytes * (b / kGroupBlocks), lens) != kOk) return kErrTable;
+      if (generic) build_lut(lens, lut.data());
+      else build_decode_table(lens, &table[0]);
+      built = b / kGroupBlocks;
     }
     const int64_t body_bytes = desc & 0xFFFFu;
     if (body_bytes > size - pos) return kErrTruncated;
     const int count = block_count(n, b);
-    const int status = generic ? decode_block(DT, in + pos, desc, count, group_lut, out + b * kBlock * es)
-                               : decode_block_fast<DT>(in + pos, desc, count, group_lut, out + b * kBlock * es);
+    uint8_t* dst = out + b * kBlock * es;
+    const int status = generic ? decode_block(DT, in + pos, desc, count, coded ? lut.data() : nullptr, dst)
+                               : decode_block_fast<DT>(in + pos, in + size, desc, count,
+                                                       coded ? table.data() : nullptr, dst);
     if (status != kOk) return status;
     pos += body_bytes;
   }
