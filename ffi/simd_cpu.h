@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -27,11 +28,12 @@
 
 namespace zipccl {
 
+// ZIPCCL_NO_SIMD=1 in the environment forces the plain paths (tests compare them).
 inline bool simd_enabled() {
 #if ZC_HAVE_SIMD
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
-                         __builtin_cpu_supports("bmi2");
+  static const bool ok = !std::getenv("ZIPCCL_NO_SIMD") && __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("bmi2");
   return ok;
 #else
   return false;

@@ -118,3 +118,44 @@ def test_output_buffer_smaller_than_worst_case_is_refused():
     x = gaussian(100, ml_dtypes.bfloat16)
     with pytest.raises(ValueError, match="smaller than max_stream_bytes"):
         cpu.compress_into(x.view(np.uint8), 1, np.zeros(100, np.uint8))
+
+
+PLAIN_VS_SIMD = """
+import hashlib
+import numpy as np
+from zipccl_jax import _zipccl_cpu as cpu, reference as ref
+from zipccl_jax.bench_data import gaussian, random_bits
+
+mixed = gaussian(40000, "bfloat16")
+mixed[5000:9000] = random_bits(4000, "bfloat16")  # a raw block among coded ones
+cases = [(gaussian(70000, "bfloat16"), 1), (gaussian(70000, "float16"), 2), (gaussian(70000, "float32"), 3),
+         (mixed, 1)]
+digest = hashlib.sha256()
+for x, code in cases:
+    out = np.zeros(ref.max_stream_bytes(x.size, x.dtype), np.uint8)
+    stream = out[: cpu.compress_into(x.view(np.uint8), code, out)]
+    back = np.zeros(x.nbytes, np.uint8)
+    cpu.decompress_into(stream, code, back)
+    assert back.tobytes() == x.tobytes()
+    digest.update(stream.tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_plain_paths_give_the_same_bytes_as_the_simd_paths():
+    """The CPU codec takes AVX-512 paths where it can; ZIPCCL_NO_SIMD=1 forces the
+    portable ones, which must produce and accept the same bytes."""
+    import os
+    import subprocess
+    import sys
+
+    digests = []
+    for no_simd in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
+        if no_simd:
+            env["ZIPCCL_NO_SIMD"] = "1"
+        run = subprocess.run([sys.executable, "-c", PLAIN_VS_SIMD], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        digests.append(run.stdout.strip())
+    assert digests[0] == digests[1] and len(digests[0]) == 64
