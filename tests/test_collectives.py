@@ -349,3 +349,21 @@ def test_plans_are_visible_and_small_messages_go_raw():
     assert not plan.compress and "raw" in plan.reason
     np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(rank_sum(x, np.float32)), rtol=1e-2)
     assert float(stats[0]) == 2 * x[0].nbytes * (N - 1) / N
+
+
+def test_integers_pass_through_every_collective_raw():
+    x = np.arange(N * 2 * N * 3, dtype=np.int32).reshape(N, 2 * N, 3) - 50
+    perm = [(i, (i + 2) % N) for i in range(N)]
+    pairs = [
+        (lambda a: zc.zip_psum(a, "d", strategy="compressed")[None], lambda a: lax.psum(a, "d")[None]),
+        (lambda a: zc.zip_all_gather(a, "d", strategy="compressed"), lambda a: lax.all_gather(a, "d")),
+        (lambda a: zc.zip_psum_scatter(a, "d", tiled=True, strategy="compressed"),
+         lambda a: lax.psum_scatter(a, "d", tiled=True)),
+        (lambda a: zc.zip_all_to_all(a, "d", 0, 1, tiled=True, strategy="compressed"),
+         lambda a: lax.all_to_all(a, "d", 0, 1, tiled=True)),
+        (lambda a: zc.zip_ppermute(a, "d", perm, strategy="compressed"), lambda a: lax.ppermute(a, "d", perm)),
+    ]
+    strategy.last_plans(clear=True)
+    for ours, theirs in pairs:
+        assert bits(run(ours, x)) == bits(run(theirs, x))
+    assert not any(p.compress for p in strategy.last_plans())

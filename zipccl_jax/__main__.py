@@ -17,13 +17,15 @@ def main(argv=None) -> None:
     b.add_argument("--sizes", type=lambda s: [int(float(v)) for v in s.split(",")],
                    default=[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20], help="bytes per device, comma-separated")
     b.add_argument("--data", choices=["gaussian", "minilm"], default="gaussian")
+    b.add_argument("--collectives", type=lambda s: s.split(","), default=None,
+                   help="comma-separated subset of psum,all_gather,psum_scatter,all_to_all,ppermute")
     c = sub.add_parser("calibrate", help="measure the cost model's constants and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     args = parser.parse_args(argv)
     if args.command == "bench" and args.what == "codec":
         bench.run_codec(args.elements, args.repeat, args.core)
     elif args.command == "bench":
-        bench.run_collectives(args.sizes, args.repeat, args.data)
+        bench.run_collectives(args.sizes, args.repeat, args.data, args.collectives)
     else:
         from pathlib import Path
 

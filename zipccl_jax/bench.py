@@ -131,7 +131,7 @@ def _collective_cases(n):
     }
 
 
-def run_collectives(sizes: list[int], repeat: int, data: str) -> None:
+def run_collectives(sizes: list[int], repeat: int, data: str, names=None) -> None:
     """Time and wire bytes of each collective vs lax on all local devices."""
     import jax
     from jax.sharding import NamedSharding
@@ -153,6 +153,8 @@ def run_collectives(sizes: list[int], repeat: int, data: str) -> None:
             x = np.stack([bench_data.gaussian(m, "bfloat16", seed=i) for i in range(n)])
         xs = jax.device_put(x, NamedSharding(mesh, P("d")))
         for name, (ours, theirs) in _collective_cases(n).items():
+            if names and name not in names:
+                continue
             def timed(fn):
                 f = jax.jit(jax.shard_map(lambda a: fn(a[0]), mesh=mesh, in_specs=P("d"), out_specs=P("d"),
                                           check_vma=False))
