@@ -10,6 +10,7 @@ reason are recorded so a user can see what was chosen (`last_plans()`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -54,11 +55,12 @@ class Plan:
     axis_size: int
 
 
-_PLANS: list[Plan] = []
+_PLANS: collections.deque = collections.deque(maxlen=10_000)  # bounded: traces repeat in long jobs
 
 
 def last_plans(clear: bool = False) -> list[Plan]:
-    """The plans made since the last clear (one per collective traced)."""
+    """The plans made since the last clear (one per collective traced; the
+    newest 10,000 are kept)."""
     plans = list(_PLANS)
     if clear:
         _PLANS.clear()
