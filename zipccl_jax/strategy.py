@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import os
 from pathlib import Path
@@ -72,9 +73,15 @@ def profile_path() -> Path:
 
 
 def load_model(path: Path | None = None) -> CostModel:
-    """The calibrated model if a profile exists, else the defaults."""
+    """The calibrated model if a profile exists, else the defaults (read once
+    per version of the file: every traced collective asks)."""
     path = path or profile_path()
-    if not path.exists():
+    return _load(path, path.stat().st_mtime_ns if path.exists() else None)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: Path, mtime) -> CostModel:
+    if mtime is None:
         return CostModel()
     fields = json.loads(path.read_text())
     fields = {k: tuple(map(tuple, v)) if k == "ratios" else tuple(v) if k == "ladder" else v
