@@ -85,7 +85,7 @@ void prefetch_for_write(uint8_t* p, int64_t bytes) {
 int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   write_header(out, dtype, kFlagStoredRaw, uint64_t(n));
   const int64_t bytes = n * layout_of(dtype).elem_bytes;
-  std::memcpy(out + kHeaderBytes, in, size_t(bytes));
+  if (bytes) std::memcpy(out + kHeaderBytes, in, size_t(bytes));  // in may be null when n == 0
   return kHeaderBytes + bytes;
 }
 
@@ -182,7 +182,7 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
   if (flags & kFlagStoredRaw) {
     const int64_t bytes = n * layout_of(dtype).elem_bytes;
     if (size - kHeaderBytes < bytes) return kErrTruncated;
-    std::memcpy(out, in + kHeaderBytes, size_t(bytes));
+    if (bytes) std::memcpy(out, in + kHeaderBytes, size_t(bytes));
     return kOk;
   }
   if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, out, generic);
