@@ -58,11 +58,10 @@ def varying_axes(x) -> frozenset:
 
 
 def _result(x, shape, dtype):
-    aval = jax.typeof(x)
-    try:
-        return aval.update(shape=shape, dtype=dtype, weak_type=False)
-    except Exception:  # noqa: BLE001 - older avals without update(sharding)
-        return jax.ShapeDtypeStruct(shape, dtype)
+    """The FFI call's result type: x's type with a new shape and dtype, so it
+    keeps x's varying mesh axes inside shard_map (a bare ShapeDtypeStruct
+    would drop them and let a varying result pass as replicated)."""
+    return jax.typeof(x).update(shape=shape, dtype=dtype, weak_type=False)
 
 
 def _compress_items(x: jax.Array) -> tuple[jax.Array, jax.Array]:
