@@ -60,8 +60,14 @@ def varying_axes(x) -> frozenset:
 def _result(x, shape, dtype):
     """The FFI call's result type: x's type with a new shape and dtype, so it
     keeps x's varying mesh axes inside shard_map (a bare ShapeDtypeStruct
-    would drop them and let a varying result pass as replicated)."""
-    return jax.typeof(x).update(shape=shape, dtype=dtype, weak_type=False)
+    would drop them and let a varying result pass as replicated). Outside
+    shard_map on an Explicit mesh, jax >= 0.11 carries x's sharding spec into
+    update(), which then fails for the new rank: there a plain struct is right
+    (custom partitioning assigns the shardings)."""
+    try:
+        return jax.typeof(x).update(shape=shape, dtype=dtype, weak_type=False)
+    except ValueError:
+        return jax.ShapeDtypeStruct(shape, dtype)
 
 
 def _compress_items(x: jax.Array) -> tuple[jax.Array, jax.Array]:
