@@ -17,12 +17,12 @@ import numpy as np
 
 from . import _ffi, partitioning
 from .dtypes import DTYPE_CODES, dtype_name
-from .reference import HEADER_BYTES
+from .reference import max_stream_bytes
 
 
 def stream_capacity(n: int, dtype) -> int:
     """Bytes reserved per stream of n elements: raw size plus the header (FORMAT.md §1)."""
-    return HEADER_BYTES + n * np.dtype(dtype_name(dtype)).itemsize
+    return max_stream_bytes(n, dtype)
 
 
 @jax.tree_util.register_dataclass
