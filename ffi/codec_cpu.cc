@@ -15,6 +15,12 @@ struct GroupCode {
   uint8_t lens[kNumSyms];
 };
 
+// A group's raw byte planes (§7 step 3): which it codes, and their lengths.
+struct GroupPlanes {
+  int mask;
+  uint8_t lens[kMaxPlanes][kPlaneSyms];
+};
+
 // Adds a block's symbol counts, taken under ref r, as they are under ref
 // r + delta: class c in 1..30 becomes c + delta, or escapes past 30. (Classes
 // 0 and ESC stay: the block has no exponent in (r, ALL_ONES).)
@@ -89,21 +95,57 @@ int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   return kHeaderBytes + bytes;
 }
 
+// §7 step 3 for every group; returns the header flags. The planes come first
+// because where the bodies start depends on every group's tables.
+int choose_all_planes(int dtype, const uint8_t* in, int64_t n, std::vector<GroupPlanes>* planes) {
+  const Layout lay = layout_of(dtype);
+  const int64_t ng = num_groups(num_blocks(n)), group = int64_t(kGroupBlocks) * kBlock;
+  int any = 0;
+  planes->assign(lay.raw_bytes ? ng : 0, GroupPlanes{});
+  for (int64_t g = 0; g < int64_t(planes->size()); ++g) {
+    GroupPlanes& gp = (*planes)[g];
+    gp.mask = choose_planes(dtype, in + g * group * lay.elem_bytes, n - g * group < group ? n - g * group : group,
+                            gp.lens);
+    any |= gp.mask;
+  }
+  return any ? kFlagByteCodes : 0;
+}
+
 template <int DT>
 int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
   constexpr int es = Elem<DT>::lay.elem_bytes;
-  const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;  // a coded stream ends before limit
-  int64_t pos = bodies_offset(n);
+  const int64_t nb = num_blocks(n), ng = num_groups(nb), limit = kHeaderBytes + n * es;  // coded ends before limit
+  std::vector<GroupPlanes> planes;
+  const int flags = choose_all_planes(DT, in, n, &planes);
+  int64_t table_at = tables_offset(nb, flags), pos = table_at;
+  for (int64_t g = 0; g < ng; ++g) pos += group_table_bytes(flags ? planes[g].mask : 0);
   uint8_t scratch[kBlock * 4];
   GroupCode g;
   uint16_t codes[kNumSyms];  // the generic coder's
   uint16_t table[kNumSyms];  // the fast coder's
+  uint16_t plane_codes[kMaxPlanes][kPlaneSyms];
   for (int64_t b0 = 0; b0 < nb && pos < limit; b0 += kGroupBlocks) {
     const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb;
     if (generic) choose_group_generic(DT, in, n, b0, b1, &g);
     else choose_group_fast<DT>(in, n, b0, b1, &g);
-    pack_table(g.lens, out + kHeaderBytes + 4 * nb + kTableBytes * (b0 / kGroupBlocks));
-    if (generic) canonical_codes(g.lens, codes);
+    pack_table(g.lens, out + table_at);
+    table_at += kTableBytes;
+    PlaneCodes pc{};
+    if (flags) {
+      const GroupPlanes& gp = planes[b0 / kGroupBlocks];
+      out[kHeaderBytes + 4 * nb + b0 / kGroupBlocks] = uint8_t(gp.mask);
+      pc.mask = gp.mask;
+      for (int p = 0; p < kMaxPlanes; ++p) {
+        if (!((gp.mask >> p) & 1)) continue;
+        pack_table(gp.lens[p], out + table_at, kPlaneSyms);
+        table_at += kPlaneTableBytes;
+        canonical_codes(gp.lens[p], plane_codes[p], kPlaneSyms);
+        pc.lens[p] = gp.lens[p];
+        pc.codes[p] = plane_codes[p];
+      }
+    }
+    const bool shared = generic || pc.mask;  // the fast coder has no byte codes
+    if (shared) canonical_codes(g.lens, codes);
     else encoder_table(g.lens, table);
     for (int64_t b = b0; b < b1 && pos < limit; ++b) {
       const int count = block_count(n, b);
@@ -111,8 +153,8 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
       uint8_t* body = room ? out + pos : scratch;
       const uint8_t* src = in + b * kBlock * es;
       if (room) prefetch_for_write(body, int64_t(count) * es);
-      const uint32_t desc = generic ? encode_block(DT, src, count, g.refs[b - b0], g.lens, codes, body)
-                                    : encode_block_fast<DT>(src, count, g.refs[b - b0], table, body);
+      const uint32_t desc = shared ? encode_block(DT, src, count, g.refs[b - b0], g.lens, codes, body, pc)
+                                   : encode_block_fast<DT>(src, count, g.refs[b - b0], table, body);
       const int64_t body_bytes = desc & 0xFFFFu;
       if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
       store_u32(out + kHeaderBytes + 4 * b, desc);
@@ -120,7 +162,7 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
     }
   }
   if (pos >= limit) return store_raw(DT, in, n, out);
-  write_header(out, DT, 0, uint64_t(n));
+  write_header(out, DT, flags, uint64_t(n));
   return pos;
 }
 
@@ -129,15 +171,55 @@ void prefetch_input(const uint8_t* in, int64_t size, int64_t from, int64_t bytes
   for (int64_t i = from; i < from + bytes && i < size; i += 64) __builtin_prefetch(in + i);
 }
 
+// A group's decode tables, built when one of its coded blocks needs them.
+struct GroupTables {
+  int64_t group = -1;
+  std::vector<uint16_t> lut;      // the generic decoder's (also with byte codes)
+  std::vector<DecodeTable> fast;  // the fast decoder's
+  std::vector<uint16_t> plane_luts = std::vector<uint16_t>(kMaxPlanes * kLutSize);
+  PlaneCodes pc{};
+
+  // Unpacks and checks group g's tables at `at` (§5.3, §5.4). Returns a Status.
+  int build(const uint8_t* at, int64_t g, int mask, bool generic) {
+    uint8_t lens[kMaxSyms];
+    if (unpack_table(at, lens) != kOk) return kErrTable;
+    pc = PlaneCodes{};
+    pc.mask = mask;
+    at += kTableBytes;
+    if (generic || mask) {
+      lut.resize(kLutSize);
+      build_lut(lens, lut.data());
+    } else {
+      fast.resize(1);
+      build_decode_table(lens, &fast[0]);
+    }
+    for (int p = 0; p < kMaxPlanes; ++p) {
+      if (!((mask >> p) & 1)) continue;
+      if (unpack_table(at, lens, kPlaneSyms) != kOk) return kErrTable;
+      build_lut(lens, &plane_luts[p * kLutSize], kPlaneSyms);
+      pc.luts[p] = &plane_luts[p * kLutSize];
+      at += kPlaneTableBytes;
+    }
+    group = g;
+    return kOk;
+  }
+};
+
 template <int DT>
-int decompress_typed(const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
+int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int flags, uint8_t* out, bool generic) {
   constexpr int es = Elem<DT>::lay.elem_bytes;
-  const int64_t nb = num_blocks(n);
-  int64_t pos = bodies_offset(n);
+  const int64_t nb = num_blocks(n), ng = num_groups(nb);
+  const uint8_t* masks = in + kHeaderBytes + 4 * nb;  // §1: with kFlagByteCodes only
+  int64_t pos = tables_offset(nb, flags);
   if (size < pos) return kErrTruncated;
-  std::vector<uint16_t> lut(generic ? kLutSize : 0);      // the generic decoder's table
-  std::vector<DecodeTable> table(generic ? 0 : 1);     // the fast decoder's
-  int64_t built = -1;  // the group whose table is built, when a coded block needs it
+  for (int64_t g = 0; g < ng; ++g) {
+    const int mask = flags ? masks[g] : 0;
+    if (mask >> Elem<DT>::lay.raw_bytes) return kErrPlanes;
+    pos += group_table_bytes(mask);
+  }
+  if (size < pos) return kErrTruncated;
+  GroupTables tables;
+  int64_t table_at = tables_offset(nb, flags);  // group b / kGroupBlocks's tables
   int64_t asked = 0, ahead = pos;  // the bodies of blocks below asked were asked for, up to ahead
   for (int64_t b = 0; b < nb; ++b) {
     for (; asked < nb && asked <= b + 2; ++asked) {  // keep the next two blocks' input coming
@@ -145,22 +227,20 @@ int decompress_typed(const uint8_t* in, int64_t size, int64_t n, uint8_t* out, b
       prefetch_input(in, size, ahead, bytes);
       ahead += bytes;
     }
+    const int64_t g = b / kGroupBlocks;
+    const int mask = flags ? masks[g] : 0;
+    if (b > 0 && b % kGroupBlocks == 0) table_at += group_table_bytes(flags ? masks[g - 1] : 0);
     const uint32_t desc = load_u32(in + kHeaderBytes + 4 * b);
     const bool coded = (desc >> 24) == 1;
-    if (coded && b / kGroupBlocks != built) {
-      uint8_t lens[kNumSyms];
-      if (unpack_table(in + kHeaderBytes + 4 * nb + kTableBytes * (b / kGroupBlocks), lens) != kOk) return kErrTable;
-      if (generic) build_lut(lens, lut.data());
-      else build_decode_table(lens, &table[0]);
-      built = b / kGroupBlocks;
-    }
+    if (coded && tables.group != g && tables.build(in + table_at, g, mask, generic) != kOk) return kErrTable;
     const int64_t body_bytes = desc & 0xFFFFu;
     if (body_bytes > size - pos) return kErrTruncated;
     const int count = block_count(n, b);
     uint8_t* dst = out + b * kBlock * es;
-    const int status = generic ? decode_block(DT, in + pos, desc, count, coded ? lut.data() : nullptr, dst)
-                               : decode_block_fast<DT>(in + pos, in + size, desc, count,
-                                                       coded ? table.data() : nullptr, dst);
+    const bool ready = coded && tables.group == g;
+    const int status = (generic || mask)
+        ? decode_block(DT, in + pos, desc, count, ready ? tables.lut.data() : nullptr, dst, tables.pc)
+        : decode_block_fast<DT>(in + pos, in + size, desc, count, ready ? tables.fast.data() : nullptr, dst);
     if (status != kOk) return status;
     pos += body_bytes;
   }
@@ -185,9 +265,9 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
     if (bytes) std::memcpy(out, in + kHeaderBytes, size_t(bytes));
     return kOk;
   }
-  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, out, generic);
-  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, out, generic);
-  return decompress_typed<kF32>(in, size, n, out, generic);
+  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, flags, out, generic);
+  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, flags, out, generic);
+  return decompress_typed<kF32>(in, size, n, flags, out, generic);
 }
 
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {

@@ -51,11 +51,14 @@ void decompress_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
 }
 
 // §5.1 on given symbol counts (for tests against the reference).
+// 128 counts: the symbol alphabet; 256: a byte plane's (§5.4).
 std::vector<int> code_lengths(const std::vector<uint32_t>& counts) {
-  if (counts.size() != size_t(zipccl::kNumSyms)) throw std::invalid_argument("zipccl: need 128 counts");
-  uint8_t lens[zipccl::kNumSyms];
-  zipccl::code_lengths(counts.data(), lens);
-  return std::vector<int>(lens, lens + zipccl::kNumSyms);
+  const int nsym = int(counts.size());
+  if (nsym != zipccl::kNumSyms && nsym != zipccl::kPlaneSyms)
+    throw std::invalid_argument("zipccl: need 128 or 256 counts");
+  uint8_t lens[zipccl::kMaxSyms];
+  zipccl::code_lengths(counts.data(), lens, nsym);
+  return std::vector<int>(lens, lens + nsym);
 }
 
 }  // namespace

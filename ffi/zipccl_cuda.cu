@@ -59,11 +59,31 @@ __global__ void EmaxKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, i
   }
 }
 
-// §7 step 2, thread per group of every item: refs (A: the group's largest
+// A group's codes for its raw byte planes (§5.4), kMaxPlanes * kPlaneSyms
+// lengths and codes per group.
+struct PlaneScratch {
+  int* masks;
+  uint8_t* lens;
+  uint16_t* codes;
+};
+
+__device__ zc::PlaneCodes GroupPlanes(PlaneScratch ps, int64_t gi) {
+  zc::PlaneCodes pc{};
+  pc.mask = ps.masks[gi];
+  for (int p = 0; p < zc::kMaxPlanes; ++p) {
+    pc.lens[p] = ps.lens + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms;
+    pc.codes[p] = ps.codes + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms;
+  }
+  return pc;
+}
+
+// §7 steps 2-3, thread per group of every item: refs (A: the group's largest
 // emax, B: each block's own; B only if strictly cheaper), code lengths and
-// canonical codes. Same steps as choose_group_generic in codec_cpu.cc.
+// canonical codes, and the byte planes it codes. Same steps as
+// choose_group_generic and choose_all_planes in codec_cpu.cc.
 __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng,
-                             int64_t total_groups, uint32_t* refs, uint8_t* lens, uint16_t* codes) {
+                             int64_t total_groups, uint32_t* refs, uint8_t* lens, uint16_t* codes,
+                             PlaneScratch ps) {
   const int64_t eb = zc::layout_of(dtype).elem_bytes;
   ZC_FOR_THREADS(gi, total_groups) {
     const int64_t item = gi / ng, b0 = (gi % ng) * zc::kGroupBlocks;
@@ -87,38 +107,57 @@ __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
     uint8_t* l = lens + gi * zc::kNumSyms;
     for (int s = 0; s < zc::kNumSyms; ++s) l[s] = cand[own][s];
     zc::canonical_codes(l, codes + gi * zc::kNumSyms);
+    const int64_t first = b0 * zc::kBlock, count = (n - first < zc::kGroupBlocks * int64_t(zc::kBlock))
+                                                        ? n - first : zc::kGroupBlocks * int64_t(zc::kBlock);
+    uint8_t(*plens)[zc::kPlaneSyms] = reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(ps.lens + gi * zc::kMaxPlanes * zc::kPlaneSyms);
+    ps.masks[gi] = zc::choose_planes(dtype, in + first * eb, count, plens);
+    for (int p = 0; p < zc::kMaxPlanes; ++p)
+      if ((ps.masks[gi] >> p) & 1) zc::canonical_codes(plens[p], ps.codes + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms, zc::kPlaneSyms);
   }
 }
 
-// §7 step 3, thread per block: encodes into a fixed kBlock-element scratch
+// §7 step 4, thread per block: encodes into a fixed kBlock-element scratch
 // slot (bodies are packed once all sizes are known).
 __global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total,
-                             const uint32_t* refs, const uint8_t* lens, const uint16_t* codes,
+                             const uint32_t* refs, const uint8_t* lens, const uint16_t* codes, PlaneScratch ps,
                              uint8_t* bodies, uint32_t* descs) {
   const int64_t eb = zc::layout_of(dtype).elem_bytes;
   ZC_FOR_THREADS(t, total) {
     const int64_t item = t / nb, b = t % nb, gi = item * ng + b / zc::kGroupBlocks;
     descs[t] = zc::encode_block(dtype, x + (item * n + b * zc::kBlock) * eb, zc::block_count(n, b), refs[t],
                                 lens + gi * zc::kNumSyms, codes + gi * zc::kNumSyms,
-                                bodies + t * zc::kBlock * eb);
+                                bodies + t * zc::kBlock * eb, GroupPlanes(ps, gi));
   }
 }
 
-// CUDA block per item: thread 0 sizes the coded form and picks STORED_RAW
-// (§7 step 4); then all threads write descriptors, tables and bodies.
+// CUDA block per item: thread 0 places the group tables (§1), sizes the
+// coded form and picks STORED_RAW (§7 step 5); then all threads write
+// descriptors, plane masks, tables and bodies. table_at: [batch * ng] scratch.
 __global__ void AssembleKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t batch,
-                               const uint8_t* lens, const uint8_t* bodies, const uint32_t* descs,
-                               uint8_t* payload, int64_t cap, uint32_t* sizes) {
+                               const uint8_t* lens, PlaneScratch ps, const uint8_t* bodies, const uint32_t* descs,
+                               int64_t* table_at, uint8_t* payload, int64_t cap, uint32_t* sizes) {
   __shared__ bool stored_raw;
-  const int64_t eb = zc::layout_of(dtype).elem_bytes, start = zc::bodies_offset(n);
+  __shared__ int flags;
+  __shared__ int64_t start;
+  const int64_t eb = zc::layout_of(dtype).elem_bytes;
   for (int64_t item = blockIdx.x; item < batch; item += gridDim.x) {
     const uint32_t* d = descs + item * nb;
+    const int* masks = ps.masks + item * ng;
+    int64_t* at = table_at + item * ng;
     uint8_t* out = payload + item * cap;
     if (threadIdx.x == 0) {
-      int64_t end = start;
+      int any = 0;
+      for (int64_t g = 0; g < ng; ++g) any |= masks[g];
+      flags = any ? zc::kFlagByteCodes : 0;
+      int64_t end = zc::tables_offset(nb, flags);
+      for (int64_t g = 0; g < ng; ++g) {
+        at[g] = end;
+        end += zc::group_table_bytes(masks[g]);
+      }
+      start = end;
       for (int64_t b = 0; b < nb; ++b) end += d[b] & 0xFFFFu;
       stored_raw = end - zc::kHeaderBytes >= n * eb;
-      zc::write_header(out, dtype, stored_raw ? zc::kFlagStoredRaw : 0, uint64_t(n));
+      zc::write_header(out, dtype, stored_raw ? zc::kFlagStoredRaw : flags, uint64_t(n));
       sizes[item] = uint32_t(stored_raw ? zc::kHeaderBytes + n * eb : end);
     }
     __syncthreads();
@@ -127,9 +166,13 @@ __global__ void AssembleKernel(int dtype, const uint8_t* x, int64_t n, int64_t n
       for (int64_t i = threadIdx.x; i < n * eb; i += blockDim.x) out[zc::kHeaderBytes + i] = src[i];
     } else {
       for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) zc::store_u32(out + zc::kHeaderBytes + 4 * b, d[b]);
-      for (int64_t g = threadIdx.x; g < ng; g += blockDim.x)
-        zc::pack_table(lens + (item * ng + g) * zc::kNumSyms,
-                       out + zc::kHeaderBytes + 4 * nb + zc::kTableBytes * g);
+      for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
+        const zc::PlaneCodes pc = GroupPlanes(ps, item * ng + g);
+        if (flags) out[zc::kHeaderBytes + 4 * nb + g] = uint8_t(pc.mask);
+        zc::pack_table(lens + (item * ng + g) * zc::kNumSyms, out + at[g]);
+        for (int p = 0, k = 0; p < zc::kMaxPlanes; ++p)
+          if ((pc.mask >> p) & 1) zc::pack_table(pc.lens[p], out + at[g] + zc::kTableBytes + zc::kPlaneTableBytes * k++, zc::kPlaneSyms);
+      }
       int64_t off = start;  // every thread tracks the running body offset
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* src = bodies + (item * nb + b) * zc::kBlock * eb;
@@ -146,14 +189,41 @@ __global__ void AssembleKernel(int dtype, const uint8_t* x, int64_t n, int64_t n
 
 // Scratch of one DecodeKernel CUDA block, reused by the streams it handles.
 struct DecodeSlot {
-  uint64_t* offsets;  // [nb] body offset of each block from the stream start
-  uint8_t* has_lut;   // [ng] group has a coded block, so its table was checked
-  uint16_t* luts;     // [ng * kLutSize] decode tables
+  uint64_t* offsets;   // [nb] body offset of each block from the stream start
+  uint64_t* table_at;  // [ng] offset of each group's tables
+  uint8_t* has_lut;    // [ng] group has a coded block, so its tables were checked
+  uint16_t* luts;      // [ng * lut_stride] decode tables: the symbols', then each plane's
 };
+
+// Decode tables per group: one for the symbols and one per raw byte plane.
+__host__ __device__ inline int64_t LutStride(int dtype) {
+  return int64_t(1 + zc::layout_of(dtype).raw_bytes) * zc::kLutSize;
+}
+
+// Checks group tables at `at` with mask (§5.3-5.4); builds them into luts if
+// luts is not null. Returns a Status.
+__device__ int GroupTables(const uint8_t* at, int mask, uint16_t* luts) {
+  uint8_t lens[zc::kMaxSyms];
+  if (zc::unpack_table(at, lens) != zc::kOk) return zc::kErrTable;
+  if (luts) zc::build_lut(lens, luts);
+  at += zc::kTableBytes;
+  for (int p = 0; p < zc::kMaxPlanes; ++p) {
+    if (!((mask >> p) & 1)) continue;
+    if (zc::unpack_table(at, lens, zc::kPlaneSyms) != zc::kOk) return zc::kErrTable;
+    if (luts) zc::build_lut(lens, luts + (1 + p) * zc::kLutSize, zc::kPlaneSyms);
+    at += zc::kPlaneTableBytes;
+  }
+  return zc::kOk;
+}
 
 __device__ void ReportError(unsigned long long* err, int64_t stream, int status) {
   // First error wins: (stream << 8) | status, 0 = none.
   atomicCAS(err, 0ull, (static_cast<unsigned long long>(stream) << 8) | unsigned(status));
+}
+
+// Group g's plane mask in a coded stream with these header flags (§1).
+__device__ int StreamMask(const uint8_t* in, int64_t nb, int flags, int64_t g) {
+  return (flags & zc::kFlagByteCodes) ? in[zc::kHeaderBytes + 4 * nb + g] : 0;
 }
 
 // Checks a stream's header and tables and that its bodies fit in cap, and
@@ -168,16 +238,21 @@ __device__ int ValidateStream(int dtype, const uint8_t* in, int64_t cap, int64_t
   *stored_raw = flags & zc::kFlagStoredRaw;
   if (*stored_raw) return zc::max_stream_bytes(n, dtype) <= cap ? zc::kOk : zc::kErrTruncated;
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  int64_t pos = zc::bodies_offset(n);
+  int64_t pos = zc::tables_offset(nb, flags);
   if (pos > cap) return zc::kErrTruncated;
-  for (int64_t g = 0; g < ng; ++g) slot.has_lut[g] = 0;
+  for (int64_t g = 0; g < ng; ++g) {
+    const int mask = StreamMask(in, nb, flags, g);
+    if (mask >> zc::layout_of(dtype).raw_bytes) return zc::kErrPlanes;
+    slot.has_lut[g] = 0;
+    slot.table_at[g] = uint64_t(pos);
+    pos += zc::group_table_bytes(mask);
+  }
+  if (pos > cap) return zc::kErrTruncated;
   for (int64_t b = 0; b < nb; ++b) {
     const uint32_t desc = zc::load_u32(in + zc::kHeaderBytes + 4 * b);
     const int64_t g = b / zc::kGroupBlocks;
     if ((desc >> 24) == 1 && !slot.has_lut[g]) {
-      uint8_t lens[zc::kNumSyms];
-      if (zc::unpack_table(in + zc::kHeaderBytes + 4 * nb + zc::kTableBytes * g, lens) != zc::kOk)
-        return zc::kErrTable;
+      if (GroupTables(in + slot.table_at[g], StreamMask(in, nb, flags, g), nullptr) != zc::kOk) return zc::kErrTable;
       slot.has_lut[g] = 1;
     }
     const int64_t size = desc & 0xFFFFu;
@@ -196,9 +271,11 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
                              int64_t row_offset, int64_t nstreams, int64_t n, DecodeSlot slots,
                              uint8_t* out, unsigned long long* err) {
   __shared__ int state;  // -1 invalid, 0 coded, 1 stored raw
+  __shared__ int flags;
   const int64_t eb = zc::layout_of(dtype).elem_bytes, nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  const DecodeSlot slot{slots.offsets + blockIdx.x * nb, slots.has_lut + blockIdx.x * ng,
-                        slots.luts + blockIdx.x * ng * zc::kLutSize};
+  const int64_t stride = LutStride(dtype);
+  const DecodeSlot slot{slots.offsets + blockIdx.x * nb, slots.table_at + blockIdx.x * ng,
+                        slots.has_lut + blockIdx.x * ng, slots.luts + blockIdx.x * ng * stride};
   for (int64_t s = blockIdx.x; s < nstreams; s += gridDim.x) {
     const int64_t row = s * row_stride + row_offset;
     const uint8_t* in = payload + row * cap;
@@ -207,13 +284,12 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
       const int st = ValidateStream(dtype, in, cap, n, slot, &stored_raw);
       if (st != zc::kOk) ReportError(err, row, st);
       state = st != zc::kOk ? -1 : stored_raw ? 1 : 0;
+      flags = st == zc::kOk ? in[6] : 0;
     }
     __syncthreads();
     for (int64_t g = threadIdx.x; state == 0 && g < ng; g += blockDim.x) {
-      if (!slot.has_lut[g]) continue;
-      uint8_t lens[zc::kNumSyms];
-      zc::unpack_table(in + zc::kHeaderBytes + 4 * nb + zc::kTableBytes * g, lens);  // checked above
-      zc::build_lut(lens, slot.luts + g * zc::kLutSize);
+      if (slot.has_lut[g])  // checked above
+        GroupTables(in + slot.table_at[g], StreamMask(in, nb, flags, g), slot.luts + g * stride);
     }
     __syncthreads();
     for (int64_t b = threadIdx.x; state >= 0 && b < nb; b += blockDim.x) {
@@ -225,9 +301,12 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
         continue;
       }
       const int64_t g = b / zc::kGroupBlocks;
-      const uint16_t* lut = slot.has_lut[g] ? slot.luts + g * zc::kLutSize : nullptr;
+      const uint16_t* lut = slot.has_lut[g] ? slot.luts + g * stride : nullptr;
+      zc::PlaneCodes pc{};
+      pc.mask = StreamMask(in, nb, flags, g);
+      for (int p = 0; p < zc::kMaxPlanes; ++p) pc.luts[p] = lut ? lut + (1 + p) * zc::kLutSize : nullptr;
       const int st = zc::decode_block(dtype, in + slot.offsets[b], zc::load_u32(in + zc::kHeaderBytes + 4 * b),
-                                      count, lut, dst);
+                                      count, lut, dst, pc);
       if (st != zc::kOk) ReportError(err, row, st);
     }
     __syncthreads();  // state and the slot are reused by the next stream
@@ -306,12 +385,13 @@ T* Scratch(ffi::ScratchAllocator& scratch, int64_t count) {
 }
 
 // Scratch for `slots` DecodeKernel blocks on streams of n elements.
-bool AllocSlots(ffi::ScratchAllocator& scratch, int64_t slots, int64_t n, DecodeSlot* s) {
+bool AllocSlots(ffi::ScratchAllocator& scratch, int64_t slots, int64_t n, int dtype, DecodeSlot* s) {
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
   s->offsets = Scratch<uint64_t>(scratch, slots * nb);
+  s->table_at = Scratch<uint64_t>(scratch, slots * ng);
   s->has_lut = Scratch<uint8_t>(scratch, slots * ng);
-  s->luts = Scratch<uint16_t>(scratch, slots * ng * zc::kLutSize);
-  return s->offsets && s->has_lut && s->luts;
+  s->luts = Scratch<uint16_t>(scratch, slots * ng * LutStride(dtype));
+  return s->offsets && s->table_at && s->has_lut && s->luts;
 }
 
 // Waits for the stream and turns the first device-side error into kDataLoss.
@@ -344,12 +424,17 @@ ffi::Error Compress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Any
   uint16_t* codes = Scratch<uint16_t>(scratch, total_groups * zc::kNumSyms);
   uint8_t* bodies = Scratch<uint8_t>(scratch, total * zc::kBlock * eb);
   uint32_t* descs = Scratch<uint32_t>(scratch, total);
-  if (!refs || !lens || !codes || !bodies || !descs) return NoScratch();
+  int64_t* table_at = Scratch<int64_t>(scratch, total_groups);
+  const PlaneScratch ps{Scratch<int>(scratch, total_groups),
+                        Scratch<uint8_t>(scratch, total_groups * zc::kMaxPlanes * zc::kPlaneSyms),
+                        Scratch<uint16_t>(scratch, total_groups * zc::kMaxPlanes * zc::kPlaneSyms)};
+  if (!refs || !lens || !codes || !bodies || !descs || !table_at || !ps.masks || !ps.lens || !ps.codes)
+    return NoScratch();
   const auto* in = static_cast<const uint8_t*>(x.untyped_data());
   ZC_LAUNCH(EmaxKernel, total, kThreads, stream, dtype, in, n, nb, total, refs);
-  ZC_LAUNCH(ChooseKernel, total_groups, kThreads, stream, dtype, in, n, nb, ng, total_groups, refs, lens, codes);
-  ZC_LAUNCH(EncodeKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, refs, lens, codes, bodies, descs);
-  ZC_LAUNCH(AssembleKernel, batch, 1, stream, dtype, in, n, nb, ng, batch, lens, bodies, descs,
+  ZC_LAUNCH(ChooseKernel, total_groups, kThreads, stream, dtype, in, n, nb, ng, total_groups, refs, lens, codes, ps);
+  ZC_LAUNCH(EncodeKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, refs, lens, codes, ps, bodies, descs);
+  ZC_LAUNCH(AssembleKernel, batch, 1, stream, dtype, in, n, nb, ng, batch, lens, ps, bodies, descs, table_at,
             payload->typed_data(), cap, sizes->typed_data());
   return ffi::Error::Success();
 }
@@ -366,7 +451,7 @@ ffi::Error Decompress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::B
   const int64_t slots = std::min(nstreams, kDecodeSlots);
   DecodeSlot slot;
   auto* d_err = Scratch<unsigned long long>(scratch, 1);
-  if (!AllocSlots(scratch, slots, n, &slot) || !d_err) return NoScratch();
+  if (!AllocSlots(scratch, slots, n, dtype, &slot) || !d_err) return NoScratch();
   ZC_CUDA(cudaMemsetAsync(d_err, 0, sizeof(*d_err), stream));
   ZC_LAUNCH(DecodeKernel, slots, 1, stream, dtype, payload.typed_data(), cap, 1, 0, nstreams, n, slot,
             static_cast<uint8_t*>(out->untyped_data()), d_err);
@@ -392,7 +477,7 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::ScratchAllocator scrat
   uint8_t* decoded = Scratch<uint8_t>(scratch, count * zc::layout_of(dtype).elem_bytes);
   // Sum straight into out when it is float32; otherwise into f32 scratch.
   float* acc = out_dtype == zc::kF32 ? static_cast<float*>(out->untyped_data()) : Scratch<float>(scratch, count);
-  if (!AllocSlots(scratch, slots, n, &slot) || !d_err || !decoded || !acc) return NoScratch();
+  if (!AllocSlots(scratch, slots, n, dtype, &slot) || !d_err || !decoded || !acc) return NoScratch();
   ZC_CUDA(cudaMemsetAsync(d_err, 0, sizeof(*d_err), stream));
   for (int64_t j = 0; j < k; ++j) {
     ZC_LAUNCH(DecodeKernel, slots, 1, stream, dtype, payload.typed_data(), cap, k, j, batch, n, slot, decoded, d_err);

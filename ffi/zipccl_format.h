@@ -24,6 +24,7 @@ constexpr int kBlockLog2 = 12;
 constexpr int kBlock = 1 << kBlockLog2;  // elements per block
 constexpr int kGroupBlocks = 16;         // blocks sharing one code table
 constexpr int kFlagStoredRaw = 1;        // header flags: whole stream is raw
+constexpr int kFlagByteCodes = 2;        // header flags: groups may code their raw byte planes
 
 constexpr int kNumClasses = 32;
 constexpr int kClassZero = 0;  // exponent field == 0 (zero or subnormal)
@@ -36,7 +37,11 @@ constexpr int kMaxCodeLen = 12;
 constexpr int kLutSize = 1 << kMaxCodeLen;
 constexpr int kSubstreams = 4;  // independent bitstreams per coded block
 constexpr int kSubstreamHeader = 2 * (kSubstreams - 1);
-constexpr int kMaxElementBits = kMaxCodeLen + 8;  // a code and an escaped exponent
+constexpr int kMaxElementBits = kMaxCodeLen + 8;  // a code and an escaped exponent (no byte codes)
+constexpr int kPlaneSyms = 256;                   // §5.4: the alphabet of a raw byte plane
+constexpr int kPlaneTableBytes = kPlaneSyms / 2;
+constexpr int kMaxPlanes = 2;                     // raw bytes per element, at most
+constexpr int kMaxSyms = kPlaneSyms;              // the larger alphabet, for array sizes
 
 // Error codes of the decoder; messages live in error_message().
 enum Status : int {
@@ -52,6 +57,7 @@ enum Status : int {
   kErrBitstream = 9,
   kErrTrailing = 10,
   kErrTable = 11,
+  kErrPlanes = 12,
 };
 
 inline const char* error_message(int status) {
@@ -67,6 +73,7 @@ inline const char* error_message(int status) {
     case kErrBitstream: return "corrupt block bitstream";
     case kErrTrailing: return "corrupt block bitstream (unused or nonzero padding bits)";
     case kErrTable: return "corrupt code table";
+    case kErrPlanes: return "corrupt byte-code mask";
     default: return "ok";
   }
 }
@@ -144,11 +151,16 @@ ZC_HD int64_t num_blocks(int64_t n) { return (n + kBlock - 1) >> kBlockLog2; }
 ZC_HD int64_t num_groups(int64_t nb) { return (nb + kGroupBlocks - 1) / kGroupBlocks; }
 ZC_HD int block_count(int64_t n, int64_t b) { return int(n - b * kBlock < kBlock ? n - b * kBlock : kBlock); }
 
-// Offset of the first block body of a coded stream.
-ZC_HD int64_t bodies_offset(int64_t n) {
-  const int64_t nb = num_blocks(n);
-  return kHeaderBytes + 4 * nb + int64_t(kTableBytes) * num_groups(nb);
+// §1: offset of the first group's tables in a coded stream (after the
+// descriptors and, with kFlagByteCodes, one plane mask byte per group).
+ZC_HD int64_t tables_offset(int64_t nb, int flags) {
+  return kHeaderBytes + 4 * nb + ((flags & kFlagByteCodes) ? num_groups(nb) : 0);
 }
+
+ZC_HD int popcount2(int mask) { return (mask & 1) + ((mask >> 1) & 1); }
+
+// §5.4: bytes of a group's tables: its symbol table, then one per coded plane.
+ZC_HD int64_t group_table_bytes(int mask) { return kTableBytes + int64_t(kPlaneTableBytes) * popcount2(mask); }
 
 // §1: the most bytes a stream of n elements can take: raw plus the header.
 ZC_HD int64_t max_stream_bytes(int64_t n, int dtype) { return kHeaderBytes + n * layout_of(dtype).elem_bytes; }
@@ -198,13 +210,14 @@ ZC_HD void add_symbol_counts(int dtype, const uint8_t* in, int count, uint32_t r
   }
 }
 
-// §5.1 step 1: deterministic two-queue Huffman code lengths (unlimited).
-ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens) {
-  uint8_t leaf[kNumSyms];  // used symbols sorted by (count, symbol)
-  uint32_t weight[2 * kNumSyms];
-  uint16_t parent[2 * kNumSyms];
+// §5.1 step 1: deterministic two-queue Huffman code lengths (unlimited) of
+// an alphabet of nsym symbols.
+ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens, int nsym) {
+  uint8_t leaf[kMaxSyms];  // used symbols sorted by (count, symbol)
+  uint32_t weight[2 * kMaxSyms];
+  uint16_t parent[2 * kMaxSyms];
   int n = 0;
-  for (int s = 0; s < kNumSyms; ++s) {
+  for (int s = 0; s < nsym; ++s) {
     lens[s] = 0;
     if (!counts[s]) continue;
     int j = n++;
@@ -222,22 +235,22 @@ ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens) {
     parent[pick[0]] = parent[pick[1]] = uint16_t(total);
     weight[total++] = weight[pick[0]] + weight[pick[1]];
   }
-  uint8_t depth[2 * kNumSyms];
+  uint8_t depth[2 * kMaxSyms];
   depth[total - 1] = 0;
   for (int node = total - 2; node >= 0; --node) depth[node] = uint8_t(depth[parent[node]] + 1);
   for (int i = 0; i < n; ++i) lens[leaf[i]] = depth[i];
 }
 
 // §5.1: Huffman lengths, flattening the counts until no code is over 12 bits.
-ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens) {
-  uint32_t counts[kNumSyms];
-  for (int s = 0; s < kNumSyms; ++s) counts[s] = counts_in[s];
+ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens, int nsym = kNumSyms) {
+  uint32_t counts[kMaxSyms];
+  for (int s = 0; s < nsym; ++s) counts[s] = counts_in[s];
   for (;;) {
-    huffman_lengths(counts, lens);
+    huffman_lengths(counts, lens, nsym);
     int longest = 0;
-    for (int s = 0; s < kNumSyms; ++s) longest = lens[s] > longest ? lens[s] : longest;
+    for (int s = 0; s < nsym; ++s) longest = lens[s] > longest ? lens[s] : longest;
     if (longest <= kMaxCodeLen) return;
-    for (int s = 0; s < kNumSyms; ++s) counts[s] = counts[s] ? (counts[s] + 1) >> 1 : 0;
+    for (int s = 0; s < nsym; ++s) counts[s] = counts[s] ? (counts[s] + 1) >> 1 : 0;
   }
 }
 
@@ -250,10 +263,10 @@ ZC_HD uint64_t code_cost(const uint32_t* counts, const uint8_t* lens, int exp_bi
 }
 
 // §5.2: canonical codes, bit-reversed so the decoder peeks LSB first.
-ZC_HD void canonical_codes(const uint8_t* lens, uint16_t* codes) {
+ZC_HD void canonical_codes(const uint8_t* lens, uint16_t* codes, int nsym = kNumSyms) {
   uint32_t code = 0;
   for (int len = 1; len <= kMaxCodeLen; ++len) {
-    for (int s = 0; s < kNumSyms; ++s) {
+    for (int s = 0; s < nsym; ++s) {
       if (lens[s] != len) continue;
       uint32_t rev = 0;
       for (int b = 0; b < len; ++b) rev |= ((code >> b) & 1u) << (len - 1 - b);
@@ -265,17 +278,17 @@ ZC_HD void canonical_codes(const uint8_t* lens, uint16_t* codes) {
 }
 
 // §5.3: stored table <-> lengths; unpack_table validates.
-ZC_HD void pack_table(const uint8_t* lens, uint8_t* table) {
-  for (int j = 0; j < kTableBytes; ++j) table[j] = uint8_t(lens[2 * j] | (lens[2 * j + 1] << 4));
+ZC_HD void pack_table(const uint8_t* lens, uint8_t* table, int nsym = kNumSyms) {
+  for (int j = 0; j < nsym / 2; ++j) table[j] = uint8_t(lens[2 * j] | (lens[2 * j + 1] << 4));
 }
 
-ZC_HD int unpack_table(const uint8_t* table, uint8_t* lens) {
+ZC_HD int unpack_table(const uint8_t* table, uint8_t* lens, int nsym = kNumSyms) {
   uint32_t kraft = 0;  // in units of 2^-12
-  for (int j = 0; j < kTableBytes; ++j) {
+  for (int j = 0; j < nsym / 2; ++j) {
     lens[2 * j] = table[j] & 15;
     lens[2 * j + 1] = table[j] >> 4;
   }
-  for (int s = 0; s < kNumSyms; ++s) {
+  for (int s = 0; s < nsym; ++s) {
     if (lens[s] > kMaxCodeLen) return kErrTable;
     if (lens[s]) kraft += 1u << (kMaxCodeLen - lens[s]);
   }
@@ -283,11 +296,11 @@ ZC_HD int unpack_table(const uint8_t* table, uint8_t* lens) {
 }
 
 // Decode table: lut[12-bit window] = symbol | (length << 8); 0 = no code.
-ZC_HD void build_lut(const uint8_t* lens, uint16_t* lut) {
-  uint16_t codes[kNumSyms];
-  canonical_codes(lens, codes);
+ZC_HD void build_lut(const uint8_t* lens, uint16_t* lut, int nsym = kNumSyms) {
+  uint16_t codes[kMaxSyms];
+  canonical_codes(lens, codes, nsym);
   for (int w = 0; w < kLutSize; ++w) lut[w] = 0;
-  for (int s = 0; s < kNumSyms; ++s) {
+  for (int s = 0; s < nsym; ++s) {
     const int len = lens[s];
     if (!len) continue;
     for (uint32_t fill = 0; fill < (1u << (kMaxCodeLen - len)); ++fill)
@@ -319,28 +332,64 @@ struct BitWriter {
 // §2: sub-stream k of a block holds elements [k * q, min(count, (k + 1) * q)).
 ZC_HD int substream_len(int count) { return (count + kSubstreams - 1) / kSubstreams; }
 
-// Bits one element costs in its sub-stream.
-ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens) {
-  const Layout lay = layout_of(dtype);
-  const int c = class_of(exponent_of(x, lay), ref, (1u << lay.exp_bits) - 1);
-  return lens[(c << kTopBits) | top_bits_of(x, lay)] + (c == kClassEsc ? lay.exp_bits : 0);
+// §5.4: the codes of a group's raw byte planes. Bit p of mask: plane p
+// (raw byte p of every element) is Huffman coded in the sub-streams rather
+// than stored in the raw area. The encoder fills lens and codes, the decoder
+// luts, of the coded planes only.
+struct PlaneCodes {
+  int mask;
+  const uint8_t* lens[kMaxPlanes];
+  const uint16_t* codes[kMaxPlanes];
+  const uint16_t* luts[kMaxPlanes];
+};
+
+// A layout whose raw_bytes counts only the planes stored raw under mask.
+ZC_HD Layout stored_layout(Layout lay, int mask) {
+  lay.raw_bytes -= popcount2(mask);
+  return lay;
 }
 
-// §7 step 3: encodes one block of count elements (bytes at in) with its ref
-// and its group's code into body, which has room for count * elem_bytes
+// §7 step 3: which raw byte planes a group of count elements (bytes at in)
+// codes; lens[p] receives plane p's code lengths. Returns the mask.
+ZC_HD int choose_planes(int dtype, const uint8_t* in, int64_t count, uint8_t (*lens)[kPlaneSyms]) {
+  const Layout lay = layout_of(dtype);
+  int mask = 0;
+  for (int p = 0; p < lay.raw_bytes; ++p) {
+    uint32_t counts[kPlaneSyms] = {};
+    for (int64_t i = 0; i < count; ++i) ++counts[in[i * lay.elem_bytes + p]];
+    code_lengths(counts, lens[p], kPlaneSyms);
+    uint64_t bits = 0;
+    for (int v = 0; v < kPlaneSyms; ++v) bits += uint64_t(counts[v]) * lens[p][v];
+    if (bits + 8 * kPlaneTableBytes < 8 * uint64_t(count)) mask |= 1 << p;
+  }
+  return mask;
+}
+
+// Bits one element costs in its sub-stream.
+ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const PlaneCodes& pc) {
+  const Layout lay = layout_of(dtype);
+  const int c = class_of(exponent_of(x, lay), ref, (1u << lay.exp_bits) - 1);
+  uint32_t bits = lens[(c << kTopBits) | top_bits_of(x, lay)] + (c == kClassEsc ? lay.exp_bits : 0);
+  for (int p = 0; p < lay.raw_bytes; ++p)
+    if ((pc.mask >> p) & 1) bits += pc.lens[p][(x >> (8 * p)) & 0xFFu];
+  return bits;
+}
+
+// §7 step 4: encodes one block of count elements (bytes at in) with its ref
+// and its group's codes into body, which has room for count * elem_bytes
 // bytes. Returns the block's descriptor.
 ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t ref, const uint8_t* lens,
-                            const uint16_t* codes, uint8_t* body) {
-  const Layout lay = layout_of(dtype);
+                            const uint16_t* codes, uint8_t* body, const PlaneCodes& pc = PlaneCodes{}) {
+  const Layout lay = layout_of(dtype), st = stored_layout(lay, pc.mask);
   const uint32_t all_ones = (1u << lay.exp_bits) - 1;
   const int q = substream_len(count);
   uint32_t stream_bytes[kSubstreams];
-  const uint32_t sizes_at = uint32_t(count) * lay.raw_bytes + extra_area_bytes(count, lay);
+  const uint32_t sizes_at = uint32_t(count) * st.raw_bytes + extra_area_bytes(count, lay);
   uint32_t coded = sizes_at + kSubstreamHeader;
   for (int k = 0; k < kSubstreams; ++k) {  // exact size first: never write past body
     uint32_t bits = 0;
     for (int i = k * q; i < count && i < (k + 1) * q; ++i)
-      bits += element_bits(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, lens);
+      bits += element_bits(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, lens, pc);
     stream_bytes[k] = (bits + 7) / 8;
     coded += stream_bytes[k];
   }
@@ -354,16 +403,20 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t re
     sizes[2 * k] = uint8_t(stream_bytes[k]);
     sizes[2 * k + 1] = uint8_t(stream_bytes[k] >> 8);
   }
-  BitWriter extras{body + count * lay.raw_bytes, 0, 0};
+  BitWriter extras{body + count * st.raw_bytes, 0, 0};
   BitWriter w{sizes + kSubstreamHeader, 0, 0};
   for (int k = 0; k < kSubstreams; ++k) {
     for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
       uint32_t t, extra;
-      const uint32_t e =
-          split_element(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), &t, body + i * lay.raw_bytes, &extra);
+      uint8_t raw[kMaxPlanes];
+      const uint32_t e = split_element(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), &t, raw, &extra);
       const int s = (class_of(e, ref, all_ones) << kTopBits) | int(t);
       w.put(codes[s], lens[s]);
       if ((s >> kTopBits) == kClassEsc) w.put(e, lay.exp_bits);
+      for (int p = 0, j = 0; p < lay.raw_bytes; ++p) {
+        if ((pc.mask >> p) & 1) w.put(pc.codes[p][raw[p]], pc.lens[p][raw[p]]);
+        else body[i * st.raw_bytes + j++] = raw[p];
+      }
       extras.put(extra, lay.extra_bits);
     }
     w.flush();
@@ -418,10 +471,10 @@ ZC_HD uint32_t load_extra(const uint8_t* area, int i, Layout lay) {
 
 // Decodes one block body into count elements at out; lut is the decode
 // table of the block's group (null if the group's table is invalid, which
-// only matters to coded blocks). Returns a Status.
+// only matters to coded blocks), pc.luts its plane tables. Returns a Status.
 ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count, const uint16_t* lut,
-                       uint8_t* out) {
-  const Layout lay = layout_of(dtype);
+                       uint8_t* out, const PlaneCodes& pc = PlaneCodes{}) {
+  const Layout lay = layout_of(dtype), st = stored_layout(lay, pc.mask);
   const uint32_t size = desc & 0xFFFFu, ref = (desc >> 16) & 0xFFu, mode = desc >> 24;
   if (mode == 0) {
     if (size != uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
@@ -430,7 +483,7 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
   }
   if (mode != 1) return kErrBlockMode;
   uint32_t bounds[kSubstreams + 1];
-  const int status = locate_substreams(body, size, count, lay, bounds);
+  const int status = locate_substreams(body, size, count, st, bounds);
   if (status != kOk) return status;
   if (!lut) return kErrTable;
   const int q = substream_len(count);
@@ -448,9 +501,18 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
         if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
         e = ref - uint32_t(c - 1);
       }
-      const uint32_t extra = load_extra(body + count * lay.raw_bytes, i, lay);
-      store_element(out + i * lay.elem_bytes,
-                    join_element(dtype, e, entry & ((1u << kTopBits) - 1), body + i * lay.raw_bytes, extra),
+      uint8_t raw[kMaxPlanes];
+      for (int p = 0, j = 0; p < lay.raw_bytes; ++p) {
+        if (!((pc.mask >> p) & 1)) {
+          raw[p] = body[i * st.raw_bytes + j++];
+          continue;
+        }
+        const uint16_t byte = pc.luts[p][r.peek(kMaxCodeLen)];
+        if (!byte || !r.skip(byte >> 8)) return kErrBitstream;
+        raw[p] = uint8_t(byte);
+      }
+      const uint32_t extra = load_extra(body + count * st.raw_bytes, i, lay);
+      store_element(out + i * lay.elem_bytes, join_element(dtype, e, entry & ((1u << kTopBits) - 1), raw, extra),
                     lay.elem_bytes);
     }
     if (!r.finished()) return kErrTrailing;
@@ -479,7 +541,9 @@ ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, 
   uint64_t count = 0;
   for (int i = 0; i < 8; ++i) count |= uint64_t(in[8 + i]) << (8 * i);
   if (count != n) return kErrCount;
-  if (in[6] & ~kFlagStoredRaw) return kErrFlags;
+  const int f = in[6];  // byte codes need raw bytes, and make no sense in a raw stream
+  if ((f & ~(kFlagStoredRaw | kFlagByteCodes)) || ((f & kFlagByteCodes) && (dtype == kBF16 || (f & kFlagStoredRaw))))
+    return kErrFlags;
   *flags = in[6];
   return kOk;
 }

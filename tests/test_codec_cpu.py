@@ -18,6 +18,9 @@ CASES = {
     # one raw block between coded ones
     "fp32_mixed": (np.concatenate([gaussian(4096, "float32"), random_bits(4096, "float32"),
                                    gaussian(100, "float32")]), 3),
+    # Huffman-coded byte planes (FORMAT.md §5.4): both planes, and plane 0 only
+    "fp32_byte_codes": ((np.random.default_rng(6).integers(-64, 64, 9000) / 64).astype(np.float32), 3),
+    "fp16_byte_codes": ((np.random.default_rng(7).integers(-64, 64, 9000) / 64).astype(np.float16), 2),
 }
 
 
@@ -65,7 +68,7 @@ def test_thousands_of_mutations_never_crash_and_errors_are_clear(case, generic):
     assert rejected > 200  # structural damage is caught, not decoded as garbage
 
 
-@pytest.mark.parametrize("case", ["bf16_coded", "fp16_coded", "fp32_mixed"])
+@pytest.mark.parametrize("case", ["bf16_coded", "fp16_coded", "fp32_mixed", "fp32_byte_codes", "fp16_byte_codes"])
 def test_cpu_and_reference_agree_on_every_mutated_payload(case):
     """Same verdict and, when accepted, the same decoded bits."""
     x, code = CASES[case]

@@ -48,11 +48,17 @@ def make(kind, n, dtype, seed=0):
         return x
     if kind == "sparse":
         return (gaussian(n, dtype, seed=seed).astype(np.float32) * (rng.random(n) < 0.1)).astype(dtype)
+    if kind == "low_precision":  # few mantissa bits: fp16/fp32 code both low byte planes (§5.4)
+        return (rng.integers(-64, 64, n) / 64).astype(dtype)
+    if kind == "mixed_precision":  # a third of the values with a zero low byte: fp32 codes plane 0 only
+        x = gaussian(n, np.float32, seed=seed).view(np.uint32)
+        x[::3] &= 0xFFFFFF00
+        return x.view(np.float32).astype(dtype)
     raise ValueError(kind)
 
 
 KINDS = ["gauss", "gauss_tiny", "gauss_huge", "wide", "random_bits", "zeros", "signed_zeros",
-         "constant", "specials", "specials_in_gauss", "sparse"]
+         "constant", "specials", "specials_in_gauss", "sparse", "low_precision", "mixed_precision"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -121,13 +127,14 @@ def test_header_fields_follow_the_format():
     assert sum(2.0 ** -int(l) for l in lengths if l) <= 1.0
 
 
-def test_code_lengths_are_identical_in_cpp_and_within_12_bits():
+@pytest.mark.parametrize("nsym", [ref.NUM_SYMS, ref.PLANE_SYMS], ids=["symbols", "byte_plane"])
+def test_code_lengths_are_identical_in_cpp_and_within_12_bits(nsym):
     rng = np.random.default_rng(0)
     for trial in range(300):
-        counts = rng.integers(0, 1000, ref.NUM_SYMS) * (rng.random(ref.NUM_SYMS) < 0.5)
+        counts = rng.integers(0, 1000, nsym) * (rng.random(nsym) < 0.5)
         if trial % 3 == 0:  # power-law counts force the 12-bit limit
-            counts = (2 ** rng.integers(0, 24, ref.NUM_SYMS)) * (rng.random(ref.NUM_SYMS) < 0.7)
-        counts[trial % ref.NUM_SYMS] += 1
+            counts = (2 ** rng.integers(0, 24, nsym)) * (rng.random(nsym) < 0.7)
+        counts[trial % nsym] += 1
         lengths = ref.code_lengths(counts)
         assert cpu.code_lengths([int(c) for c in counts]) == lengths.tolist()
         assert lengths.max() <= ref.MAX_CODE_LEN
@@ -154,3 +161,49 @@ def test_unsupported_dtype_is_named():
         ref.compress(np.zeros(4, np.int32))
     with pytest.raises(ValueError, match="unsupported dtype float64"):
         ref.decompress(b"", np.float64, 0)
+
+
+def _masks(stream: bytes, n: int) -> list:
+    nb = -(-n // ref.BLOCK)
+    return list(stream[ref.HEADER_BYTES + 4 * nb :][: -(-nb // ref.GROUP_BLOCKS)])
+
+
+@pytest.mark.parametrize("dtype,kind,mask", [(np.float32, "mixed_precision", 1), (np.float32, "low_precision", 3),
+                                             (np.float16, "low_precision", 1)])
+def test_skewed_low_bytes_are_huffman_coded_and_pay(dtype, kind, mask):
+    """§5.4: a plane whose bytes are far from uniform is coded; one that is uniform stays raw."""
+    n = 3 * 65536 + 5000
+    x = make(kind, n, dtype, seed=7)
+    stream = ref.compress(x)
+    assert stream[6] == ref.FLAG_BYTE_CODES and _masks(stream, n) == [mask] * 4
+    # the same values with uniformly random low bytes: no plane pays, and the stream is larger
+    noisy = np.ascontiguousarray(x).view(np.uint16 if x.itemsize == 2 else np.uint32).copy()
+    noisy ^= np.random.default_rng(1).integers(0, 1 << (8 * (x.itemsize // 2)), n).astype(noisy.dtype)
+    plain = ref.compress(noisy.view(dtype))
+    assert plain[6] == 0
+    assert len(stream) < len(plain) - n // 16  # at least half a bit per element saved
+    assert bits(ref.decompress(stream, dtype, n)) == bits(x)
+
+
+def test_byte_code_fields_are_validated():
+    n = 70000  # two groups
+    x = make("mixed_precision", n, np.float32, seed=2)
+    s = ref.compress(x)
+    nb = -(-n // ref.BLOCK)
+    masks_at = ref.HEADER_BYTES + 4 * nb
+
+    def expect(b, message, dtype=np.float32):
+        with pytest.raises(ref.CorruptPayload, match=message):
+            ref.decompress(bytes(b), dtype, n)
+        with pytest.raises(ValueError, match=message):
+            cpu.decompress_into(np.frombuffer(bytes(b), np.uint8), CODES[np.dtype(dtype)],
+                                np.zeros(n * np.dtype(dtype).itemsize, np.uint8))
+
+    assert s[6] == ref.FLAG_BYTE_CODES
+    expect(s[:masks_at] + b"\x04" + s[masks_at + 1 :], "byte-code mask")  # fp32 has planes 0 and 1 only
+    expect(s[:6] + bytes([ref.FLAG_BYTE_CODES | ref.FLAG_STORED_RAW]) + s[7:], "unknown header flags")
+    plane_table = masks_at + 2 + ref.TABLE_BYTES  # group 0's plane-0 table
+    expect(s[:plane_table] + bytes(ref.PLANE_TABLE_BYTES) + s[plane_table + ref.PLANE_TABLE_BYTES :], "code table")
+    expect(s[:masks_at + 1], "truncated")
+    h = ref.compress(gaussian(n, ml_dtypes.bfloat16))
+    expect(h[:6] + bytes([ref.FLAG_BYTE_CODES]) + h[7:], "unknown header flags", dtype=ml_dtypes.bfloat16)

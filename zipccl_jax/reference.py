@@ -18,12 +18,15 @@ BLOCK_LOG2 = 12
 BLOCK = 1 << BLOCK_LOG2
 GROUP_BLOCKS = 16  # blocks sharing one code table
 FLAG_STORED_RAW = 1
+FLAG_BYTE_CODES = 2  # groups may Huffman-code their raw byte planes (§5.4)
 NUM_CLASSES, CLASS_ZERO, CLASS_ESC, MAX_DELTA = 32, 0, 31, 29
 TOP_BITS = 2  # top mantissa bits coded jointly with the exponent class
 NUM_SYMS = NUM_CLASSES << TOP_BITS
 TABLE_BYTES = NUM_SYMS // 2
 MAX_CODE_LEN = 12
 SUBSTREAMS = 4
+PLANE_SYMS = 256  # §5.4: a raw byte plane's alphabet
+PLANE_TABLE_BYTES = PLANE_SYMS // 2
 
 # §3: (elem_bytes, exp_bits, raw_bytes, extra_bits) per dtype code.
 LAYOUTS = {1: (2, 8, 0, 6), 2: (2, 5, 1, 1), 3: (4, 8, 2, 6)}
@@ -129,10 +132,10 @@ def code_lengths(counts: np.ndarray) -> np.ndarray:
 
 def canonical_codes(lengths: np.ndarray) -> np.ndarray:
     """§5.2: canonical codes, bit-reversed so they are written value-LSB first."""
-    codes = np.zeros(NUM_SYMS, np.int64)
+    codes = np.zeros(len(lengths), np.int64)
     code = 0
     for length in range(1, MAX_CODE_LEN + 1):
-        for s in range(NUM_SYMS):
+        for s in range(len(lengths)):
             if lengths[s] == length:
                 codes[s] = int(f"{code:0{length}b}"[::-1], 2)
                 code += 1
@@ -145,7 +148,7 @@ def pack_table(lengths: np.ndarray) -> bytes:
 
 
 def unpack_table(table: bytes) -> np.ndarray:
-    """§5.3: the 64 lengths of a stored table, validated."""
+    """§5.3: the lengths of a stored table (two per byte), validated."""
     b = np.frombuffer(table, np.uint8).astype(np.int64)
     lengths = np.stack([b & 15, b >> 4], axis=1).ravel()
     if lengths.max() > MAX_CODE_LEN or not lengths.any():
@@ -196,19 +199,27 @@ def header(code: int, flags: int, n: int) -> bytes:
     return MAGIC + bytes([VERSION, code, flags, BLOCK_LOG2]) + int(n).to_bytes(8, "little")
 
 
-def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, codes: np.ndarray) -> tuple[int, bytes]:
-    """One block with its ref and its group's code -> (descriptor, body)."""
+def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, codes: np.ndarray,
+                 planes: dict | None = None) -> tuple[int, bytes]:
+    """One block with its ref and its group's codes -> (descriptor, body).
+
+    planes maps each coded raw byte plane p to its (lengths, codes) (§5.4).
+    """
     elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
+    planes = planes or {}
     count = x.size
     e, t, raw, extra = split(code, x)
     s = symbols(e, t, ref, exp_bits)
     esc = s >> TOP_BITS == CLASS_ESC
-    fields = np.stack([codes[s], e], axis=1)
-    widths = np.stack([lengths[s], np.where(esc, exp_bits, 0)], axis=1)
+    # per element: symbol code, escaped exponent, then each coded plane's code
+    fields = np.stack([codes[s], e] + [planes[p][1][raw[:, p]] for p in sorted(planes)], axis=1)
+    widths = np.stack([lengths[s], np.where(esc, exp_bits, 0)] + [planes[p][0][raw[:, p]] for p in sorted(planes)],
+                      axis=1)
     streams = [pack_bits(fields[r].ravel(), widths[r].ravel()) for r in substream_ranges(count)]
     sizes = np.array([len(t) for t in streams[:-1]], "<u2").tobytes()
     extras = pack_bits(extra, np.full(count, extra_bits))
-    body = raw.astype(np.uint8).tobytes() + extras + sizes + b"".join(streams)
+    stored = raw[:, [p for p in range(raw_bytes) if p not in planes]]
+    body = stored.astype(np.uint8).tobytes() + extras + sizes + b"".join(streams)
     if len(body) >= count * elem_bytes:
         return count * elem_bytes, x.tobytes()
     return len(body) | (ref << 16) | (1 << 24), body
@@ -230,26 +241,44 @@ def choose_group_code(code: int, blocks: list[np.ndarray]) -> tuple[list[int], n
     return best[1], best[2]
 
 
+def choose_planes(code: int, x: np.ndarray) -> dict:
+    """§7 step 3: the raw byte planes a group codes -> {plane: code lengths}."""
+    raw = split(code, x)[2]
+    planes = {}
+    for p in range(raw.shape[1]):
+        counts = np.bincount(raw[:, p], minlength=PLANE_SYMS)
+        lengths = code_lengths(counts)
+        if int(counts @ lengths) + 8 * PLANE_TABLE_BYTES < 8 * x.size:
+            planes[p] = lengths
+    return planes
+
+
 def compress(x: np.ndarray) -> bytes:
     """One stream for the flattened array x."""
     code = DTYPE_CODES[dtype_name(x.dtype)]
     x = np.ascontiguousarray(x).ravel()
     n, elem_bytes = x.size, LAYOUTS[code][0]
-    descs, tables, bodies = [], [], []
     group = GROUP_BLOCKS * BLOCK
-    for g in range(0, n, group):
+    plane_lengths = [choose_planes(code, x[g : g + group]) for g in range(0, n, group)]
+    flags = FLAG_BYTE_CODES if any(plane_lengths) else 0
+    descs, masks, tables, bodies = [], [], [], []
+    for g, planes in zip(range(0, n, group), plane_lengths):
         blocks = [x[b : min(b + BLOCK, n)] for b in range(g, min(g + group, n), BLOCK)]
         refs, lengths = choose_group_code(code, blocks)
-        tables.append(pack_table(lengths))
+        masks.append(sum(1 << p for p in planes))
+        tables.append(pack_table(lengths) + b"".join(pack_table(planes[p]) for p in sorted(planes)))
         codes = canonical_codes(lengths)
+        plane_codes = {p: (lens, canonical_codes(lens)) for p, lens in planes.items()}
         for blk, r in zip(blocks, refs):
-            desc, body = encode_block(code, blk, r, lengths, codes)
+            desc, body = encode_block(code, blk, r, lengths, codes, plane_codes)
             descs.append(desc)
             bodies.append(body)
-    coded_len = 4 * len(descs) + TABLE_BYTES * len(tables) + sum(map(len, bodies))
+    mask_bytes = bytes(masks) if flags else b""
+    coded_len = 4 * len(descs) + len(mask_bytes) + sum(map(len, tables)) + sum(map(len, bodies))
     if coded_len >= n * elem_bytes:
         return header(code, FLAG_STORED_RAW, n) + x.tobytes()
-    return header(code, 0, n) + np.array(descs, "<u4").tobytes() + b"".join(tables) + b"".join(bodies)
+    return (header(code, flags, n) + np.array(descs, "<u4").tobytes() + mask_bytes + b"".join(tables)
+            + b"".join(bodies))
 
 
 # decoding ------------------------------------------------------------------------
@@ -266,46 +295,72 @@ def _check_header(buf: bytes, code: int, n: int) -> int:
         raise CorruptPayload("payload dtype does not match the requested dtype")
     if int.from_bytes(buf[8:16], "little") != n:
         raise CorruptPayload("payload element count does not match the requested shape")
-    if buf[6] & ~FLAG_STORED_RAW:
+    flags = buf[6]
+    if flags & ~(FLAG_STORED_RAW | FLAG_BYTE_CODES) or (
+            flags & FLAG_BYTE_CODES and (LAYOUTS[code][2] == 0 or flags & FLAG_STORED_RAW)):
         raise CorruptPayload("unknown header flags")
-    return buf[6]
+    return flags
 
 
 def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
     """Decode a stream of n elements of dtype; raises CorruptPayload."""
     dt = np.dtype(dtype)
     code = DTYPE_CODES[dtype_name(dt)]
-    elem_bytes = LAYOUTS[code][0]
+    elem_bytes, raw_bytes = LAYOUTS[code][0], LAYOUTS[code][2]
     buf = bytes(buf)
-    if _check_header(buf, code, n) & FLAG_STORED_RAW:
+    flags = _check_header(buf, code, n)
+    truncated = CorruptPayload("truncated payload (shorter than its header says)")
+    if flags & FLAG_STORED_RAW:
         if len(buf) - HEADER_BYTES < n * elem_bytes:
-            raise CorruptPayload("truncated payload (shorter than its header says)")
+            raise truncated
         return np.frombuffer(buf, dt, count=n, offset=HEADER_BYTES).copy()
     nb = -(-n // BLOCK)
     ng = -(-nb // GROUP_BLOCKS)
-    pos = HEADER_BYTES + 4 * nb + TABLE_BYTES * ng
+    table_at = HEADER_BYTES + 4 * nb + (ng if flags & FLAG_BYTE_CODES else 0)
+    if len(buf) < table_at:
+        raise truncated
+    masks = list(buf[HEADER_BYTES + 4 * nb : table_at]) if flags & FLAG_BYTE_CODES else [0] * ng
+    if any(m >> raw_bytes for m in masks):
+        raise CorruptPayload("corrupt byte-code mask")
+    table_sizes = [TABLE_BYTES + PLANE_TABLE_BYTES * bin(m).count("1") for m in masks]
+    pos = table_at + sum(table_sizes)
     if len(buf) < pos:
-        raise CorruptPayload("truncated payload (shorter than its header says)")
+        raise truncated
     descs = np.frombuffer(buf, "<u4", count=nb, offset=HEADER_BYTES).astype(np.int64)
     out = np.empty(n, dt)
-    lut = None
+    luts = None
     for b, desc in enumerate(descs):
+        g = b // GROUP_BLOCKS
         if b % GROUP_BLOCKS == 0:
-            lut = None  # built lazily: a group of raw blocks may carry any table
-            table = buf[HEADER_BYTES + 4 * nb + TABLE_BYTES * (b // GROUP_BLOCKS) :][:TABLE_BYTES]
+            luts = None  # built lazily: a group of raw blocks may carry any tables
+            tables = buf[table_at : table_at + table_sizes[g]]
+            table_at += table_sizes[g]
         count = min(BLOCK, n - b * BLOCK)
         size = int(desc & 0xFFFF)
         if size > len(buf) - pos:
-            raise CorruptPayload("truncated payload (shorter than its header says)")
-        if desc >> 24 == 1 and lut is None:
-            lut = decode_lut(unpack_table(table))
-        out[b * BLOCK : b * BLOCK + count] = _decode_block(code, buf[pos : pos + size], int(desc), count, lut).view(dt)
+            raise truncated
+        if desc >> 24 == 1 and luts is None:
+            luts = _group_luts(tables, masks[g], raw_bytes)
+        out[b * BLOCK : b * BLOCK + count] = _decode_block(code, buf[pos : pos + size], int(desc), count, luts).view(dt)
         pos += size
     return out
 
 
-def _decode_block(code: int, body: bytes, desc: int, count: int, lut) -> np.ndarray:
-    """One block; returns the elements' unsigned bits."""
+def _group_luts(tables: bytes, mask: int, raw_bytes: int) -> tuple:
+    """§5.3-5.4: the symbol table's decode table, then each plane's (None: stored raw)."""
+    luts = [decode_lut(unpack_table(tables[:TABLE_BYTES]))]
+    at = TABLE_BYTES
+    for p in range(raw_bytes):
+        if mask >> p & 1:
+            luts.append(decode_lut(unpack_table(tables[at : at + PLANE_TABLE_BYTES])))
+            at += PLANE_TABLE_BYTES
+        else:
+            luts.append(None)
+    return tuple(luts)
+
+
+def _decode_block(code: int, body: bytes, desc: int, count: int, luts) -> np.ndarray:
+    """One block; luts from _group_luts. Returns the elements' unsigned bits."""
     elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
     utype = np.uint16 if elem_bytes == 2 else np.uint32
     size, ref, mode = desc & 0xFFFF, (desc >> 16) & 0xFF, desc >> 24
@@ -315,12 +370,15 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, lut) -> np.ndar
         return np.frombuffer(body, utype).copy()
     if mode != 1:
         raise CorruptPayload("corrupt block descriptor (bad mode)")
-    extra_at = count * raw_bytes
+    coded = [p for p in range(raw_bytes) if luts and luts[1 + p] is not None]
+    stored_planes = [p for p in range(raw_bytes) if p not in coded]
+    extra_at = count * len(stored_planes)
     sizes_at = extra_at + extra_bytes(count, extra_bits)
     header_end = sizes_at + 2 * (SUBSTREAMS - 1)
     if not header_end < size < count * elem_bytes:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
-    raw = np.frombuffer(body, np.uint8, count=extra_at).reshape(count, raw_bytes).astype(np.int64)
+    raw = np.zeros((count, raw_bytes), np.int64)
+    raw[:, stored_planes] = np.frombuffer(body, np.uint8, count=extra_at).reshape(count, -1)
     ebits = np.unpackbits(np.frombuffer(body[extra_at:sizes_at], np.uint8), bitorder="little")
     if ebits[count * extra_bits :].any():
         raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
@@ -330,7 +388,6 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, lut) -> np.ndar
     if bounds[-1] > size:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
     bounds = [*bounds.tolist(), size]
-    lut_sym, lut_len = lut
     e, t = np.zeros(count, np.int64), np.zeros(count, np.int64)
     for k, elements in enumerate(substream_ranges(count)):
         stream = body[bounds[k] : bounds[k + 1]]
@@ -345,12 +402,16 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, lut) -> np.ndar
             pos += width
             return (value >> (pos - width)) & ((1 << width) - 1)
 
-        for i in elements:
+        def symbol(lut) -> int:
+            lut_sym, lut_len = lut
             window = (value >> pos) & ((1 << MAX_CODE_LEN) - 1)
             if not lut_len[window]:
                 raise CorruptPayload("corrupt block bitstream")
-            s = lut_sym[window]
             take(lut_len[window])
+            return lut_sym[window]
+
+        for i in elements:
+            s = symbol(luts[0])
             cls, t[i] = s >> TOP_BITS, s & ((1 << TOP_BITS) - 1)
             if cls == CLASS_ESC:
                 e[i] = take(exp_bits)
@@ -358,6 +419,8 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, lut) -> np.ndar
                 if cls - 1 >= ref:
                     raise CorruptPayload("corrupt block bitstream")
                 e[i] = ref - (cls - 1)
+            for p in coded:
+                raw[i, p] = symbol(luts[1 + p])
         if (pos + 7) // 8 != len(stream) or value >> pos:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
     return join(code, e, t, raw, extra).astype(utype)
