@@ -95,20 +95,51 @@ int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   return kHeaderBytes + bytes;
 }
 
+// choose_planes of zipccl_format.h, same result: four histograms per plane
+// (a run of equal bytes would otherwise wait on its own increments) and the
+// fast Huffman lengths.
+template <int DT>
+int choose_planes_fast(const uint8_t* in, int64_t count, uint8_t (*lens)[kPlaneSyms]) {
+  constexpr Layout lay = Elem<DT>::lay;
+  uint32_t h[lay.raw_bytes][4][kPlaneSyms] = {};
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4)
+    for (int p = 0; p < lay.raw_bytes; ++p)
+      for (int k = 0; k < 4; ++k) ++h[p][k][in[(i + k) * lay.elem_bytes + p]];
+  for (; i < count; ++i)
+    for (int p = 0; p < lay.raw_bytes; ++p) ++h[p][0][in[i * lay.elem_bytes + p]];
+  int mask = 0;
+  for (int p = 0; p < lay.raw_bytes; ++p) {
+    uint32_t counts[kPlaneSyms];
+    uint64_t bits = 0;
+    for (int v = 0; v < kPlaneSyms; ++v) counts[v] = h[p][0][v] + h[p][1][v] + h[p][2][v] + h[p][3][v];
+    fast_code_lengths<kPlaneSyms>(counts, lens[p]);
+    for (int v = 0; v < kPlaneSyms; ++v) bits += uint64_t(counts[v]) * lens[p][v];
+    if (bits + 8 * kPlaneTableBytes < 8 * uint64_t(count)) mask |= 1 << p;
+  }
+  return mask;
+}
+
 // §7 step 3 for every group; returns the header flags. The planes come first
 // because where the bodies start depends on every group's tables.
-int choose_all_planes(int dtype, const uint8_t* in, int64_t n, std::vector<GroupPlanes>* planes) {
-  const Layout lay = layout_of(dtype);
-  const int64_t ng = num_groups(num_blocks(n)), group = int64_t(kGroupBlocks) * kBlock;
-  int any = 0;
-  planes->assign(lay.raw_bytes ? ng : 0, GroupPlanes{});
-  for (int64_t g = 0; g < int64_t(planes->size()); ++g) {
-    GroupPlanes& gp = (*planes)[g];
-    gp.mask = choose_planes(dtype, in + g * group * lay.elem_bytes, n - g * group < group ? n - g * group : group,
-                            gp.lens);
-    any |= gp.mask;
+template <int DT>
+int choose_all_planes(const uint8_t* in, int64_t n, bool generic, std::vector<GroupPlanes>* planes) {
+  constexpr Layout lay = Elem<DT>::lay;
+  if constexpr (lay.raw_bytes == 0) {
+    return 0;
+  } else {
+    const int64_t ng = num_groups(num_blocks(n)), group = int64_t(kGroupBlocks) * kBlock;
+    int any = 0;
+    planes->assign(ng, GroupPlanes{});
+    for (int64_t g = 0; g < ng; ++g) {
+      GroupPlanes& gp = (*planes)[g];
+      const uint8_t* src = in + g * group * lay.elem_bytes;
+      const int64_t count = n - g * group < group ? n - g * group : group;
+      gp.mask = generic ? choose_planes(DT, src, count, gp.lens) : choose_planes_fast<DT>(src, count, gp.lens);
+      any |= gp.mask;
+    }
+    return any ? kFlagByteCodes : 0;
   }
-  return any ? kFlagByteCodes : 0;
 }
 
 template <int DT>
@@ -116,7 +147,7 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
   constexpr int es = Elem<DT>::lay.elem_bytes;
   const int64_t nb = num_blocks(n), ng = num_groups(nb), limit = kHeaderBytes + n * es;  // coded ends before limit
   std::vector<GroupPlanes> planes;
-  const int flags = choose_all_planes(DT, in, n, &planes);
+  const int flags = choose_all_planes<DT>(in, n, generic, &planes);
   int64_t table_at = tables_offset(nb, flags), pos = table_at;
   for (int64_t g = 0; g < ng; ++g) pos += group_table_bytes(flags ? planes[g].mask : 0);
   uint8_t scratch[kBlock * 4];

@@ -87,29 +87,34 @@ uint32_t block_counts(const uint8_t* in, int count, uint32_t* counts) {
   return emax;
 }
 
-// code_lengths of zipccl_format.h (§5.1), same result: the leaves are sorted
-// once, and each flattening round keeps them sorted but for new ties.
+// code_lengths of zipccl_format.h (§5.1) over NSYM symbols (128 or 256),
+// same result: the leaves are sorted once, and each flattening round keeps
+// them sorted but for new ties.
+template <int NSYM = kNumSyms>
 inline void fast_code_lengths(const uint32_t* counts, uint8_t* lens) {
-  uint32_t leaf[kNumSyms + 2];  // count << 7 | symbol, ascending; then two past the end
+  constexpr int kShift = NSYM == 256 ? 8 : 7;
+  constexpr uint32_t kSym = NSYM - 1;
+  static_assert(NSYM == 1 << kShift, "128 or 256 symbols");
+  uint32_t leaf[NSYM + 2];  // count << kShift | symbol, ascending; then two past the end
   int n = 0;
-  for (int s = 0; s < kNumSyms; ++s)
-    if (counts[s]) leaf[n++] = counts[s] << 7 | uint32_t(s);  // group counts are at most 2^16
+  for (int s = 0; s < NSYM; ++s)
+    if (counts[s]) leaf[n++] = counts[s] << kShift | uint32_t(s);  // group counts are at most 2^16
   std::sort(leaf, leaf + n);
-  std::memset(lens, 0, kNumSyms);
-  if (n == 1) lens[leaf[0] & 127] = 1;
+  std::memset(lens, 0, NSYM);
+  if (n == 1) lens[leaf[0] & kSym] = 1;
   if (n < 2) return;
   // Past the end of either queue, weights read as more than any true weight.
   leaf[n] = leaf[n + 1] = ~0u;
-  uint32_t node[kNumSyms + 1];        // weights of internal nodes in creation order
-  uint8_t height[kNumSyms + 1] = {};  // of internal nodes: their deepest leaf's depth below them
-  uint16_t parent[2 * kNumSyms + 1];  // of leaves 0..n-1, then of nodes n..; last: a dummy
-  const int dummy = 2 * kNumSyms;
+  uint32_t node[NSYM + 1];        // weights of internal nodes in creation order
+  uint8_t height[NSYM + 1] = {};  // of internal nodes: their deepest leaf's depth below them
+  uint16_t parent[2 * NSYM + 1];  // of leaves 0..n-1, then of nodes n..; last: a dummy
+  const int dummy = 2 * NSYM;
   for (;;) {
     int li = 0, ni = 0;
     for (int made = 0; made < n - 1; ++made) {  // two-queue Huffman, leaves first on ties
       node[made] = node[made + 1] = ~0u;
       // The two lightest fronts, branch-free (which queue wins is data).
-      const uint32_t l0 = leaf[li] >> 7, l1 = leaf[li + 1] >> 7, n0 = node[ni], n1 = node[ni + 1];
+      const uint32_t l0 = leaf[li] >> kShift, l1 = leaf[li + 1] >> kShift, n0 = node[ni], n1 = node[ni + 1];
       const bool a_leaf = l0 <= n0, b_leaf = a_leaf ? l1 <= n0 : l0 <= n1;
       const int leaves = a_leaf + b_leaf, nodes = 2 - leaves;
       const uint16_t p = uint16_t(n + made);
@@ -125,16 +130,16 @@ inline void fast_code_lengths(const uint32_t* counts, uint8_t* lens) {
     }
     if (height[n - 2] <= kMaxCodeLen) break;  // the root's height: the longest code
     for (int i = 0; i < n; ++i) {  // halve, rounding up; ties now order by symbol
-      const uint32_t v = (((leaf[i] >> 7) + 1) >> 1) << 7 | (leaf[i] & 127);
+      const uint32_t v = (((leaf[i] >> kShift) + 1) >> 1) << kShift | (leaf[i] & kSym);
       int j = i;
       for (; j > 0 && leaf[j - 1] > v; --j) leaf[j] = leaf[j - 1];
       leaf[j] = v;
     }
   }
-  uint8_t depth[2 * kNumSyms];
+  uint8_t depth[2 * NSYM];
   depth[2 * n - 2] = 0;
   for (int i = 2 * n - 3; i >= 0; --i) depth[i] = uint8_t(depth[parent[i]] + 1);
-  for (int i = 0; i < n; ++i) lens[leaf[i] & 127] = depth[i];
+  for (int i = 0; i < n; ++i) lens[leaf[i] & kSym] = depth[i];
 }
 
 // The encoder's code table: code | length << 12 per symbol (lengths <= 12).
