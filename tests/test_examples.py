@@ -150,3 +150,24 @@ def test_moe_on_zip_all_to_all_equals_lax_bitwise_forward_and_backward():
     expected = dense_moe(params, x, 8, capacity=20)
     assert (np.abs(expected).sum(-1) == 0).sum() > 0  # some tokens overflowed their expert and were dropped
     np.testing.assert_allclose(y, expected, rtol=2e-2, atol=2e-2)
+
+
+# ---------------------------------------------------------------------------- FSDP
+
+def test_fsdp_on_zip_collectives_equals_lax_and_is_bit_identical_without_codec():
+    fsdp = load_example("fsdp")
+    cpu_devices()
+    size = dict(steps=3, d_in=128, d_hidden=256, batch=64)
+    zip_on = fsdp.train(**size)
+    zip_off = fsdp.train(**size, compress=False)
+    lax_run = fsdp.train(**size, use_zip=False)
+    assert [x.view(np.uint32) for x in zip_on[0]] == [x.view(np.uint32) for x in zip_off[0]]
+    assert bits(zip_on[1]) == bits(zip_off[1])
+    assert zip_on[0][0].view(np.uint32) == lax_run[0][0].view(np.uint32)  # all_gather moves bytes
+    assert bits(zip_on[1]) != bits(lax_run[1])  # the reductions sum in different orders ...
+    for a, b in zip(jax.tree.leaves(zip_on[1]), jax.tree.leaves(lax_run[1])):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)  # ... and agree to rounding
+    np.testing.assert_allclose(zip_on[0], lax_run[0], rtol=1e-5)
+    assert zip_on[0][-1] < zip_on[0][0]  # it learns
+    assert zip_on[2] < 0.75 * zip_on[3]  # bf16 parameters and gradients went compressed
+    assert zip_off[2] >= zip_off[3]
