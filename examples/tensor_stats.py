@@ -109,24 +109,26 @@ def plot(out: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(11, 8), sharex=True)
-    labels = [f"{r['kind']}\n{r['tensor']}" for r in out]
     x = np.arange(len(out))
     colors = {c: f"C{i}" for i, c in enumerate(CATEGORIES)}
     for ax, tag in zip(axes, ("bf16", "fp32")):
         ax.bar(x, [r[f"{tag} zipccl"] for r in out], color=[colors[r["tensor"]] for r in out], width=0.7)
-        ax.scatter(x, [r[f"{tag} bound"] for r in out], marker="_", s=400, color="black", zorder=3,
-                   label="exponent-entropy bound")
+        ax.scatter(x, [r[f"{tag} bound"] for r in out], marker="_", s=400, color="black", zorder=3)
         ax.scatter(x, [r[f"{tag} gaussian"] for r in out], marker="o", s=25, color="white", edgecolor="black",
-                   zorder=3, label="zipccl on Gaussian, same size and std")
+                   zorder=3)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_ylabel(f"{tag} compression ratio")
-        ax.set_ylim(0.9, max(max(r[f"{tag} zipccl"], r[f"{tag} bound"]) for r in out) * 1.08)
-        handles = [plt.Rectangle((0, 0), 1, 1, color=colors[c]) for c in CATEGORIES]
-        ax.legend(handles + ax.get_legend_handles_labels()[0], list(CATEGORIES) + ax.get_legend_handles_labels()[1],
-                  fontsize=8, ncol=3, loc="upper left")
-    axes[1].set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
-    axes[0].set_title("zipccl on the LM's real traffic (bars) vs the exponent-entropy bound and Gaussian data")
-    fig.tight_layout()
+        ax.set_ylim(0.9, max(max(r[f"{tag} zipccl"], r[f"{tag} bound"]) for r in out) * 1.03)
+        ax.grid(axis="y", alpha=0.3)
+    axes[1].set_xticks(x, [r["kind"] for r in out], rotation=60, ha="right", fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[c]) for c in CATEGORIES] + [
+        plt.Line2D([], [], marker="_", markersize=20, color="black", ls=""),
+        plt.Line2D([], [], marker="o", markerfacecolor="white", color="black", ls="")]
+    fig.legend(handles, [f"zipccl: {c}" for c in CATEGORIES] + ["exponent-entropy bound",
+                                                                   "zipccl on Gaussian of the same sizes and std"],
+               loc="upper center", ncol=3, fontsize=9, frameon=False)
+    fig.suptitle("zipccl on the LM's real traffic, per layer kind", y=0.995)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(path, dpi=110)
 
 
