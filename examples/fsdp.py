@@ -90,7 +90,8 @@ def train(steps=3, d_in=256, d_hidden=512, batch=256, seed=0, **kw):
     """Trains on a fixed random teacher; returns (losses, params, wire, raw bytes per step)."""
     mesh = make_mesh()
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    params = {k: jax.device_put(v, NamedSharding(mesh, PARAM_SPECS[k])) for k, v in init_params(k1, d_in, d_hidden).items()}
+    params = {k: jax.device_put(v, NamedSharding(mesh, PARAM_SPECS[k]))
+              for k, v in init_params(k1, d_in, d_hidden).items()}
     x = jax.random.normal(k2, (batch, d_in))
     y = jnp.sin(x @ jax.random.normal(k3, (d_in, d_in)) / np.sqrt(d_in))
     x, y = (jax.device_put(a, NamedSharding(mesh, P("fsdp"))) for a in (x, y))

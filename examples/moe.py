@@ -59,7 +59,8 @@ def moe_layer(params, x, *, axis, capacity, use_zip, compress=True):
     expert = jnp.argmax(probs, axis=-1)
     gate = jnp.take_along_axis(probs, expert[:, None], axis=-1)  # [t, 1]
     onehot = jax.nn.one_hot(expert, n_experts, dtype=x.dtype)  # [t, E]
-    slot = (jnp.cumsum(onehot, axis=0) * onehot - 1).astype(jnp.int32)  # each token's place in its expert's queue, else -1
+    # each token's place in its expert's queue (-1 for the other experts)
+    slot = (jnp.cumsum(onehot, axis=0) * onehot - 1).astype(jnp.int32)
     dispatch = onehot[:, :, None] * jax.nn.one_hot(slot, capacity, dtype=x.dtype)  # [t, E, C]; overflow: all 0
     slots = jnp.einsum("tec,td->ecd", dispatch, x).astype(WIRE_DTYPE)  # [E, C, d], expert e on device e // e_local
     received, sent_in = exchange(slots, axis, use_zip, compress)  # [n sources * e_local, C, d]

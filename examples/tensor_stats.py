@@ -43,7 +43,10 @@ def capture(params, batch, cfg):
     acts = lm.forward(params, batch[:, :-1], cfg)[1]
     taps = {k: jnp.zeros_like(v) for k, v in acts.items()}
     grads, act_grads = jax.grad(lm.loss_fn, argnums=(0, 3))(params, batch, cfg, taps)
-    named = lambda tree: {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}  # noqa: E731
+
+    def named(tree):
+        return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
     return {"gradients": named(grads), "activations": {k: np.asarray(v) for k, v in acts.items()},
             "activation grads": {k: np.asarray(v) for k, v in act_grads.items()}, "parameters": named(params)}
 
