@@ -139,8 +139,7 @@ def plot(out: list[dict], path: str) -> None:
     fig.legend(handles, [f"zipccl: {c}" for c in CATEGORIES] + ["exponent-entropy bound",
                                                                    "zipccl on Gaussian of the same sizes and std"],
                loc="upper center", ncol=3, fontsize=9, frameon=False)
-    fig.suptitle("zipccl on the LM's real traffic, per layer kind", y=0.995)
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=110)
 
 
