@@ -83,15 +83,13 @@ def _combine(results: list[dict]) -> dict:
     """One result for the run: times of the slowest process (the step ends
     when it does), link bytes averaged over processes, losses of process 0
     (every process computes the same, checked here)."""
-    out = {k: results[0][k] for k in ("zip_wire_bytes", "raw_wire_bytes")}
-    out["compute_ms"] = max(r["compute_ms"] for r in results)
-    out["syncs"] = {}
+    out = {"compute_ms": max(r["compute_ms"] for r in results), "syncs": {}}
     for label in results[0]["syncs"]:
         per = [r["syncs"][label] for r in results]
         if any(not trainbench.losses_identical(p["losses"], per[0]["losses"]) for p in per):
             raise RuntimeError(f"net benchmark: processes disagree on the {label} losses")
-        out["syncs"][label] = {"step_ms": max(p["step_ms"] for p in per), "comm_ms": max(p["comm_ms"] for p in per),
-                               "losses": per[0]["losses"],
+        out["syncs"][label] = {**per[0], "step_ms": max(p["step_ms"] for p in per),
+                               "comm_ms": max(p["comm_ms"] for p in per),
                                "link_bytes": sum(p["link_bytes"] for p in per) / len(per)}
     return out
 
@@ -146,9 +144,7 @@ def run_cli(args) -> list[dict]:
     progress = report.Progress(len(args.rate))
     runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress)
     print(f"## LM training over a shaped network: {args.procs} processes, one CPU device each; {cfg}\n")
-    print(f"zipccl wire bytes per process per sync: {runs[0]['zip_wire_bytes']:,.0f} compressed vs "
-          f"{runs[0]['raw_wire_bytes']:,.0f} raw ({runs[0]['raw_wire_bytes'] / runs[0]['zip_wire_bytes']:.3f}x); "
-          f"compute (forward+backward) {max(r['compute_ms'] for r in runs):.1f} ms\n")
+    print("\n".join(f"{r['rate']}: {trainbench.wire_line(r)}" for r in runs) + "\n")
     rows = summary_rows(runs)
     print(report.table(rows))
     if args.json:

@@ -19,10 +19,7 @@ import time
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
-
-from . import collectives, report
+from . import report
 
 # label -> (lm sync, compress)
 SYNCS = {"lax.psum": ("lax", True), "zip_psum": ("zip", True), "zip_psum compress=False": ("zip", False)}
@@ -33,26 +30,8 @@ def _median_ms(times) -> float:
     return float(np.median(times)) * 1e3
 
 
-def _global(mesh, x, spec):
-    """x (the same on every process) as a global array with sharding spec."""
-    x = np.asarray(x)
-    return jax.make_array_from_callback(x.shape, NamedSharding(mesh, spec), lambda idx: x[idx])
-
-
 def _local(a) -> np.ndarray:
     return np.asarray(a.addressable_data(0))
-
-
-def zip_wire_bytes(mesh, grads, axis="data") -> tuple[float, float]:
-    """(compressed, uncompressed) bytes one device sends to sum grads with
-    zip_psum, from its Stats; grads as make_grads returns them."""
-    def stats(g):
-        _, s = collectives.zip_psum(jax.tree.map(lambda a: a[0], g), axis, with_stats=True)
-        return s.wire_bytes[None], s.raw_bytes[None]
-
-    f = jax.jit(jax.shard_map(stats, mesh=mesh, in_specs=P(axis), out_specs=P(axis)))
-    wire, raw = f(grads)
-    return float(_local(wire)[0]), float(_local(raw)[0])
 
 
 def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, progress=None) -> dict:
@@ -64,9 +43,8 @@ def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, pr
     n = mesh.size
     tokens = lm.load_tokens()
     host_params = lm.init_params(jax.random.key(0), cfg)
-    params0 = jax.tree.map(lambda a: _global(mesh, a, P()), host_params)
-    opt0 = jax.tree.map(lambda a: _global(mesh, a, P()), lm.init_opt(host_params))
-    batches = [_global(mesh, lm.batch_at(tokens, cfg, s, n), P("data")) for s in range(warmup + steps)]
+    params0, opt0 = lm.replicate(mesh, (host_params, lm.init_opt(host_params)))
+    batches = [lm.shard_batch(mesh, lm.batch_at(tokens, cfg, s, n)) for s in range(warmup + steps)]
     grads_fn = lm.make_grads(mesh, cfg)
     jax.block_until_ready(grads_fn(params0, batches[0]))
     compute = []
@@ -75,7 +53,6 @@ def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, pr
         _, grads = jax.block_until_ready(grads_fn(params0, b))
         compute.append(time.perf_counter() - t)
     result = {"compute_ms": _median_ms(compute), "syncs": {}}
-    result["zip_wire_bytes"], result["raw_wire_bytes"] = zip_wire_bytes(mesh, grads)
     for label, (sync, compress) in SYNCS.items():
         if progress:
             progress(label)
@@ -89,7 +66,7 @@ def _measure_sync(mesh, cfg, lm, sync, compress, params, opt, batches, grads, wa
     losses, times = [], []
     for s, b in enumerate(batches):
         t = time.perf_counter()
-        params, opt, loss = step(params, opt, b)[:3]
+        params, opt, loss, *stats = step(params, opt, b)
         losses.append(float(_local(jax.block_until_ready(loss))))
         if s >= warmup:
             times.append(time.perf_counter() - t)
@@ -103,6 +80,8 @@ def _measure_sync(mesh, cfg, lm, sync, compress, params, opt, batches, grads, wa
         comm.append(time.perf_counter() - t)
         sent += (sent_bytes() - before) if sent_bytes else 0
     out = {"step_ms": _median_ms(times), "comm_ms": _median_ms(comm), "losses": losses}
+    if stats:  # zip_psum's own count of what this device sent per step
+        out["wire_bytes"], out["raw_bytes"] = float(_local(stats[0].wire_bytes)), float(_local(stats[0].raw_bytes))
     if sent_bytes:
         out["link_bytes"] = sent / repeat
     return out
@@ -123,11 +102,16 @@ def summary_rows(result: dict, **key) -> list[dict]:
                "step speedup vs lax": base["step_ms"] / s["step_ms"]}
         if "link_bytes" in s:
             row["link bytes/sync"] = int(s["link_bytes"])
-        row["zipccl wire B"] = int(result["zip_wire_bytes"] if label == "zip_psum" else result["raw_wire_bytes"]) \
-            if label != "lax.psum" else "-"
+        row["zipccl wire B"] = int(s["wire_bytes"]) if "wire_bytes" in s else "-"
         row["losses = compress=False"] = losses_identical(s["losses"], syncs[REFERENCE]["losses"])
         rows.append(row)
     return rows
+
+
+def wire_line(result: dict) -> str:
+    z = result["syncs"]["zip_psum"]
+    return (f"zipccl wire bytes per device per step: {z['wire_bytes']:,.0f} compressed vs {z['raw_bytes']:,.0f} "
+            f"raw ({z['raw_bytes'] / z['wire_bytes']:.3f}x); compute (forward+backward) {result['compute_ms']:.1f} ms")
 
 
 def config_from_args(args):
@@ -151,9 +135,7 @@ def run(args) -> list[dict]:
     result = measure(mesh, cfg, args.steps, args.warmup, args.repeat, progress=started)
     progress.finish()
     print(f"## Training step on {len(devices)} x {devices[0].platform}: {cfg}\n")
-    print(f"compute (forward+backward, no sync): {result['compute_ms']:.1f} ms; zipccl wire bytes per device per "
-          f"sync: {result['zip_wire_bytes']:,.0f} compressed vs {result['raw_wire_bytes']:,.0f} raw "
-          f"({result['raw_wire_bytes'] / result['zip_wire_bytes']:.3f}x)\n")
+    print(wire_line(result) + "\n")
     rows = summary_rows(result)
     print(report.table(rows))
     if args.json:
