@@ -29,11 +29,12 @@ def test_two_processes_over_a_shaped_link():
     # compression changes no bit of training, and the run trained
     assert trainbench.losses_identical(zipped["losses"], plain["losses"])
     assert zipped["losses"][-1] < zipped["losses"][0]
-    # zipccl's count of bytes sent, and what the link counted (plus TCP/IP headers)
+    # zipccl's count of bytes sent, and what the link counted: plus TCP/IP
+    # headers, the ACKs of what it received and the size consensus (pmax)
     ratio = zipped["raw_bytes"] / zipped["wire_bytes"]
     assert ratio > 1.2
     for s in (zipped, plain):
-        assert s["wire_bytes"] <= s["link_bytes"] < 1.15 * s["wire_bytes"] + 4096
+        assert s["wire_bytes"] <= s["link_bytes"] < 1.25 * s["wire_bytes"] + 16384, (s["wire_bytes"], s["link_bytes"])
     assert plain["link_bytes"] / zipped["link_bytes"] > 0.9 * ratio
     assert zipped["link_bytes"] < lax_["link_bytes"]
     assert all(s["comm_ms"] > 0 and s["step_ms"] > s["comm_ms"] / 2 for s in syncs.values())

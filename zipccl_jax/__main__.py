@@ -58,11 +58,11 @@ def main(argv=None) -> None:
     elif args.what == "codec":
         from . import bench
 
-        bench.run_codec(args.elements, args.repeat, args.core)
+        bench.run_codec(args.elements, args.repeat, args.core, args.json, args.plot)
     elif args.what == "collectives":
         from . import bench
 
-        bench.run_collectives(args.sizes, args.repeat, args.data, args.collectives)
+        bench.run_collectives(args.sizes, args.repeat, args.data, args.collectives, args.json, args.plot)
     elif args.what == "train":
         from . import trainbench
 

@@ -164,13 +164,15 @@ class Network:
             _ip("-n", ns, "link", "set", "lo", "up")
 
     def set_rate(self, rate: str) -> None:
-        """Shapes every link to `rate` each way (tbf on both veth ends)."""
-        bits = rate_bits(rate)
-        burst = max(64 << 10, int(bits / 8 / 1000))  # >= 1 ms of traffic, >= one 64 KB GSO frame
+        """Shapes every link to `rate` each way (tbf on both veth ends); "off"
+        removes the shaping."""
+        bits = None if rate == "off" else rate_bits(rate)
+        burst = 0 if bits is None else max(64 << 10, int(bits / 8 / 1000))  # >= 1 ms, >= one 64 KB GSO frame
         for i, ns in enumerate(self.hosts):
             for where, dev in ((ns, "eth0"), (self.bridge, f"p{i}")):
-                _tc(where, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(bits)}bit",
-                    "burst", str(burst), "latency", "50ms")
+                shaper = ["tbf", "rate", f"{int(bits)}bit", "burst", str(burst), "latency", "50ms"] if bits else \
+                    ["pfifo_fast"]
+                _tc(where, "qdisc", "replace", "dev", dev, "root", *shaper)
 
     def sent_bytes(self, i: int) -> int:
         """Bytes host i has put on its link so far (its bridge port's rx counter)."""

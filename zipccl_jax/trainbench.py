@@ -7,7 +7,7 @@ same model from the same initial parameters on the same batches once per
 gradient sync and reports, per sync: the step time (median after warm-up),
 the communication time (the jitted gradient sync alone, on gradients
 captured from a real step, median), the bytes each device sends (zipccl's
-Stats), and whether the losses are bit-identical to zip_psum's
+Stats, at the last step), and whether the losses are bit-identical to zip_psum's
 compress=False run. The network benchmark (netbench.py) runs `measure()` in
 one process per network namespace.
 """
@@ -50,26 +50,29 @@ def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, pr
     compute = []
     for b in batches[warmup:]:
         t = time.perf_counter()
-        _, grads = jax.block_until_ready(grads_fn(params0, b))
+        jax.block_until_ready(grads_fn(params0, b))
         compute.append(time.perf_counter() - t)
     result = {"compute_ms": _median_ms(compute), "syncs": {}}
     for label, (sync, compress) in SYNCS.items():
         if progress:
             progress(label)
-        result["syncs"][label] = _measure_sync(mesh, cfg, lm, sync, compress, params0, opt0, batches, grads,
+        result["syncs"][label] = _measure_sync(mesh, cfg, lm, grads_fn, sync, compress, params0, opt0, batches,
                                                warmup, repeat, sent_bytes)
     return result
 
 
-def _measure_sync(mesh, cfg, lm, sync, compress, params, opt, batches, grads, warmup, repeat, sent_bytes) -> dict:
+def _measure_sync(mesh, cfg, lm, grads_fn, sync, compress, params, opt, batches, warmup, repeat, sent_bytes) -> dict:
     step = lm.make_step(mesh, cfg, sync=sync, compress=compress)
     losses, times = [], []
     for s, b in enumerate(batches):
+        last_params = params
         t = time.perf_counter()
         params, opt, loss, *stats = step(params, opt, b)
         losses.append(float(_local(jax.block_until_ready(loss))))
         if s >= warmup:
             times.append(time.perf_counter() - t)
+    # the gradients the last step synced: its Stats describe sending these
+    _, grads = grads_fn(last_params, batches[-1])
     sync_fn = lm.make_sync(mesh, cfg, sync=sync, compress=compress)
     jax.block_until_ready(sync_fn(grads))
     comm, sent = [], 0
