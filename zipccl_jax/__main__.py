@@ -1,37 +1,76 @@
-"""Command line: python -m zipccl_jax {bench codec|bench collectives|calibrate} [options]."""
+"""Command line: python -m zipccl_jax {bench codec|collectives|train|net, calibrate} [options]."""
 
 import argparse
 
-from . import bench
+
+def _sizes(s: str) -> list[int]:
+    return [int(float(v)) for v in s.split(",")]
+
+
+def _list(s: str) -> list[str]:
+    return [v.strip() for v in s.split(",") if v.strip()]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m zipccl_jax")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("bench", help="benchmarks: progress on stderr, a summary table on stdout")
+    b.add_argument("what", choices=["codec", "collectives", "train", "net"],
+                   help="codec: ratios and single-core speeds vs baselines; collectives: wire bytes and time vs "
+                        "lax; train: LM step and sync time, lax.psum vs zip_psum, on the local devices; net: the "
+                        "same over a shaped network of namespaces, one process per host (root)")
+    b.add_argument("--repeat", type=int, default=7, help="timed runs per measurement (median)")
+    b.add_argument("--json", default=None, metavar="OUT.json", help="also write the results as JSON")
+    b.add_argument("--plot", default=None, metavar="OUT.png", help="also draw the results (needs matplotlib)")
+    g = b.add_argument_group("codec")
+    g.add_argument("--elements", type=int, default=1 << 24, help="Gaussian values per dtype")
+    g.add_argument("--core", type=int, default=None, help="pin to this CPU core")
+    g = b.add_argument_group("collectives")
+    g.add_argument("--sizes", type=_sizes, default=[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20],
+                   help="bytes per device, comma-separated")
+    g.add_argument("--data", choices=["gaussian", "minilm"], default="gaussian")
+    g.add_argument("--collectives", type=_list, default=None,
+                   help="comma-separated subset of psum,all_gather,psum_scatter,all_to_all,ppermute")
+    g = b.add_argument_group("train and net (model defaults: zipccl_jax.lm.Config)")
+    g.add_argument("--steps", type=int, default=10, help="timed training steps per sync")
+    g.add_argument("--warmup", type=int, default=2, help="untimed first steps (compilation)")
+    for name in ("d_model", "n_layers", "n_heads", "seq_len", "batch_per_device"):
+        g.add_argument("--" + name.replace("_", "-"), dest=name, type=int, default=None)
+    g = b.add_argument_group("net")
+    g.add_argument("--procs", type=int, default=2, help="training processes, one namespace each")
+    g.add_argument("--rate", type=_list, default=["1gbit", "200mbit"],
+                   help="link rates each way, comma-separated (kbit/mbit/gbit; 'off': unshaped)")
+    g.add_argument("--timeout", type=float, default=900, help="seconds each run of the processes may take")
+    g.add_argument("--cleanup", action="store_true", help="only remove namespaces left by killed runs")
+    c = sub.add_parser("calibrate", help="measure the cost model's constants and write the profile")
+    c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
+    return p
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m zipccl_jax")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("bench", help="benchmarks")
-    b.add_argument("what", choices=["codec", "collectives"],
-                   help="codec: ratios and single-core speeds vs baselines; collectives: wire bytes and time vs lax")
-    b.add_argument("--elements", type=int, default=1 << 24, help="Gaussian values per dtype")
-    b.add_argument("--repeat", type=int, default=7, help="timed runs per measurement (median)")
-    b.add_argument("--core", type=int, default=None, help="pin to this CPU core")
-    b.add_argument("--sizes", type=lambda s: [int(float(v)) for v in s.split(",")],
-                   default=[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20], help="bytes per device, comma-separated")
-    b.add_argument("--data", choices=["gaussian", "minilm"], default="gaussian")
-    b.add_argument("--collectives", type=lambda s: s.split(","), default=None,
-                   help="comma-separated subset of psum,all_gather,psum_scatter,all_to_all,ppermute")
-    c = sub.add_parser("calibrate", help="measure the cost model's constants and write the profile")
-    c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
-    args = parser.parse_args(argv)
-    if args.command == "bench" and args.what == "codec":
-        bench.run_codec(args.elements, args.repeat, args.core)
-    elif args.command == "bench":
-        bench.run_collectives(args.sizes, args.repeat, args.data, args.collectives)
-    else:
+    args = parser().parse_args(argv)
+    if args.command == "calibrate":
         from pathlib import Path
 
         from . import calibrate
 
         calibrate.main(Path(args.output) if args.output else None)
+    elif args.what == "codec":
+        from . import bench
+
+        bench.run_codec(args.elements, args.repeat, args.core, args.json, args.plot)
+    elif args.what == "collectives":
+        from . import bench
+
+        bench.run_collectives(args.sizes, args.repeat, args.data, args.collectives, args.json, args.plot)
+    elif args.what == "train":
+        from . import trainbench
+
+        trainbench.run(args)
+    else:
+        from . import netbench
+
+        netbench.run_cli(args)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from . import _zipccl_cpu, baselines, bench_data, reference
+from . import _zipccl_cpu, baselines, bench_data, reference, report
 from .dtypes import DTYPE_CODES
 
 
@@ -79,15 +79,11 @@ def speeds(x: np.ndarray, repeat: int) -> dict:
     return {k: (v, v / gbs["numpy copy"]) for k, v in gbs.items()}
 
 
-def _print_table(rows: list[dict]) -> None:
-    cols = list(rows[0])
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for r in rows:
-        print("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
+def _ratio_cell(v):
+    return f"{v:.4f}" if isinstance(v, float) else v
 
 
-def run_codec(elements: int, repeat: int, core: int | None) -> None:
+def run_codec(elements: int, repeat: int, core: int | None, json_path=None, plot_path=None) -> None:
     if core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
     datasets = [(f"gaussian {dt}", bench_data.gaussian(elements, dt)) for dt in ("bfloat16", "float16", "float32")]
@@ -97,15 +93,29 @@ def run_codec(elements: int, repeat: int, core: int | None) -> None:
             datasets.append((f"MiniLM {dt}", {k: v.astype(bench_data._dtype(dt)) for k, v in weights.items()}))
     except RuntimeError as err:
         print(f"(MiniLM rows skipped: {err})")
-    print(f"## Ratios (raw bytes / compressed bytes), {elements:,} Gaussian values per dtype\n")
-    _print_table([ratios(name, data) for name, data in datasets])
-    print(f"\n## Single-core speed, GB/s of input (median of {repeat}), and fraction of numpy copy\n")
-    rows = []
+    progress = report.Progress(2 * len(datasets))
+    ratio_rows = []
+    for name, data in datasets:
+        progress.start(f"codec ratios {name}")
+        ratio_rows.append(ratios(name, data))
+        progress.finish(f"zipccl {ratio_rows[-1]['zipccl']:.4f}x")
+    speed_rows = []
     for name, data in datasets:  # the real weights too: fp32 groups with byte-plane codes take the generic path
+        progress.start(f"codec speed {name}")
         x = np.concatenate([t.ravel() for t in data.values()]) if isinstance(data, dict) else data
         s = speeds(x, repeat)
-        rows.append({"data": name, **{k: f"{v:.2f} ({f:.3f})" for k, (v, f) in s.items()}})
-    _print_table(rows)
+        speed_rows.append({"data": name, **{k: f"{v:.2f} ({f:.3f})" for k, (v, f) in s.items()}})
+        progress.finish(f"compress {s['zipccl compress'][0]:.2f} GB/s")
+    print(f"## Ratios (raw bytes / compressed bytes), {elements:,} Gaussian values per dtype\n")
+    print(report.table([{k: _ratio_cell(v) for k, v in r.items()} for r in ratio_rows]))
+    print(f"\n## Single-core speed, GB/s of input (median of {repeat}), and fraction of numpy copy\n")
+    print(report.table(speed_rows))
+    if json_path:
+        report.save_json(json_path, elements=elements, repeat=repeat, ratios=ratio_rows, speeds=speed_rows)
+    if plot_path:
+        codecs = [k for k in ratio_rows[0] if k not in ("data", "dtype", "MB")]
+        report.bar_plot(plot_path, "Compression ratio (raw / compressed bytes)", [r["data"] for r in ratio_rows],
+                        {c: [r[c] for r in ratio_rows] for c in codecs}, "ratio")
 
 
 # ---------------------------------------------------------------------------
@@ -132,7 +142,7 @@ def _collective_cases(n):
     }
 
 
-def run_collectives(sizes: list[int], repeat: int, data: str, names=None) -> None:
+def run_collectives(sizes: list[int], repeat: int, data: str, names=None, json_path=None, plot_path=None) -> None:
     """Time and wire bytes of each collective vs lax on all local devices."""
     import jax
     from jax.sharding import NamedSharding
@@ -141,9 +151,8 @@ def run_collectives(sizes: list[int], repeat: int, data: str, names=None) -> Non
     devices = jax.devices()
     n = len(devices)
     mesh = jax.make_mesh((n,), ("d",))
-    print(f"## Collectives on {n} x {devices[0].platform} ({data} bf16 per device), median of {repeat}\n")
-    print("lax psum and psum_scatter run in float32 (bf16 lax.psum sums in bf16); times include the codec.")
-    print("zip: compression forced; auto: the default strategy (raw for small messages).\n")
+    cases = [c for c in _collective_cases(n) if not names or c in names]
+    progress = report.Progress(len(sizes) * len(cases))
     rows = []
     source = bench_data.minilm_concat("bfloat16") if data == "minilm" else None
     for nbytes in sizes:
@@ -154,8 +163,10 @@ def run_collectives(sizes: list[int], repeat: int, data: str, names=None) -> Non
             x = np.stack([bench_data.gaussian(m, "bfloat16", seed=i) for i in range(n)])
         xs = jax.device_put(x, NamedSharding(mesh, P("d")))
         for name, (ours, theirs) in _collective_cases(n).items():
-            if names and name not in names:
+            if name not in cases:
                 continue
+            progress.start(f"collectives {name} {_size(x[0].nbytes)}")
+
             def timed(fn):
                 f = jax.jit(jax.shard_map(lambda a: fn(a[0]), mesh=mesh, in_specs=P("d"), out_specs=P("d"),
                                           check_vma=False))
@@ -169,10 +180,25 @@ def run_collectives(sizes: list[int], repeat: int, data: str, names=None) -> Non
             raws = jax.jit(jax.shard_map(lambda a: ours(a[0], compress=False, with_stats=True)[1].raw_bytes[None],
                                          mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))(xs)
             wire, raw = float(np.max(stats)), float(np.max(raws))
-            rows.append({"collective": name, "bytes/device": f"{x[0].nbytes:,}", "raw wire B": f"{raw:,.0f}",
-                         "zip wire B": f"{wire:,.0f}", "wire ratio": f"{raw / wire:.3f}",
-                         "lax ms": f"{t_lax * 1e3:.2f}", "zip ms": f"{t_zip * 1e3:.2f}",
-                         "zip/lax time": f"{t_zip / t_lax:.2f}", "auto/lax time": f"{t_auto / t_lax:.2f}"})
-            print(" | ".join(rows[-1].values()), flush=True)
-    print()
-    _print_table(rows)
+            rows.append({"collective": name, "bytes/device": int(x[0].nbytes), "raw wire B": int(raw),
+                         "zip wire B": int(wire), "wire ratio": raw / wire, "lax ms": t_lax * 1e3,
+                         "zip ms": t_zip * 1e3, "zip/lax time": t_zip / t_lax, "auto/lax time": t_auto / t_lax})
+            progress.finish(f"wire {raw / wire:.3f}x, zip/lax time {t_zip / t_lax:.2f}")
+    print(f"## Collectives on {n} x {devices[0].platform} ({data} bf16 per device), median of {repeat}\n")
+    print("lax psum and psum_scatter run in float32 (bf16 lax.psum sums in bf16); times include the codec.")
+    print("zip: compression forced; auto: the default strategy (raw for small messages).\n")
+    print(report.table(rows))
+    if json_path:
+        report.save_json(json_path, devices=n, platform=devices[0].platform, data=data, repeat=repeat, rows=rows)
+    if plot_path:
+        sizes_done = sorted({r["bytes/device"] for r in rows})
+        report.line_plot(plot_path, f"zip / lax time on {n} x {devices[0].platform} ({data} bf16; < 1: zip faster)",
+                         sizes_done, {c: [r["zip/lax time"] for r in rows if r["collective"] == c] for c in cases},
+                         "bytes per device", "time ratio zip / lax (median)")
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"

@@ -1,0 +1,73 @@
+"""The network benchmark: a short real run over shaped namespaces, and its
+failure modes. Skipped (with the reason) only where network namespaces
+cannot be created: not root, no iproute2, or a kernel that refuses."""
+
+import os
+
+import pytest
+
+from zipccl_jax import lm, netbench, netns, trainbench
+
+REASON = netns.unavailable_reason()
+needs_netns = pytest.mark.skipif(REASON is not None, reason=f"network benchmark: {REASON}")
+TINY = lm.Config(d_model=32, n_layers=1, n_heads=2, seq_len=32, batch_per_device=4)
+
+
+def ours() -> list[str]:
+    """Namespaces and /etc/netns entries made by this test process."""
+    mine = f"{netns.PREFIX}-{os.getpid()}-"
+    dirs = [d.name for d in netns.NETNS_ETC.glob(mine + "*")]
+    return [ns for ns in netns.namespaces() if ns.startswith(mine)] + dirs
+
+
+@needs_netns
+def test_two_processes_over_a_shaped_link():
+    runs = netbench.run(2, ["100mbit"], TINY, steps=3, warmup=1, repeat=3, timeout=240)
+    assert ours() == [], "namespaces left behind"
+    syncs = runs[0]["syncs"]
+    zipped, plain, lax_ = syncs["zip_psum"], syncs["zip_psum compress=False"], syncs["lax.psum"]
+    # compression changes no bit of training, and the run trained
+    assert trainbench.losses_identical(zipped["losses"], plain["losses"])
+    assert zipped["losses"][-1] < zipped["losses"][0]
+    # zipccl's count of bytes sent, and what the link counted: plus TCP/IP
+    # headers, the ACKs of what it received and the size consensus (pmax)
+    ratio = zipped["raw_bytes"] / zipped["wire_bytes"]
+    assert ratio > 1.2
+    for s in (zipped, plain):
+        assert s["wire_bytes"] <= s["link_bytes"] < 1.25 * s["wire_bytes"] + 16384, (s["wire_bytes"], s["link_bytes"])
+    assert plain["link_bytes"] / zipped["link_bytes"] > 0.9 * ratio
+    assert zipped["link_bytes"] < lax_["link_bytes"]
+    assert all(s["comm_ms"] > 0 and s["step_ms"] > s["comm_ms"] / 2 for s in syncs.values())
+    rows = netbench.summary_rows(runs)
+    assert [r["sync"] for r in rows] == list(trainbench.SYNCS)
+    assert [r["losses = compress=False"] for r in rows][1:] == [True, True]
+
+
+@needs_netns
+def test_a_hang_fails_with_a_clear_message_and_leaves_nothing():
+    with pytest.raises(RuntimeError, match=r"did not finish in 2 s \(hung collective\?\)"):
+        netbench.run(2, ["1gbit"], TINY, steps=1, warmup=1, repeat=1, timeout=2)
+    assert ours() == []
+
+
+@needs_netns
+def test_network_links_are_shaped_and_torn_down():
+    with netns.Network(3) as net:
+        net.set_rate("50mbit")
+        assert sorted(ours()) == sorted([*net.hosts, net.bridge, *net.hosts])  # namespaces, hosts files
+        qdisc = netns._ip("netns", "exec", net.hosts[2], "tc", "qdisc", "show", "dev", "eth0")
+        assert "tbf" in qdisc and "50Mbit" in qdisc
+        route = netns._ip("netns", "exec", net.hosts[0], "ip", "route", "get", net.address(2))
+        assert "dev eth0" in route
+    assert ours() == []
+
+
+def test_bad_rate_is_rejected_before_anything_is_built():
+    with pytest.raises(ValueError, match=r"rate 'fast': expected a number followed by kbit, mbit or gbit"):
+        netbench.run(2, ["1gbit", "fast"], TINY, steps=1, warmup=1, repeat=1)
+    assert netns.rate_bits("200mbit") == 2e8 and netns.rate_bits("1.5GBIT") == 1.5e9
+
+
+def test_too_few_hosts_is_an_error():
+    with pytest.raises(ValueError, match="hosts: expected 2 to 200, got 1"):
+        netns.Network(1)

@@ -1,0 +1,182 @@
+"""End-to-end benchmark over a real bandwidth-limited network.
+
+    sudo python -m zipccl_jax bench net --procs 2 --rate 1gbit,200mbit --steps 10
+
+Builds a network of namespaces (netns.py: one host per training process, a
+bridge, every link shaped to `rate` each way with tbf) and, per rate, starts
+one JAX process per namespace with `ip netns exec` (CPU, one device each,
+jax.distributed with the coordinator on host 0's address, gloo collectives
+over the shaped links). Each process trains the LM with lax.psum, zip_psum
+and zip_psum(compress=False) (trainbench.measure) and reads its own link's
+byte counter around the timed gradient syncs. The cost model is told the
+link's bandwidth through a profile ($ZIPCCL_PROFILE). Process i is pinned to
+core i mod the core count: on a small machine the processes, and the codec,
+share cores, as they would not on real hosts.
+
+Every process has a deadline; a hang fails with the processes' last output,
+and the namespaces are removed in every case (netns.Network).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import netns, report, strategy, trainbench
+
+RESULT_TAG = "NETBENCH-RESULT "
+PORT = 23456  # inside the namespaces: no clash with anything outside
+
+
+def _worker_env(i: int, profile: Path) -> dict:
+    env = dict(os.environ)
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               ZIPCCL_PROFILE=str(profile), PYTHONPATH=os.pathsep.join(filter(None, [
+                   str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")])))
+    return env
+
+
+def _write_profile(path: Path, rate: str) -> None:
+    """The user's cost model (or the defaults) with the link's bandwidth."""
+    model = dataclasses.replace(strategy.load_model(), link_bandwidth=netns.rate_bits(rate) / 8 if rate != "off"
+                                else strategy.CostModel().link_bandwidth)
+    strategy.save_model(model, path)
+
+
+def _launch(net: netns.Network, spec: dict, profile: Path, timeout: float) -> list[dict]:
+    """One training process per host; their parsed results, in host order."""
+    procs = []
+    for i in range(net.n):
+        argv = [sys.executable, "-m", "zipccl_jax.netbench", "worker", json.dumps({**spec, "process": i})]
+        procs.append(subprocess.Popen(net.exec(i, argv), env=_worker_env(i, profile), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        tails = "\n".join(f"--- process {i}:\n{(p.communicate()[0] or '')[-1500:]}" for i, p in enumerate(procs))
+        raise RuntimeError(f"net benchmark: the processes did not finish in {timeout:.0f} s (hung collective?)\n"
+                           + tails) from None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    results = []
+    for i, (p, out) in enumerate(zip(procs, outputs)):
+        lines = [line for line in out.splitlines() if line.startswith(RESULT_TAG)]
+        if p.returncode or not lines:
+            raise RuntimeError(f"net benchmark: process {i} failed (exit {p.returncode}):\n{out[-3000:]}")
+        results.append(json.loads(lines[-1][len(RESULT_TAG):]))
+    return results
+
+
+def _combine(results: list[dict]) -> dict:
+    """One result for the run: times of the slowest process (the step ends
+    when it does), link bytes averaged over processes, losses of process 0
+    (every process computes the same, checked here)."""
+    out = {"compute_ms": max(r["compute_ms"] for r in results), "syncs": {}}
+    for label in results[0]["syncs"]:
+        per = [r["syncs"][label] for r in results]
+        if any(not trainbench.losses_identical(p["losses"], per[0]["losses"]) for p in per):
+            raise RuntimeError(f"net benchmark: processes disagree on the {label} losses")
+        out["syncs"][label] = {**per[0], "step_ms": max(p["step_ms"] for p in per),
+                               "comm_ms": max(p["comm_ms"] for p in per),
+                               "link_bytes": sum(p["link_bytes"] for p in per) / len(per)}
+    return out
+
+
+def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int, timeout: float = 600,
+        progress: report.Progress | None = None) -> list[dict]:
+    """The benchmark; returns one combined result (with its rate) per rate."""
+    for rate in rates:
+        if rate != "off":
+            netns.rate_bits(rate)  # bad input fails before anything is built
+    why = netns.unavailable_reason()
+    if why:
+        raise RuntimeError(f"net benchmark: {why}")
+    spec = {"procs": procs, "coordinator": f"{netns.SUBNET}.1:{PORT}", "config": dataclasses.asdict(cfg),
+            "steps": steps, "warmup": warmup, "repeat": repeat}
+    runs = []
+    with netns.Network(procs) as net, tempfile.TemporaryDirectory() as tmp:
+        for rate in rates:
+            if progress:
+                progress.start(f"net {procs} processes at {rate}")
+            net.set_rate(rate)
+            profile = Path(tmp) / f"profile-{rate}.json"
+            _write_profile(profile, rate)
+            runs.append({"rate": rate, **_combine(_launch(net, spec, profile, timeout))})
+            if progress:
+                progress.finish()
+    return runs
+
+
+def summary_rows(runs: list[dict]) -> list[dict]:
+    rows = []
+    for r in runs:
+        rows += trainbench.summary_rows(r, rate=r["rate"])
+    return rows
+
+
+def plot(path, runs: list[dict], procs: int) -> None:
+    groups = [r["rate"] for r in runs]
+    series = {label: [r["syncs"][label]["comm_ms"] for r in runs] for label in runs[0]["syncs"]}
+    notes = {label: [f"{r['syncs']['lax.psum']['comm_ms'] / r['syncs'][label]['comm_ms']:.2f}x" for r in runs]
+             for label in series}
+    report.bar_plot(path, f"Gradient sync of the LM, {procs} processes over shaped links (speedup vs lax.psum)",
+                    groups, series, "communication ms (median)", notes)
+
+
+def run_cli(args) -> list[dict]:
+    if args.cleanup:
+        gone = netns.cleanup(everything=True)
+        print(f"removed {len(gone)} namespace(s): {' '.join(gone) or '-'}")
+        return []
+    cfg = trainbench.config_from_args(args)
+    progress = report.Progress(len(args.rate))
+    runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress)
+    print(f"## LM training over a shaped network: {args.procs} processes, one CPU device each; {cfg}\n")
+    print("\n".join(f"{r['rate']}: {trainbench.wire_line(r)}" for r in runs) + "\n")
+    rows = summary_rows(runs)
+    print(report.table(rows))
+    if args.json:
+        report.save_json(args.json, procs=args.procs, config=dataclasses.asdict(cfg), runs=runs)
+    if args.plot:
+        plot(args.plot, runs, args.procs)
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# one training process, inside its namespace
+
+
+def worker(spec: dict) -> None:
+    i = spec["process"]
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[i % len(os.sched_getaffinity(0))]})
+    import jax
+
+    jax.distributed.initialize(spec["coordinator"], num_processes=spec["procs"], process_id=i,
+                               initialization_timeout=60)
+    from . import lm
+
+    counter = Path("/sys/class/net/eth0/statistics/tx_bytes")
+    mesh = jax.make_mesh((spec["procs"],), ("data",))
+    result = trainbench.measure(mesh, lm.Config(**spec["config"]), spec["steps"], spec["warmup"], spec["repeat"],
+                                sent_bytes=lambda: int(counter.read_text()))
+    print(RESULT_TAG + json.dumps(result), flush=True)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["worker"] or len(sys.argv) != 3:
+        raise SystemExit("usage: python -m zipccl_jax.netbench worker SPEC_JSON (started by `bench net`)")
+    worker(json.loads(sys.argv[2]))

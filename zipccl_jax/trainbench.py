@@ -1,0 +1,149 @@
+"""Training-step benchmark of the LM (zipccl_jax.lm): lax.psum vs zip_psum.
+
+    python -m zipccl_jax bench train [--steps N] [--d-model D] ...
+
+On the local devices (8 virtual CPU devices, or the GPUs) `run()` trains the
+same model from the same initial parameters on the same batches once per
+gradient sync and reports, per sync: the step time (median after warm-up),
+the communication time (the jitted gradient sync alone, on gradients
+captured from a real step, median), the bytes each device sends (zipccl's
+Stats, at the last step), and whether the losses are bit-identical to zip_psum's
+compress=False run. The network benchmark (netbench.py) runs `measure()` in
+one process per network namespace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+from . import report
+
+# label -> (lm sync, compress)
+SYNCS = {"lax.psum": ("lax", True), "zip_psum": ("zip", True), "zip_psum compress=False": ("zip", False)}
+REFERENCE = "zip_psum compress=False"
+
+
+def _median_ms(times) -> float:
+    return float(np.median(times)) * 1e3
+
+
+def _local(a) -> np.ndarray:
+    return np.asarray(a.addressable_data(0))
+
+
+def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, progress=None) -> dict:
+    """Per sync label: step_ms, comm_ms (medians), losses; plus compute_ms,
+    zipccl's wire bytes, and, with `sent_bytes()` (this process's link
+    counter), the bytes per sync measured on the link."""
+    from . import lm
+
+    n = mesh.size
+    tokens = lm.load_tokens()
+    host_params = lm.init_params(jax.random.key(0), cfg)
+    params0, opt0 = lm.replicate(mesh, (host_params, lm.init_opt(host_params)))
+    batches = [lm.shard_batch(mesh, lm.batch_at(tokens, cfg, s, n)) for s in range(warmup + steps)]
+    grads_fn = lm.make_grads(mesh, cfg)
+    jax.block_until_ready(grads_fn(params0, batches[0]))
+    compute = []
+    for b in batches[warmup:]:
+        t = time.perf_counter()
+        jax.block_until_ready(grads_fn(params0, b))
+        compute.append(time.perf_counter() - t)
+    result = {"compute_ms": _median_ms(compute), "syncs": {}}
+    for label, (sync, compress) in SYNCS.items():
+        if progress:
+            progress(label)
+        result["syncs"][label] = _measure_sync(mesh, cfg, lm, grads_fn, sync, compress, params0, opt0, batches,
+                                               warmup, repeat, sent_bytes)
+    return result
+
+
+def _measure_sync(mesh, cfg, lm, grads_fn, sync, compress, params, opt, batches, warmup, repeat, sent_bytes) -> dict:
+    step = lm.make_step(mesh, cfg, sync=sync, compress=compress)
+    losses, times = [], []
+    for s, b in enumerate(batches):
+        last_params = params
+        t = time.perf_counter()
+        params, opt, loss, *stats = step(params, opt, b)
+        losses.append(float(_local(jax.block_until_ready(loss))))
+        if s >= warmup:
+            times.append(time.perf_counter() - t)
+    # the gradients the last step synced: its Stats describe sending these
+    _, grads = grads_fn(last_params, batches[-1])
+    sync_fn = lm.make_sync(mesh, cfg, sync=sync, compress=compress)
+    jax.block_until_ready(sync_fn(grads))
+    comm, sent = [], 0
+    for _ in range(repeat):
+        before = sent_bytes() if sent_bytes else 0
+        t = time.perf_counter()
+        jax.block_until_ready(sync_fn(grads))
+        comm.append(time.perf_counter() - t)
+        sent += (sent_bytes() - before) if sent_bytes else 0
+    out = {"step_ms": _median_ms(times), "comm_ms": _median_ms(comm), "losses": losses}
+    if stats:  # zip_psum's own count of what this device sent per step
+        out["wire_bytes"], out["raw_bytes"] = float(_local(stats[0].wire_bytes)), float(_local(stats[0].raw_bytes))
+    if sent_bytes:
+        out["link_bytes"] = sent / repeat
+    return out
+
+
+def losses_identical(a: list[float], b: list[float]) -> bool:
+    return np.array_equal(np.asarray(a, np.float32).view(np.uint32), np.asarray(b, np.float32).view(np.uint32))
+
+
+def summary_rows(result: dict, **key) -> list[dict]:
+    """One table row per sync; speedups against lax.psum."""
+    syncs = result["syncs"]
+    base = syncs["lax.psum"]
+    rows = []
+    for label, s in syncs.items():
+        row = {**key, "sync": label, "step ms": s["step_ms"], "comm ms": s["comm_ms"],
+               "comm speedup vs lax": base["comm_ms"] / s["comm_ms"],
+               "step speedup vs lax": base["step_ms"] / s["step_ms"]}
+        if "link_bytes" in s:
+            row["link bytes/sync"] = int(s["link_bytes"])
+        row["zipccl wire B"] = int(s["wire_bytes"]) if "wire_bytes" in s else "-"
+        row["losses = compress=False"] = losses_identical(s["losses"], syncs[REFERENCE]["losses"])
+        rows.append(row)
+    return rows
+
+
+def wire_line(result: dict) -> str:
+    z = result["syncs"]["zip_psum"]
+    return (f"zipccl wire bytes per device per step: {z['wire_bytes']:,.0f} compressed vs {z['raw_bytes']:,.0f} "
+            f"raw ({z['raw_bytes'] / z['wire_bytes']:.3f}x); compute (forward+backward) {result['compute_ms']:.1f} ms")
+
+
+def config_from_args(args):
+    from . import lm
+
+    fields = {f.name for f in dataclasses.fields(lm.Config)}
+    overrides = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    return lm.Config(**overrides)
+
+
+def run(args) -> list[dict]:
+    """`bench train` on the local devices: prints progress and the table."""
+    cfg = config_from_args(args)
+    devices = jax.devices()
+    mesh = jax.make_mesh((len(devices),), ("data",))
+    progress = report.Progress(len(SYNCS))
+    def started(label):
+        if progress.done:
+            progress.finish()
+        progress.start(f"train {label}")
+    result = measure(mesh, cfg, args.steps, args.warmup, args.repeat, progress=started)
+    progress.finish()
+    print(f"## Training step on {len(devices)} x {devices[0].platform}: {cfg}\n")
+    print(wire_line(result) + "\n")
+    rows = summary_rows(result)
+    print(report.table(rows))
+    if args.json:
+        report.save_json(args.json, config=dataclasses.asdict(cfg), devices=len(devices), result=result)
+    if args.plot:
+        report.bar_plot(args.plot, f"LM step on {len(devices)} x {devices[0].platform}", ["step", "comm"],
+                        {r["sync"]: [r["step ms"], r["comm ms"]] for r in rows}, "ms (median)")
+    return rows
