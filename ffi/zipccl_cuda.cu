@@ -13,7 +13,9 @@
 // decompress: DecodeKernel (CUDA block/stream), then one sync to read the
 //             first device-side error.
 // accumulate: per row j, DecodeKernel + AccumulateKernel; then RoundKernel.
+#ifndef ZIPCCL_HOST_EMULATION  // tests/cuda_host_shim.h stands in for it on the host
 #include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -346,13 +348,17 @@ ffi::Error NoScratch() {
                         std::string("zipccl: ") + #expr + ": " + cudaGetErrorString(e_)); \
   } while (0)
 
+#ifndef ZC_LAUNCH_KERNEL  // the host emulation brings its own
+#define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) kernel<<<grid, threads, 0, stream>>>(__VA_ARGS__)
+#endif
+
 // Launches kernel with kThreads threads per CUDA block, enough blocks for
 // `work` units of per_block each (capped; kernels loop), none if work == 0.
 #define ZC_LAUNCH(kernel, work, per_block, stream, ...)                                           \
   do {                                                                                            \
     if ((work) > 0) {                                                                             \
       const int64_t g_ = std::min<int64_t>(((work) + (per_block) - 1) / (per_block), kMaxGrid);   \
-      kernel<<<unsigned(g_), kThreads, 0, stream>>>(__VA_ARGS__);                                 \
+      ZC_LAUNCH_KERNEL(kernel, unsigned(g_), kThreads, stream, __VA_ARGS__);                      \
       ZC_CUDA(cudaGetLastError());                                                                \
     }                                                                                             \
   } while (0)

@@ -1,0 +1,125 @@
+"""The CUDA codec's handlers and kernels run on the CPU, against the numpy reference.
+
+tests/cuda_emulation.cc compiles ffi/zipccl_cuda.cu with g++ (tests/cuda_host_shim.h stands in for
+the CUDA runtime) under AddressSanitizer and UBSan, and calls the real Compress, Decompress and
+DecompressAccumulate handlers on host buffers. Every launch runs its CUDA blocks one at a time, with
+one thread or a few std::threads per block meeting at __syncthreads, and a grid as the handler asks
+or capped (down to one block looping over all work). That covers the kernels' bookkeeping: offsets,
+group and byte-plane table placement, per-item and per-row indexing, scratch sizes, error reporting,
+the handlers' argument checks. It cannot cover what needs a GPU: real concurrency between blocks,
+the device memory model, races between blocks, device memory errors (compute-sanitizer on a GPU,
+tests/test_cuda.py) and GPU arithmetic (NaN payloads of sums).
+"""
+
+import shutil
+import struct
+import subprocess
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+from zipccl_jax import reference as ref
+from test_codec_cpu import mutate
+from test_reference import KINDS, make
+
+ROOT = Path(__file__).resolve().parents[1]
+DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
+CODES = {np.dtype(ml_dtypes.bfloat16): 1, np.dtype(np.float16): 2, np.dtype(np.float32): 3}
+SIZES = [0, 1, 4095, 4096, 4097, 65537]  # 65537: 17 blocks in two groups
+# (threads per block, grid cap): the handler's grid; one block looping over all work; several
+# blocks of several threads
+LAUNCHES = [(1, 1 << 30), (1, 1), (3, 2)]
+COMPRESS, DECOMPRESS, ACCUMULATE = 0, 1, 2
+CORRUPT = "zipccl: corrupt payload (stream {}): "
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    compiler = shutil.which("g++") or shutil.which("c++")
+    assert compiler, "a C++ compiler is needed to build the CUDA emulation"
+    exe = tmp_path_factory.mktemp("emu") / "cuda_emulation"
+    subprocess.run([compiler, "-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-DZIPCCL_HOST_EMULATION", f"-I{ROOT / 'ffi'}", f"-I{ROOT / 'tests'}",
+                    "-isystem", jax.ffi.include_dir(), str(ROOT / "tests" / "cuda_emulation.cc"), "-pthread",
+                    "-o", str(exe)], check=True, timeout=600)
+    return exe
+
+
+def emulate(exe, requests, launch=LAUNCHES[0]):
+    """Runs requests (header tuple, input bytes) -> [(error message, output bytes)]."""
+    data = b"".join(struct.pack("<7q", *(list(h) + [0] * (7 - len(h)))) + body for h, body in requests)
+    run = subprocess.run([str(exe), str(launch[0]), str(launch[1])], input=data, capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    replies, pos = [], 0
+    while pos < len(run.stdout):
+        fields = []
+        for _ in range(2):
+            (size,) = struct.unpack_from("<q", run.stdout, pos)
+            fields.append(run.stdout[pos + 8 : pos + 8 + size])
+            pos += 8 + size
+        replies.append((fields[0].decode(), fields[1]))
+    assert len(replies) == len(requests)
+    return replies
+
+
+def compress_request(items, cap=None):
+    batch, n = items.shape
+    cap = ref.max_stream_bytes(n, items.dtype) if cap is None else cap
+    return (COMPRESS, CODES[items.dtype], n, batch, cap), items.tobytes()
+
+
+def decompress_request(streams, dtype, n, cap=None):
+    """Streams padded with random bytes to a common row length, cap or the longest."""
+    cap = max(map(len, streams)) if cap is None else cap
+    pad = np.random.default_rng(cap).integers(0, 256, cap, np.uint8).tobytes()
+    return (DECOMPRESS, CODES[np.dtype(dtype)], n, len(streams), cap), b"".join(s + pad[len(s) :] for s in streams)
+
+
+@lru_cache(maxsize=None)
+def items_of(dtype, n):
+    """One item per test kind, [len(KINDS), n]."""
+    return np.stack([make(kind, n, dtype, seed=n + i) for i, kind in enumerate(KINDS)]) if n else np.zeros(
+        (len(KINDS), 0), dtype)
+
+
+@lru_cache(maxsize=None)
+def streams_of(dtype, n):
+    return [ref.compress(x) for x in items_of(dtype, n)]
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"threads{l[0]}_grid{l[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_compress_is_byte_identical_to_reference(emulator, dtype, launch):
+    """A batch of every data kind per size, in one handler call each."""
+    replies = emulate(emulator, [compress_request(items_of(dtype, n)) for n in SIZES], launch)
+    for n, (err, out) in zip(SIZES, replies):
+        assert err == ""
+        batch, cap = len(KINDS), ref.max_stream_bytes(n, dtype)
+        sizes = np.frombuffer(out[: 4 * batch], np.uint32)
+        rows = np.frombuffer(out[4 * batch :], np.uint8).reshape(batch, cap)
+        for kind, size, row, expected in zip(KINDS, sizes, rows, streams_of(dtype, n)):
+            assert row[:size].tobytes() == expected, (kind, n)
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"threads{l[0]}_grid{l[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_reference_streams_decode_bit_exact(emulator, dtype, launch):
+    """Each size's streams of every kind as one batch, padded with garbage to the worst case."""
+    requests = [decompress_request(streams_of(dtype, n), dtype, n, ref.max_stream_bytes(n, dtype)) for n in SIZES]
+    for n, (err, out) in zip(SIZES, emulate(emulator, requests, launch)):
+        assert err == ""
+        assert out == items_of(dtype, n).tobytes(), n
+
+
+def assert_same_sums(got, expected):
+    """Bit for bit, except that a NaN's payload is not part of the guarantee (FORMAT.md §8)."""
+    nan = np.isnan(expected.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    got, expected = got.copy(), expected.copy()
+    got[nan] = expected[nan] = 0
+    assert got.tobytes() == expected.tobytes()
