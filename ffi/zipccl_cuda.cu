@@ -476,7 +476,7 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::ScratchAllocator scrat
   const int64_t batch = Product(dims, 0, dims.size() - 2), count = batch * n;
   if (int64_t(out->element_count()) != (k > 0 ? count : 0))  // k == 0: nothing to sum, like the CPU codec
     return Invalid("accumulate: output size disagrees with payload batch * item_elems");
-  if (k == 0 || batch == 0) return ffi::Error::Success();
+  if (k == 0 || count == 0) return ffi::Error::Success();  // out may be null when empty
   const int64_t slots = std::min(batch, kDecodeSlots);
   DecodeSlot slot;
   auto* d_err = Scratch<unsigned long long>(scratch, 1);

@@ -123,3 +123,101 @@ def assert_same_sums(got, expected):
     got, expected = got.copy(), expected.copy()
     got[nan] = expected[nan] = 0
     assert got.tobytes() == expected.tobytes()
+
+
+def accumulate_request(payload, dtype, n, out_dtype):
+    """payload: [batch, k, cap] uint8."""
+    batch, k, cap = payload.shape
+    return (ACCUMULATE, CODES[np.dtype(dtype)], n, batch, k, cap, CODES[np.dtype(out_dtype)]), payload.tobytes()
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"threads{l[0]}_grid{l[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_accumulate_matches_reference(emulator, dtype, launch):
+    """Items of 3 rows each, summed in row order to the payload dtype and to float32."""
+    k, requests, expected = 3, [], []
+    for n in SIZES:
+        streams = streams_of(dtype, n)
+        cap = ref.max_stream_bytes(n, dtype)
+        batch = len(streams) // k
+        payload = np.frombuffer(decompress_request(streams[: batch * k], dtype, n, cap)[1], np.uint8)
+        payload = payload.reshape(batch, k, cap)
+        for out_dtype in (dtype, np.float32):
+            requests.append(accumulate_request(payload, dtype, n, out_dtype))
+            # the reference's sums of the decoded rows (streams_of decode to items_of: test_reference)
+            rows = items_of(dtype, n)[: batch * k].reshape(batch, k, n)
+            expected.append(np.concatenate([ref.accumulate(list(r), out_dtype) for r in rows]))
+    for (err, out), sums in zip(emulate(emulator, requests, launch), expected):
+        assert err == ""
+        assert_same_sums(np.frombuffer(out, sums.dtype), sums)
+
+
+MUTATED = [(dtype, kind, n) for dtype in DTYPES for kind, n in
+           [("gauss", 9000), ("specials_in_gauss", 4097), ("low_precision", 9000), ("mixed_precision", 9000),
+            ("random_bits", 300)]]
+
+
+@pytest.mark.parametrize("dtype,kind,n", MUTATED, ids=lambda v: np.dtype(v).name if not isinstance(v, (str, int))
+                         else str(v))
+def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
+    """Each mutated stream alone in a row of its own length: the same accept/reject as the reference,
+    the same bits when accepted, and a corrupt-payload error naming stream 0 when rejected."""
+    x = make(kind, n, dtype)
+    stream = ref.compress(x)
+    rng = np.random.default_rng(zlib.crc32(f"{np.dtype(dtype).name}-{kind}".encode()))
+    bad = [mutate(stream, rng) for _ in range(100)]
+    replies = emulate(emulator, [decompress_request([b], dtype, n) for b in bad])
+    rejected = 0
+    for b, (err, out) in zip(bad, replies):
+        try:
+            expected = ref.decompress(b, dtype, n).tobytes()
+        except ref.CorruptPayload:
+            expected = None
+        assert (err == "") == (expected is not None), err
+        if expected is None:
+            assert err.startswith(CORRUPT.format(0)), err
+            rejected += 1
+        else:
+            assert out == expected
+    assert rejected > 10
+
+
+def test_first_corrupt_stream_is_named_and_the_others_still_decode(emulator):
+    """Decompress names the first bad stream of a batch (the first in launch order, here row order);
+    accumulate names the bad payload row, item * k + j."""
+    dtype, n = np.float32, 9000
+    streams = [ref.compress(make(kind, n, dtype)) for kind in ["gauss", "low_precision", "mixed_precision", "wide"]]
+    bad_mode = bytearray(streams[2])
+    bad_mode[16 + 3] = 9  # block 0's mode
+    batch = [streams[0], streams[1], bytes(bad_mode), streams[3], b"ZCCX" + streams[0][4:]]
+    for b in batch[2], batch[4]:
+        with pytest.raises(ref.CorruptPayload):
+            ref.decompress(b, dtype, n)
+    cap = ref.max_stream_bytes(n, dtype)
+    (err, out), = emulate(emulator, [decompress_request(batch, dtype, n, cap)])
+    assert err == CORRUPT.format(2) + "corrupt block descriptor (bad mode)"
+    got = np.frombuffer(out, dtype).reshape(5, n)
+    for i in [0, 1, 3]:
+        assert got[i].tobytes() == ref.decompress(batch[i], dtype, n).tobytes()
+    rows = np.frombuffer(decompress_request(batch, dtype, n, cap)[1], np.uint8).reshape(5, cap)
+    payload = np.stack([rows[[0, 1, 3]], rows[[0, 2, 1]]])  # [2 items, k = 3, cap]: row 1 * 3 + 1 is bad
+    (err, _), = emulate(emulator, [accumulate_request(payload, dtype, n, dtype)])
+    assert err == CORRUPT.format(4) + "corrupt block descriptor (bad mode)"
+
+
+def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
+    x = make("gauss", 100, np.float32)[None]
+    (_, code, n, batch, cap), body = compress_request(x)
+    requests = [((COMPRESS, code, n, batch, cap - 1), body),  # one byte short of the worst case
+                ((COMPRESS, 7, n, batch, cap), body),  # int32: not a float
+                ((DECOMPRESS, 7, n, 1, cap), bytes(cap)),
+                ((ACCUMULATE, code, n, 1, 1, cap, 1), bytes(cap)),  # float32 payload into bfloat16
+                ((ACCUMULATE, 9, n, 1, 1, cap, 3), bytes(cap)),
+                ((ACCUMULATE, code, n, 1, 0, cap, 3), b"")]  # k = 0: nothing to sum, no output
+    errors = [err for err, _ in emulate(emulator, requests)]
+    assert errors == [f"zipccl: compress: payload capacity {cap - 1} is below {cap} or a stream exceeds 4 GiB",
+                      "zipccl: unsupported dtype (XLA element type 4); supported: bfloat16, float16, float32",
+                      "zipccl: unsupported dtype (XLA element type 4); supported: bfloat16, float16, float32",
+                      "zipccl: accumulate: output dtype must be the payload dtype or float32",
+                      "zipccl: accumulate: bad dtype code",
+                      ""]
