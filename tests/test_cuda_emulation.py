@@ -1,15 +1,15 @@
 """The CUDA codec's handlers and kernels run on the CPU, against the numpy reference.
 
 tests/cuda_emulation.cc compiles ffi/zipccl_cuda.cu with g++ (tests/cuda_host_shim.h stands in for
-the CUDA runtime) under AddressSanitizer and UBSan, and calls the real Compress, Decompress and
-DecompressAccumulate handlers on host buffers. Every launch runs its CUDA blocks one at a time, with
-one thread or a few std::threads per block meeting at __syncthreads, and a grid as the handler asks
-or capped (down to one block looping over all work). That covers the kernels' bookkeeping: offsets,
-group and byte-plane table placement, per-item and per-row indexing, scratch sizes, error reporting,
-the handlers' argument checks. It cannot cover what needs a GPU: real concurrency between blocks,
-the device memory model, races between blocks, device memory errors (compute-sanitizer on a GPU,
-tests/test_cuda.py) and GPU arithmetic (NaN payloads of sums).
-"""
+the CUDA runtime) and calls the real Compress, Decompress and DecompressAccumulate handlers on host
+buffers. Each launch runs its CUDA blocks one at a time, with one thread or a few std::threads per
+block meeting at __syncthreads (a barrier), and a grid as the handler asks or capped (down to one
+block looping over all work). Under AddressSanitizer and UBSan that checks the kernels' bookkeeping
+byte for byte: offsets, group and byte-plane table placement, per-item and per-row indexing, scratch
+sizes, error reporting, the handlers' argument checks; under ThreadSanitizer, that the threads of a
+block order their shared reads and writes with __syncthreads. It cannot check what needs a GPU:
+blocks running concurrently (races between blocks), the device memory model, device memory errors
+(compute-sanitizer, with tests/test_cuda.py) and GPU arithmetic (NaN payloads of sums)."""
 
 import shutil
 import struct
@@ -38,16 +38,20 @@ COMPRESS, DECOMPRESS, ACCUMULATE = 0, 1, 2
 CORRUPT = "zipccl: corrupt payload (stream {}): "
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
+def build(directory, sanitizers):
     compiler = shutil.which("g++") or shutil.which("c++")
     assert compiler, "a C++ compiler is needed to build the CUDA emulation"
-    exe = tmp_path_factory.mktemp("emu") / "cuda_emulation"
-    subprocess.run([compiler, "-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+    exe = directory / "cuda_emulation"
+    subprocess.run([compiler, "-std=c++20", "-O1", "-g", f"-fsanitize={sanitizers}", "-fno-sanitize-recover=all",
                     "-DZIPCCL_HOST_EMULATION", f"-I{ROOT / 'ffi'}", f"-I{ROOT / 'tests'}",
                     "-isystem", jax.ffi.include_dir(), str(ROOT / "tests" / "cuda_emulation.cc"), "-pthread",
                     "-o", str(exe)], check=True, timeout=600)
     return exe
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("asan"), "address,undefined")
 
 
 def emulate(exe, requests, launch=LAUNCHES[0]):
@@ -221,3 +225,23 @@ def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
                       "zipccl: accumulate: output dtype must be the payload dtype or float32",
                       "zipccl: accumulate: bad dtype code",
                       ""]
+
+
+def test_threads_of_a_block_do_not_race(tmp_path):
+    """ThreadSanitizer over blocks of 4 threads: what one thread of a block writes and another reads
+    is ordered by __syncthreads (a barrier here), and the results stay bit exact."""
+    exe = build(tmp_path, "thread")
+    dtype, n, k = np.float32, 65537, 2
+    items, streams = items_of(dtype, n)[:4], streams_of(dtype, n)[:4]
+    cap = ref.max_stream_bytes(n, dtype)
+    rows = decompress_request(streams, dtype, n, cap)
+    payload = np.frombuffer(rows[1], np.uint8).reshape(2, k, cap)
+    (c_err, c_out), (d_err, d_out), (a_err, a_out) = emulate(
+        exe, [compress_request(items), rows, accumulate_request(payload, dtype, n, dtype)], (4, 2))
+    assert (c_err, d_err, a_err) == ("", "", "")
+    sizes = np.frombuffer(c_out[:16], np.uint32)
+    got = np.frombuffer(c_out[16:], np.uint8).reshape(4, cap)
+    assert [r[:s].tobytes() for r, s in zip(got, sizes)] == streams
+    assert d_out == items.tobytes()
+    assert_same_sums(np.frombuffer(a_out, dtype), np.concatenate([ref.accumulate(list(r), dtype)
+                                                                  for r in items.reshape(2, k, n)]))
