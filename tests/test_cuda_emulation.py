@@ -36,6 +36,7 @@ SIZES = [0, 1, 4095, 4096, 4097, 65537]  # 65537: 17 blocks in two groups
 LAUNCHES = [(1, 1 << 30), (1, 1), (3, 2)]
 COMPRESS, DECOMPRESS, ACCUMULATE = 0, 1, 2
 CORRUPT = "zipccl: corrupt payload (stream {}): "
+TRUNCATED = "truncated payload (shorter than its header says)"
 
 
 def build(directory, sanitizers):
@@ -71,10 +72,10 @@ def emulate(exe, requests, launch=LAUNCHES[0]):
     return replies
 
 
-def compress_request(items, cap=None):
+def compress_request(items):
+    """items: [batch, n], into rows of the worst-case length."""
     batch, n = items.shape
-    cap = ref.max_stream_bytes(n, items.dtype) if cap is None else cap
-    return (COMPRESS, CODES[items.dtype], n, batch, cap), items.tobytes()
+    return (COMPRESS, CODES[items.dtype], n, batch, ref.max_stream_bytes(n, items.dtype)), items.tobytes()
 
 
 def decompress_request(streams, dtype, n, cap=None):
@@ -87,8 +88,7 @@ def decompress_request(streams, dtype, n, cap=None):
 @lru_cache(maxsize=None)
 def items_of(dtype, n):
     """One item per test kind, [len(KINDS), n]."""
-    return np.stack([make(kind, n, dtype, seed=n + i) for i, kind in enumerate(KINDS)]) if n else np.zeros(
-        (len(KINDS), 0), dtype)
+    return np.stack([make(kind, n, dtype, seed=n + i) for i, kind in enumerate(KINDS)])
 
 
 @lru_cache(maxsize=None)
@@ -156,16 +156,17 @@ def test_accumulate_matches_reference(emulator, dtype, launch):
         assert_same_sums(np.frombuffer(out, sums.dtype), sums)
 
 
-MUTATED = [(dtype, kind, n) for dtype in DTYPES for kind, n in
+MUTATED = [pytest.param(dtype, kind, n, id=f"{np.dtype(dtype).name}-{kind}") for dtype in DTYPES for kind, n in
            [("gauss", 9000), ("specials_in_gauss", 4097), ("low_precision", 9000), ("mixed_precision", 9000),
             ("random_bits", 300)]]
 
 
-@pytest.mark.parametrize("dtype,kind,n", MUTATED, ids=lambda v: np.dtype(v).name if not isinstance(v, (str, int))
-                         else str(v))
+@pytest.mark.parametrize("dtype,kind,n", MUTATED)
 def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
     """Each mutated stream alone in a row of its own length: the same accept/reject as the reference,
-    the same bits when accepted, and a corrupt-payload error naming stream 0 when rejected."""
+    the same bits when accepted, and when rejected the reference's error naming stream 0 -- or
+    "truncated": the CUDA decoder checks every block's bounds before decoding any block, so a body
+    size that runs past the end is reported before the bitstream it garbles."""
     x = make(kind, n, dtype)
     stream = ref.compress(x)
     rng = np.random.default_rng(zlib.crc32(f"{np.dtype(dtype).name}-{kind}".encode()))
@@ -175,15 +176,23 @@ def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
     for b, (err, out) in zip(bad, replies):
         try:
             expected = ref.decompress(b, dtype, n).tobytes()
-        except ref.CorruptPayload:
-            expected = None
-        assert (err == "") == (expected is not None), err
-        if expected is None:
-            assert err.startswith(CORRUPT.format(0)), err
+        except ref.CorruptPayload as reason:
+            assert err in (CORRUPT.format(0) + str(reason), CORRUPT.format(0) + TRUNCATED)
             rejected += 1
         else:
-            assert out == expected
+            assert err == "" and out == expected, err
     assert rejected > 10
+
+
+def test_a_body_size_past_the_end_is_reported_as_truncated(emulator):
+    """The one known difference from the reference's (and CPU codec's) first error, by design."""
+    dtype, n = np.float32, 9000
+    s = bytearray(ref.compress(make("gauss", n, dtype)))
+    s[16] = (s[16] + 1) % 256  # block 0's body one byte longer: the last block now overruns
+    with pytest.raises(ref.CorruptPayload, match="padding bits"):
+        ref.decompress(bytes(s), dtype, n)
+    (err, _), = emulate(emulator, [decompress_request([bytes(s)], dtype, n)])
+    assert err == CORRUPT.format(0) + TRUNCATED
 
 
 def test_first_corrupt_stream_is_named_and_the_others_still_decode(emulator):
