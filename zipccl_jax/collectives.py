@@ -436,7 +436,7 @@ def _ppermute_array(x, axes, perm, compress, strategy_arg):
 
     def decode(r):  # a device no one sends to gets zeros, as lax.ppermute gives
         return lax.cond(receives, lambda p: ops.decompress_items(p, m=x.size, dtype=x.dtype),
-                        lambda p: _vary(jnp.zeros((1, x.size), x.dtype), axes), r)
+                        lambda p: _vary(jnp.zeros((1, x.size), x.dtype), tuple(ops.varying_axes(p))), r)
 
     send = lambda p: lax.ppermute(p, axes, perm)  # noqa: E731
     out, sent = sized_transfer(payload, nbytes, axes, send, decode, True, _model(strategy_arg).ladder)
