@@ -4,6 +4,7 @@
     python tests/scale_check.py stream ELEMENTS       # one bf16 stream, compress + decompress
     python tests/scale_check.py chunks ELEMENTS K     # bf16 in K streams (compress_chunks)
     python tests/scale_check.py leaves LEAVES         # zip_psum of a pytree vs lax.psum, 8 devices
+    python tests/scale_check.py memory                # compiled temp bytes of each collective vs lax's
 
 Each prints one line of `key=value` figures and exits non-zero on a wrong bit.
 """
@@ -100,9 +101,26 @@ def leaves(count: int) -> str:
     return f"ok={ok and close} leaves={count} bytes_per_device={payload} " + " ".join(lines)
 
 
+def memory() -> str:
+    """Per device: temp bytes of each compressed collective and of lax's, over the message."""
+    from test_memory import COLLECTIVES, temp_bytes
+
+    rows = []
+    for dtype in (jnp.bfloat16, jnp.float32):
+        for m in (1 << 16, 1 << 20, 1 << 22):
+            message = m * jnp.dtype(dtype).itemsize
+            for name, (ours, theirs, k) in COLLECTIVES.items():
+                zip_temp, lax_temp = temp_bytes(ours, name, m, dtype), temp_bytes(theirs, name, m, dtype)
+                rows.append(f"| {jnp.dtype(dtype).name} | {message:,} | {name} | {zip_temp:,} | "
+                            f"{zip_temp / message:.2f}x | {k}x | {lax_temp / message:.2f}x |")
+    return "ok=True\n" + "\n".join(rows)
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
-    if what == "leaves":
+    if what == "memory":
+        line = memory()
+    elif what == "leaves":
         line = leaves(int(sys.argv[2]))
     else:
         line = codec(int(sys.argv[2]), int(sys.argv[3]) if what == "chunks" else 1)

@@ -20,7 +20,7 @@ from fuzz_seeds import write_seeds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SANITIZE = ["-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-CAMPAIGN_S = 25
+CAMPAIGN_S = 16
 
 
 def build(tmp_path, target_sources, name):
