@@ -212,9 +212,8 @@ def _psum_tree(tree, axes, compress, strategy_arg, bucket_bytes):
     out = list(leaves)
     stats = Stats(_f32(0), _f32(0))
     floats = [i for i, leaf in enumerate(leaves) if is_compressible(leaf.dtype)]
-    for i, leaf in enumerate(leaves):
-        if i not in floats:
-            out[i] = lax.psum(leaf, axes)  # integers: exact in any order
+    for i in sorted(set(range(len(leaves))) - set(floats)):
+        out[i] = lax.psum(leaves[i], axes)  # integers: exact in any order
     for bucket in _buckets([leaves[i] for i in floats], bucket_bytes):
         idx = [floats[j] for j in bucket]
         flat = jnp.concatenate([_vary(leaves[i], axes).reshape(-1) for i in idx])
@@ -264,11 +263,21 @@ def zip_psum(x, axis_name, *, compress: bool = True, strategy=None, bucket_bytes
 # all_gather and psum_scatter (each other's transpose)
 
 
+def _bitwise(collective, x):
+    """Runs a data-moving lax collective on x's bits. XLA:CPU moves bf16 as
+    float32 and its conversion back replaces NaN payloads by the canonical NaN
+    (jax 0.10.2 and 0.11.2), which would break losslessness on the raw plan."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return collective(x)
+    bits = jnp.dtype(f"uint{x.dtype.itemsize * 8}")
+    return lax.bitcast_convert_type(collective(lax.bitcast_convert_type(x, bits)), x.dtype)
+
+
 def _all_gather_array(x, axes, axis, tiled, compress, strategy_arg):
     n = _axis_size(axes)
     plan = _plan("all_gather", x, n, strategy_arg)
     if not plan.compress or not compress:
-        out = lax.all_gather(x, axes, axis=axis, tiled=tiled)
+        out = _bitwise(lambda a: lax.all_gather(a, axes, axis=axis, tiled=tiled), x)
         return out, Stats(_f32(x.size * x.dtype.itemsize * (n - 1)), _f32(x.size * x.dtype.itemsize * (n - 1)), (plan,))
     rows, sent = _gather(_vary(x, axes).reshape(-1), axes, True, _model(strategy_arg).ladder)
     out = jnp.moveaxis(rows.reshape(n, *x.shape), 0, axis)
@@ -363,7 +372,7 @@ def _all_to_all_array(x, axes, split_axis, concat_axis, tiled, compress, strateg
     plan = _plan("all_to_all", x, n, strategy_arg)
     raw = _f32(x.size * x.dtype.itemsize * (n - 1) // n)
     if not plan.compress or not compress:
-        out = lax.all_to_all(x, axes, split_axis, concat_axis, tiled=tiled)
+        out = _bitwise(lambda a: lax.all_to_all(a, axes, split_axis, concat_axis, tiled=tiled), x)
         return out, Stats(raw, raw, (plan,))
     moved = _split_rows(x, axes, split_axis, tiled, "zip_all_to_all: split_axis")
     chunk_shape = (x.shape[split_axis] // n, *moved.shape[1:])
@@ -421,13 +430,13 @@ def _ppermute_array(x, axes, perm, compress, strategy_arg):
     plan = _plan("ppermute", x, n, strategy_arg)
     raw = _f32(x.size * x.dtype.itemsize)
     if not plan.compress or not compress:
-        return lax.ppermute(x, axes, perm), Stats(raw, raw, (plan,))
+        return _bitwise(lambda a: lax.ppermute(a, axes, perm), x), Stats(raw, raw, (plan,))
     payload, nbytes = ops.compress_items(_vary(x, axes).reshape(1, -1))
     receives = jnp.isin(lax.axis_index(axes), jnp.asarray([d for _, d in perm] or [-1]))
 
     def decode(r):  # a device no one sends to gets zeros, as lax.ppermute gives
         return lax.cond(receives, lambda p: ops.decompress_items(p, m=x.size, dtype=x.dtype),
-                        lambda p: _vary(jnp.zeros((1, x.size), x.dtype), axes), r)
+                        lambda p: _vary(jnp.zeros((1, x.size), x.dtype), tuple(ops.varying_axes(p))), r)
 
     send = lambda p: lax.ppermute(p, axes, perm)  # noqa: E731
     out, sent = sized_transfer(payload, nbytes, axes, send, decode, True, _model(strategy_arg).ladder)

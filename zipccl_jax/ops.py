@@ -20,6 +20,9 @@ from .dtypes import DTYPE_CODES, dtype_name
 from .reference import max_stream_bytes
 
 
+MAX_STREAM_BYTES = 2**32 - 1  # Compressed.nbytes is uint32
+
+
 def stream_capacity(n: int, dtype) -> int:
     """Bytes reserved per stream of n elements: raw size plus the header (FORMAT.md §1)."""
     return max_stream_bytes(n, dtype)
@@ -78,6 +81,10 @@ def _compress_items(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     _ffi.register()
     dtype_name(x.dtype)
     batch, m = x.shape[:-1], x.shape[-1]
+    if stream_capacity(m, x.dtype) > MAX_STREAM_BYTES:
+        raise ValueError(f"zipccl: a stream of {m} {np.dtype(x.dtype).name} elements could take "
+                         f"{stream_capacity(m, x.dtype)} bytes, over the {MAX_STREAM_BYTES} a stream's uint32 "
+                         "length can count: split it into streams (compress(x, batch_dims=...) or compress_chunks)")
     call = jax.ffi.ffi_call(
         "zipccl_compress",
         (_result(x, (*batch, stream_capacity(m, x.dtype)), jnp.uint8), _result(x, batch, jnp.uint32)),

@@ -1,0 +1,53 @@
+"""Seed corpus for the coverage-guided fuzzer (fuzz_harness.cc): valid streams
+of every dtype and every shape the format has, written by the numpy reference.
+
+    python tests/fuzz_seeds.py DIR
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from zipccl_jax import reference as ref
+from zipccl_jax.bench_data import gaussian, random_bits, special_values
+
+B = 4096  # elements per block (FORMAT.md §1)
+
+
+def seed_tensors(dtype) -> dict[str, np.ndarray]:
+    """Inputs that make the encoder take each path of FORMAT.md §2-§7."""
+    g = gaussian(3 * B + 100, dtype, seed=1)
+    scaled = g.copy()
+    scaled[B:2 * B] = gaussian(B, dtype, scale=2.0 ** -12, seed=2)  # blocks with their own ref: candidate B
+    mixed = g.copy()
+    mixed[B:2 * B] = random_bits(B, dtype, seed=3)  # a raw block between coded ones
+    with np.errstate(over="ignore"):  # float16 overflows to Inf: escapes too
+        wide = (gaussian(2000, "float32", seed=4) * np.exp2(np.random.default_rng(5).integers(-60, 60, 2000))).astype(dtype)
+    zeros = g[:3000].copy()
+    zeros[::3] = 0  # class ZERO
+    special = np.tile(special_values(dtype), 40)
+    special[::7] = gaussian(special[::7].size, dtype, seed=6)
+    return {
+        "empty": g[:0], "one": g[:1], "three": g[:3], "small": g[:100], "block": g[:B],
+        "blocks_group_ref": g, "blocks_own_ref": scaled, "raw_block": mixed, "escapes": wide,
+        "zeros": zeros, "special": special, "stored_raw": random_bits(700, dtype, seed=7),
+    }
+
+
+def write_seeds(directory) -> int:
+    """Writes one stream per dtype and tensor; returns how many."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for dtype in ("bfloat16", "float16", "float32"):
+        for name, x in seed_tensors(dtype).items():
+            (directory / f"seed-{dtype}-{name}").write_bytes(ref.compress(x))
+            count += 1
+    # two groups of 16 blocks (two code tables), bf16 only to keep the corpus small
+    (directory / "seed-bfloat16-two-groups").write_bytes(ref.compress(gaussian(17 * B, "bfloat16", seed=8)))
+    return count + 1
+
+
+if __name__ == "__main__":
+    print(write_seeds(sys.argv[1]), "seeds written to", sys.argv[1])
