@@ -28,10 +28,15 @@ def seed_tensors(dtype) -> dict[str, np.ndarray]:
     zeros[::3] = 0  # class ZERO
     special = np.tile(special_values(dtype), 40)
     special[::7] = gaussian(special[::7].size, dtype, seed=6)
+    rng = np.random.default_rng(9)
+    few_bits = (rng.integers(-64, 64, 2 * B + 50) / 64).astype(dtype)  # fp16/fp32: coded byte planes (§5.4)
+    low_zero = gaussian(2 * B + 50, "float32", seed=10).view(np.uint32)
+    low_zero[::3] &= 0xFFFFFF00  # fp32: plane 0 coded, plane 1 raw
     return {
         "empty": g[:0], "one": g[:1], "three": g[:3], "small": g[:100], "block": g[:B],
         "blocks_group_ref": g, "blocks_own_ref": scaled, "raw_block": mixed, "escapes": wide,
         "zeros": zeros, "special": special, "stored_raw": random_bits(700, dtype, seed=7),
+        "byte_codes": few_bits, "byte_code_plane0": low_zero.view(np.float32).astype(dtype),
     }
 
 
