@@ -58,6 +58,7 @@ enum Status : int {
   kErrTrailing = 10,
   kErrTable = 11,
   kErrPlanes = 12,
+  kErrLast = kErrPlanes,  // every status is in [kOk, kErrLast]
 };
 
 inline const char* error_message(int status) {
