@@ -12,7 +12,6 @@ import warnings
 
 import ml_dtypes
 import numpy as np
-import zstandard
 
 # ZipNN Huffman-codes each byte group of a chunk as one block, and its Huffman
 # coder caps blocks at 128 KiB: chunks above 256 KiB are silently stored raw.
@@ -20,14 +19,23 @@ import zstandard
 ZIPNN_CHUNK = 256 * 1024
 
 
+def _zstandard():
+    """zstandard, imported when a zstd baseline runs (the `bench` extra)."""
+    try:
+        import zstandard
+    except ImportError as err:
+        raise RuntimeError('the zstd baseline needs zstandard: pip install "zipccl_jax[bench]"') from err
+    return zstandard
+
+
 def zstd_compress(buf, level=1):
     """Single-threaded zstd frame of a bytes-like `buf` (content size recorded)."""
-    return zstandard.ZstdCompressor(level=level).compress(buf)
+    return _zstandard().ZstdCompressor(level=level).compress(buf)
 
 
 def zstd_decompress(data):
     """Inverse of `zstd_compress`."""
-    return zstandard.ZstdDecompressor().decompress(data)
+    return _zstandard().ZstdDecompressor().decompress(data)
 
 
 def _zipnn(dtype, threads):
