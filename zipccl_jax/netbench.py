@@ -53,8 +53,10 @@ def _launch(net: netns.Network, spec: dict, profile: Path, timeout: float) -> li
     procs = []
     for i in range(net.n):
         argv = [sys.executable, "-m", "zipccl_jax.netbench", "worker", json.dumps({**spec, "process": i})]
+        # cwd away from any source checkout: `python -m` puts cwd first on sys.path, and a checkout's
+        # zipccl_jax/ has no compiled modules
         procs.append(subprocess.Popen(net.exec(i, argv), env=_worker_env(i, profile), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+                                      stderr=subprocess.STDOUT, text=True, cwd=profile.parent))
     outputs = []
     try:
         for p in procs:
