@@ -95,27 +95,34 @@ int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   return kHeaderBytes + bytes;
 }
 
-// choose_planes of zipccl_format.h, same result: four histograms per plane
-// (a run of equal bytes would otherwise wait on its own increments) and the
-// fast Huffman lengths.
+// plane_code_bits of zipccl_format.h, same result: four histograms (a run of
+// equal bytes would otherwise wait on its own increments) and the fast
+// Huffman lengths.
+template <int DT>
+uint64_t plane_code_bits_fast(const uint8_t* in, int64_t count, int64_t stride, int p, uint8_t* lens) {
+  constexpr int es = Elem<DT>::lay.elem_bytes;
+  uint32_t h[4][kPlaneSyms] = {};
+  int64_t i = 0;
+  for (; i + 3 * stride < count; i += 4 * stride)
+    for (int k = 0; k < 4; ++k) ++h[k][in[(i + k * stride) * es + p]];
+  for (; i < count; i += stride) ++h[0][in[i * es + p]];
+  uint32_t counts[kPlaneSyms];
+  uint64_t bits = 0;
+  for (int v = 0; v < kPlaneSyms; ++v) counts[v] = h[0][v] + h[1][v] + h[2][v] + h[3][v];
+  fast_code_lengths<kPlaneSyms>(counts, lens);
+  for (int v = 0; v < kPlaneSyms; ++v) bits += uint64_t(counts[v]) * lens[v];
+  return bits;
+}
+
+// choose_planes of zipccl_format.h, same result, with the fast counts.
 template <int DT>
 int choose_planes_fast(const uint8_t* in, int64_t count, uint8_t (*lens)[kPlaneSyms]) {
-  constexpr Layout lay = Elem<DT>::lay;
-  uint32_t h[lay.raw_bytes][4][kPlaneSyms] = {};
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4)
-    for (int p = 0; p < lay.raw_bytes; ++p)
-      for (int k = 0; k < 4; ++k) ++h[p][k][in[(i + k) * lay.elem_bytes + p]];
-  for (; i < count; ++i)
-    for (int p = 0; p < lay.raw_bytes; ++p) ++h[p][0][in[i * lay.elem_bytes + p]];
   int mask = 0;
-  for (int p = 0; p < lay.raw_bytes; ++p) {
-    uint32_t counts[kPlaneSyms];
-    uint64_t bits = 0;
-    for (int v = 0; v < kPlaneSyms; ++v) counts[v] = h[p][0][v] + h[p][1][v] + h[p][2][v] + h[p][3][v];
-    fast_code_lengths<kPlaneSyms>(counts, lens[p]);
-    for (int v = 0; v < kPlaneSyms; ++v) bits += uint64_t(counts[v]) * lens[p][v];
-    if (bits + 8 * kPlaneTableBytes < 8 * uint64_t(count)) mask |= 1 << p;
+  for (int p = 0; p < Elem<DT>::lay.raw_bytes; ++p) {
+    const int64_t ns = (count + kPlaneSampleStride - 1) / kPlaneSampleStride;
+    if (!plane_sample_pays(plane_code_bits_fast<DT>(in, count, kPlaneSampleStride, p, lens[p]), ns)) continue;
+    if (plane_code_bits_fast<DT>(in, count, 1, p, lens[p]) + 8 * kPlaneTableBytes < 8 * uint64_t(count))
+      mask |= 1 << p;
   }
   return mask;
 }

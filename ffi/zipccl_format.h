@@ -41,6 +41,7 @@ constexpr int kMaxElementBits = kMaxCodeLen + 8;  // a code and an escaped expon
 constexpr int kPlaneSyms = 256;                   // §5.4: the alphabet of a raw byte plane
 constexpr int kPlaneTableBytes = kPlaneSyms / 2;
 constexpr int kMaxPlanes = 2;                     // raw bytes per element, at most
+constexpr int kPlaneSampleStride = 8;             // §7 step 3: the pre-check samples every 8th element
 constexpr int kMaxSyms = kPlaneSyms;              // the larger alphabet, for array sizes
 
 // Error codes of the decoder; messages live in error_message().
@@ -350,18 +351,30 @@ ZC_HD Layout stored_layout(Layout lay, int mask) {
   return lay;
 }
 
+// §7 step 3: the bits plane p of the elements i = 0, stride, 2 stride, ... <
+// count (bytes at in) takes under its own Huffman code; lens receives the code.
+ZC_HD uint64_t plane_code_bits(const uint8_t* in, int64_t count, int64_t stride, int p, Layout lay, uint8_t* lens) {
+  uint32_t counts[kPlaneSyms] = {};
+  for (int64_t i = 0; i < count; i += stride) ++counts[in[i * lay.elem_bytes + p]];
+  code_lengths(counts, lens, kPlaneSyms);
+  uint64_t bits = 0;
+  for (int v = 0; v < kPlaneSyms; ++v) bits += uint64_t(counts[v]) * lens[v];
+  return bits;
+}
+
+// §7 step 3: whether a sample of ns bytes coded in `bits` saves at least 1/16
+// bit per byte (a plane that does not is left raw without a full count).
+ZC_HD bool plane_sample_pays(uint64_t bits, int64_t ns) { return 16 * (8 * uint64_t(ns) - bits) >= uint64_t(ns); }
+
 // §7 step 3: which raw byte planes a group of count elements (bytes at in)
 // codes; lens[p] receives plane p's code lengths. Returns the mask.
 ZC_HD int choose_planes(int dtype, const uint8_t* in, int64_t count, uint8_t (*lens)[kPlaneSyms]) {
   const Layout lay = layout_of(dtype);
   int mask = 0;
   for (int p = 0; p < lay.raw_bytes; ++p) {
-    uint32_t counts[kPlaneSyms] = {};
-    for (int64_t i = 0; i < count; ++i) ++counts[in[i * lay.elem_bytes + p]];
-    code_lengths(counts, lens[p], kPlaneSyms);
-    uint64_t bits = 0;
-    for (int v = 0; v < kPlaneSyms; ++v) bits += uint64_t(counts[v]) * lens[p][v];
-    if (bits + 8 * kPlaneTableBytes < 8 * uint64_t(count)) mask |= 1 << p;
+    const int64_t ns = (count + kPlaneSampleStride - 1) / kPlaneSampleStride;
+    if (!plane_sample_pays(plane_code_bits(in, count, kPlaneSampleStride, p, lay, lens[p]), ns)) continue;
+    if (plane_code_bits(in, count, 1, p, lay, lens[p]) + 8 * kPlaneTableBytes < 8 * uint64_t(count)) mask |= 1 << p;
   }
   return mask;
 }
