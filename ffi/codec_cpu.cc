@@ -214,7 +214,7 @@ struct GroupTables {
   int64_t group = -1;
   std::vector<uint16_t> lut;      // the generic decoder's (also with byte codes)
   std::vector<DecodeTable> fast;  // the fast decoder's
-  std::vector<uint16_t> plane_luts = std::vector<uint16_t>(kMaxPlanes * kLutSize);
+  std::vector<uint16_t> plane_luts;  // with byte codes: one per plane
   PlaneCodes pc{};
 
   // Unpacks and checks group g's tables at `at` (§5.3, §5.4). Returns a Status.
@@ -231,6 +231,7 @@ struct GroupTables {
       fast.resize(1);
       build_decode_table(lens, &fast[0]);
     }
+    if (mask) plane_luts.resize(kMaxPlanes * kLutSize);  // only byte-coded streams pay for these
     for (int p = 0; p < kMaxPlanes; ++p) {
       if (!((mask >> p) & 1)) continue;
       if (unpack_table(at, lens, kPlaneSyms) != kOk) return kErrTable;
@@ -248,12 +249,12 @@ int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int flags, uint
   constexpr int es = Elem<DT>::lay.elem_bytes;
   const int64_t nb = num_blocks(n), ng = num_groups(nb);
   const uint8_t* masks = in + kHeaderBytes + 4 * nb;  // §1: with kFlagByteCodes only
+  const auto mask_of = [&](int64_t g) { return flags ? int(masks[g]) : 0; };
   int64_t pos = tables_offset(nb, flags);
   if (size < pos) return kErrTruncated;
   for (int64_t g = 0; g < ng; ++g) {
-    const int mask = flags ? masks[g] : 0;
-    if (mask >> Elem<DT>::lay.raw_bytes) return kErrPlanes;
-    pos += group_table_bytes(mask);
+    if (mask_of(g) >> Elem<DT>::lay.raw_bytes) return kErrPlanes;
+    pos += group_table_bytes(mask_of(g));
   }
   if (size < pos) return kErrTruncated;
   GroupTables tables;
@@ -266,8 +267,8 @@ int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int flags, uint
       ahead += bytes;
     }
     const int64_t g = b / kGroupBlocks;
-    const int mask = flags ? masks[g] : 0;
-    if (b > 0 && b % kGroupBlocks == 0) table_at += group_table_bytes(flags ? masks[g - 1] : 0);
+    const int mask = mask_of(g);
+    if (b > 0 && b % kGroupBlocks == 0) table_at += group_table_bytes(mask_of(g - 1));
     const uint32_t desc = load_u32(in + kHeaderBytes + 4 * b);
     const bool coded = (desc >> 24) == 1;
     if (coded && tables.group != g && tables.build(in + table_at, g, mask, generic) != kOk) return kErrTable;

@@ -212,8 +212,9 @@ def _psum_tree(tree, axes, compress, strategy_arg, bucket_bytes):
     out = list(leaves)
     stats = Stats(_f32(0), _f32(0))
     floats = [i for i, leaf in enumerate(leaves) if is_compressible(leaf.dtype)]
-    for i in sorted(set(range(len(leaves))) - set(floats)):
-        out[i] = lax.psum(leaves[i], axes)  # integers: exact in any order
+    for i, leaf in enumerate(leaves):
+        if not is_compressible(leaf.dtype):
+            out[i] = lax.psum(leaf, axes)  # integers: exact in any order
     for bucket in _buckets([leaves[i] for i in floats], bucket_bytes):
         idx = [floats[j] for j in bucket]
         flat = jnp.concatenate([_vary(leaves[i], axes).reshape(-1) for i in idx])
