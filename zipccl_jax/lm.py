@@ -223,12 +223,17 @@ def make_grads(mesh, cfg: Config, axis: str = "data"):
 
 
 def make_sync(mesh, cfg: Config, axis: str = "data", sync: str = "zip", compress: bool = True,
-              strategy="compressed"):
+              strategy="compressed", with_stats: bool = False):
     """jit stacked grads (from make_grads) -> their mean over axis, float32,
-    replicated. sync: "zip" (zip_psum) or "lax" (lax.psum)."""
+    replicated. sync: "zip" (zip_psum) or "lax" (lax.psum). with_stats (zip
+    only): (mean, zipccl_jax.Stats of this sync)."""
+    if with_stats and sync != "zip":
+        raise ValueError("with_stats needs sync='zip'")
+
     def local(grads):
-        return _local_sync(jax.tree.map(lambda g: g[0], grads), axis, sync, compress, strategy)[0]
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P(axis), out_specs=P()))
+        mean, stats = _local_sync(jax.tree.map(lambda g: g[0], grads), axis, sync, compress, strategy)
+        return (mean, stats) if with_stats else mean
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P(axis), out_specs=(P(), P()) if with_stats else P()))
 
 
 def make_step(mesh, cfg: Config, axis: str = "data", sync: str = "zip", compress: bool = True,

@@ -71,20 +71,22 @@ def _measure_sync(mesh, cfg, lm, grads_fn, sync, compress, params, opt, batches,
         losses.append(float(_local(jax.block_until_ready(loss))))
         if s >= warmup:
             times.append(time.perf_counter() - t)
-    # the gradients the last step synced: its Stats describe sending these
+    # the gradients the last step synced (recomputed: their bits, and so the
+    # rung sent, can differ from the step's in the last place)
     _, grads = grads_fn(last_params, batches[-1])
-    sync_fn = lm.make_sync(mesh, cfg, sync=sync, compress=compress)
+    sync_fn = lm.make_sync(mesh, cfg, sync=sync, compress=compress, with_stats=bool(stats))
     jax.block_until_ready(sync_fn(grads))
     comm, sent = [], 0
     for _ in range(repeat):
         before = sent_bytes() if sent_bytes else 0
         t = time.perf_counter()
-        jax.block_until_ready(sync_fn(grads))
+        synced = jax.block_until_ready(sync_fn(grads))
         comm.append(time.perf_counter() - t)
         sent += (sent_bytes() - before) if sent_bytes else 0
     out = {"step_ms": _median_ms(times), "comm_ms": _median_ms(comm), "losses": losses}
-    if stats:  # zip_psum's own count of what this device sent per step
-        out["wire_bytes"], out["raw_bytes"] = float(_local(stats[0].wire_bytes)), float(_local(stats[0].raw_bytes))
+    if stats:  # zip_psum's own count of what this device sent in the timed sync, as the link counted it
+        sync_stats = synced[1]
+        out["wire_bytes"], out["raw_bytes"] = float(_local(sync_stats.wire_bytes)), float(_local(sync_stats.raw_bytes))
     if sent_bytes:
         out["link_bytes"] = sent / repeat
     return out
