@@ -2,7 +2,7 @@
 
     python examples/tensor_stats.py --steps 200 --capture 1,50,200 --png docs/real_tensors.png
 
-Trains zipccl_jax.lm's model data-parallel on 8 virtual CPU devices (zip_psum
+Trains zipccl_jax.bench.lm's model data-parallel on 8 virtual CPU devices (zip_psum
 gradient sync) and, at the capture steps, takes one device's traffic: the
 parameter gradients it sends, the activations and the activation gradients
 of its batch (what pipeline or tensor parallelism would send), and the
@@ -25,7 +25,8 @@ import jax.numpy as jnp  # noqa: E402
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
-from zipccl_jax import baselines, bench, lm  # noqa: E402
+from zipccl_jax.bench import baselines, lm  # noqa: E402
+from zipccl_jax.bench import codec as bench  # noqa: E402
 
 KINDS = {"embed": "embedding", "pos": "embedding", "ln1": "layernorm", "ln2": "layernorm", "ln_f": "layernorm",
          "qkv": "attn qkv", "attn_out": "attn out", "mlp_in": "mlp", "mlp_hidden": "mlp", "mlp_out": "mlp",

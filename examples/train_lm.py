@@ -44,7 +44,7 @@ def main(argv=None):
     if args.coordinator:
         jax.distributed.initialize(args.coordinator, num_processes=args.num_processes,
                                    process_id=args.process_id, initialization_timeout=60)
-    from zipccl_jax import lm
+    from zipccl_jax.bench import lm
 
     cfg = lm.Config(d_model=args.d_model, seq_len=args.seq_len, batch_per_device=args.batch_per_device,
                     grad_dtype={"bf16": "bfloat16", "f32": "float32"}[args.dtype])

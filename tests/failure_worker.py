@@ -30,7 +30,7 @@ jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=
                            initialization_timeout=60, heartbeat_timeout_seconds=heartbeat_s)
 
 import zipccl_jax as zc  # noqa: E402
-from zipccl_jax.bench_data import gaussian  # noqa: E402
+from zipccl_jax.bench.data import gaussian  # noqa: E402
 
 mesh = jax.make_mesh((jax.device_count(),), ("d",))
 x = np.stack([gaussian(200_000, "bfloat16", seed=i) for i in range(jax.device_count())])

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from zipccl_jax import reference as ref
-from zipccl_jax.bench_data import gaussian, random_bits, special_values
+from zipccl_jax.bench.data import gaussian, random_bits, special_values
 
 B = 4096  # elements per block (FORMAT.md §1)
 

@@ -26,7 +26,7 @@ jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=
 
 import zipccl_jax as zc  # noqa: E402
 from zipccl_jax import reference  # noqa: E402
-from zipccl_jax.bench_data import gaussian  # noqa: E402
+from zipccl_jax.bench.data import gaussian  # noqa: E402
 
 n = jax.device_count()
 mesh = jax.make_mesh((n,), ("d",))

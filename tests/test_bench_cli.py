@@ -7,7 +7,8 @@ import re
 import pytest
 
 from zipccl_jax import __main__ as cli
-from zipccl_jax import bench, lm, report, trainbench
+from zipccl_jax.bench import collectives, lm, report
+from zipccl_jax.bench import train as trainbench
 
 from conftest import cpu_devices
 
@@ -48,7 +49,7 @@ def test_table_formats_numbers_and_flags():
 def test_bench_collectives_progress_table_json_and_plot(tmp_path, capsys):
     cpu_devices()
     out_json, out_png = tmp_path / "c.json", tmp_path / "c.png"
-    bench.run_collectives([4096, 65536], 1, "gaussian", ["ppermute"], out_json, out_png)
+    collectives.run_collectives([4096, 65536], 1, "gaussian", ["ppermute"], out_json, out_png)
     captured = capsys.readouterr()
     assert re.search(r"\[1/2\] collectives ppermute 4 KB \.\.\. .*\n\[2/2\] collectives ppermute 64 KB", captured.err)
     rows = json.loads(out_json.read_text())["rows"]

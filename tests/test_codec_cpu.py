@@ -8,7 +8,7 @@ import pytest
 
 from zipccl_jax import _zipccl_cpu as cpu
 from zipccl_jax import reference as ref
-from zipccl_jax.bench_data import gaussian, random_bits
+from zipccl_jax.bench.data import gaussian, random_bits
 
 CASES = {
     "bf16_coded": (gaussian(9000, "bfloat16", seed=1), 1),
@@ -127,7 +127,7 @@ PLAIN_VS_SIMD = """
 import hashlib
 import numpy as np
 from zipccl_jax import _zipccl_cpu as cpu, reference as ref
-from zipccl_jax.bench_data import gaussian, random_bits
+from zipccl_jax.bench.data import gaussian, random_bits
 
 mixed = gaussian(40000, "bfloat16")
 mixed[5000:9000] = random_bits(4000, "bfloat16")  # a raw block among coded ones

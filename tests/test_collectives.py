@@ -14,7 +14,7 @@ import zipccl_jax as zc
 from conftest import cpu_devices
 from zipccl_jax import reference as ref
 from zipccl_jax import strategy
-from zipccl_jax.bench_data import gaussian, random_bits, special_values
+from zipccl_jax.bench.data import gaussian, random_bits, special_values
 
 FLOATS = [jnp.bfloat16, jnp.float16, jnp.float32]
 N = 8

@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 import zipccl_jax as zc
 from conftest import cpu_devices
 from zipccl_jax import reference as ref
-from zipccl_jax.bench_data import gaussian, random_bits
+from zipccl_jax.bench.data import gaussian, random_bits
 
 D, M, L = 2, 4, 8192  # data axis, model axis, elements per device
 

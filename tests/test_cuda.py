@@ -7,7 +7,7 @@ import pytest
 
 import zipccl_jax as zc
 from zipccl_jax import reference as ref
-from zipccl_jax.bench_data import gaussian, random_bits, special_values
+from zipccl_jax.bench.data import gaussian, random_bits, special_values
 
 
 def _gpus():

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import cpu_devices
 from test_multiprocess import free_port
-from zipccl_jax import lm
+from zipccl_jax.bench import lm
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TIMEOUT_S = 240

@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from zipccl_jax import lm, netbench, netns, trainbench
+from zipccl_jax.bench import lm, netns
+from zipccl_jax.bench import net as netbench
+from zipccl_jax.bench import train as trainbench
 
 REASON = netns.unavailable_reason()
 needs_netns = pytest.mark.skipif(REASON is not None, reason=f"network benchmark: {REASON}")

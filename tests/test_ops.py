@@ -12,7 +12,7 @@ import zipccl_jax as zc
 from conftest import cpu_devices
 from zipccl_jax import reference as ref
 from zipccl_jax.ops import varying_axes
-from zipccl_jax.bench_data import gaussian, random_bits, special_values
+from zipccl_jax.bench.data import gaussian, random_bits, special_values
 
 DTYPES = [jnp.bfloat16, jnp.float16, jnp.float32]
 

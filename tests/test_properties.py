@@ -19,7 +19,7 @@ import zipccl_jax as zc
 from conftest import cpu_devices
 from zipccl_jax import _zipccl_cpu as cpu
 from zipccl_jax import reference as ref
-from zipccl_jax.bench_data import special_values
+from zipccl_jax.bench.data import special_values
 from zipccl_jax.dtypes import DTYPE_CODES
 
 DTYPES = ("bfloat16", "float16", "float32")

@@ -6,7 +6,7 @@ import pytest
 
 from zipccl_jax import _zipccl_cpu as cpu
 from zipccl_jax import reference as ref
-from zipccl_jax.bench_data import gaussian, random_bits, special_values
+from zipccl_jax.bench.data import gaussian, random_bits, special_values
 
 DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
 CODES = {np.dtype(ml_dtypes.bfloat16): 1, np.dtype(np.float16): 2, np.dtype(np.float32): 3}

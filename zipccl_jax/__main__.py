@@ -31,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--data", choices=["gaussian", "minilm"], default="gaussian")
     g.add_argument("--collectives", type=_list, default=None,
                    help="comma-separated subset of psum,all_gather,psum_scatter,all_to_all,ppermute")
-    g = b.add_argument_group("train and net (model defaults: zipccl_jax.lm.Config)")
+    g = b.add_argument_group("train and net (model defaults: zipccl_jax.bench.lm.Config)")
     g.add_argument("--steps", type=int, default=10, help="timed training steps per sync")
     g.add_argument("--warmup", type=int, default=2, help="untimed first steps (compilation)")
     for name in ("d_model", "n_layers", "n_heads", "seq_len", "batch_per_device"):
@@ -56,21 +56,21 @@ def main(argv=None) -> None:
 
         calibrate.main(Path(args.output) if args.output else None)
     elif args.what == "codec":
-        from . import bench
+        from .bench import codec
 
-        bench.run_codec(args.elements, args.repeat, args.core, args.json, args.plot)
+        codec.run_codec(args.elements, args.repeat, args.core, args.json, args.plot)
     elif args.what == "collectives":
-        from . import bench
+        from .bench import collectives
 
-        bench.run_collectives(args.sizes, args.repeat, args.data, args.collectives, args.json, args.plot)
+        collectives.run_collectives(args.sizes, args.repeat, args.data, args.collectives, args.json, args.plot)
     elif args.what == "train":
-        from . import trainbench
+        from .bench import train
 
-        trainbench.run(args)
+        train.run(args)
     else:
-        from . import netbench
+        from .bench import net
 
-        netbench.run_cli(args)
+        net.run_cli(args)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from . import bench_data, ops, strategy
+from . import ops, strategy
+from .bench import data as bench_data
 
 
 def _median(fn, repeat=5) -> float:

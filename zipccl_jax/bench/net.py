@@ -7,7 +7,7 @@ bridge, every link shaped to `rate` each way with tbf) and, per rate, starts
 one JAX process per namespace with `ip netns exec` (CPU, one device each,
 jax.distributed with the coordinator on host 0's address, gloo collectives
 over the shaped links). Each process trains the LM with lax.psum, zip_psum
-and zip_psum(compress=False) (trainbench.measure) and reads its own link's
+and zip_psum(compress=False) (train.measure) and reads its own link's
 byte counter around the timed gradient syncs. The cost model is told the
 link's bandwidth through a profile ($ZIPCCL_PROFILE). Process i is pinned to
 core i mod the core count: on a small machine the processes, and the codec,
@@ -27,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import netns, report, strategy, trainbench
+from .. import strategy
+from . import netns, report, train
 
 RESULT_TAG = "NETBENCH-RESULT "
 PORT = 23456  # inside the namespaces: no clash with anything outside
@@ -52,7 +53,7 @@ def _launch(net: netns.Network, spec: dict, profile: Path, timeout: float) -> li
     """One training process per host; their parsed results, in host order."""
     procs = []
     for i in range(net.n):
-        argv = [sys.executable, "-m", "zipccl_jax.netbench", "worker", json.dumps({**spec, "process": i})]
+        argv = [sys.executable, "-m", "zipccl_jax.bench.net", "worker", json.dumps({**spec, "process": i})]
         # cwd away from any source checkout: `python -m` puts cwd first on sys.path, and a checkout's
         # zipccl_jax/ has no compiled modules
         procs.append(subprocess.Popen(net.exec(i, argv), env=_worker_env(i, profile), stdout=subprocess.PIPE,
@@ -88,7 +89,7 @@ def _combine(results: list[dict]) -> dict:
     out = {"compute_ms": max(r["compute_ms"] for r in results), "syncs": {}}
     for label in results[0]["syncs"]:
         per = [r["syncs"][label] for r in results]
-        if any(not trainbench.losses_identical(p["losses"], per[0]["losses"]) for p in per):
+        if any(not train.losses_identical(p["losses"], per[0]["losses"]) for p in per):
             raise RuntimeError(f"net benchmark: processes disagree on the {label} losses")
         out["syncs"][label] = {**per[0], "step_ms": max(p["step_ms"] for p in per),
                                "comm_ms": max(p["comm_ms"] for p in per),
@@ -124,7 +125,7 @@ def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int,
 def summary_rows(runs: list[dict]) -> list[dict]:
     rows = []
     for r in runs:
-        rows += trainbench.summary_rows(r, rate=r["rate"])
+        rows += train.summary_rows(r, rate=r["rate"])
     return rows
 
 
@@ -142,11 +143,11 @@ def run_cli(args) -> list[dict]:
         gone = netns.cleanup(everything=True)
         print(f"removed {len(gone)} namespace(s): {' '.join(gone) or '-'}")
         return []
-    cfg = trainbench.config_from_args(args)
+    cfg = train.config_from_args(args)
     progress = report.Progress(len(args.rate))
     runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress)
     print(f"## LM training over a shaped network: {args.procs} processes, one CPU device each; {cfg}\n")
-    print("\n".join(f"{r['rate']}: {trainbench.wire_line(r)}" for r in runs) + "\n")
+    print("\n".join(f"{r['rate']}: {train.wire_line(r)}" for r in runs) + "\n")
     rows = summary_rows(runs)
     print(report.table(rows))
     if args.json:
@@ -172,7 +173,7 @@ def worker(spec: dict) -> None:
 
     counter = Path("/sys/class/net/eth0/statistics/tx_bytes")
     mesh = jax.make_mesh((spec["procs"],), ("data",))
-    result = trainbench.measure(mesh, lm.Config(**spec["config"]), spec["steps"], spec["warmup"], spec["repeat"],
+    result = train.measure(mesh, lm.Config(**spec["config"]), spec["steps"], spec["warmup"], spec["repeat"],
                                 sent_bytes=lambda: int(counter.read_text()))
     print(RESULT_TAG + json.dumps(result), flush=True)
     jax.distributed.shutdown()
@@ -180,5 +181,5 @@ def worker(spec: dict) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["worker"] or len(sys.argv) != 3:
-        raise SystemExit("usage: python -m zipccl_jax.netbench worker SPEC_JSON (started by `bench net`)")
+        raise SystemExit("usage: python -m zipccl_jax.bench.net worker SPEC_JSON (started by `bench net`)")
     worker(json.loads(sys.argv[2]))

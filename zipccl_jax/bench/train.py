@@ -1,4 +1,4 @@
-"""Training-step benchmark of the LM (zipccl_jax.lm): lax.psum vs zip_psum.
+"""Training-step benchmark of the LM (zipccl_jax.bench.lm): lax.psum vs zip_psum.
 
     python -m zipccl_jax bench train [--steps N] [--d-model D] ...
 
@@ -8,7 +8,7 @@ gradient sync and reports, per sync: the step time (median after warm-up),
 the communication time (the jitted gradient sync alone, on gradients
 captured from a real step, median), the bytes each device sends (zipccl's
 Stats, at the last step), and whether the losses are bit-identical to zip_psum's
-compress=False run. The network benchmark (netbench.py) runs `measure()` in
+compress=False run. The network benchmark (net.py) runs `measure()` in
 one process per network namespace.
 """
 
