@@ -38,7 +38,7 @@ def _worker_env(i: int, profile: Path) -> dict:
     env = dict(os.environ)
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
                ZIPCCL_PROFILE=str(profile), PYTHONPATH=os.pathsep.join(filter(None, [
-                   str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")])))
+                   str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")])))
     return env
 
 
