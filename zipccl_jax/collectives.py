@@ -121,12 +121,12 @@ def sized_transfer(payload, nbytes, axes, send, decode, compress: bool, ladder):
     return transfer(payload, nbytes)
 
 
-def _plan(name, x, n, strategy_arg):
-    return strategy.plan(name, x.size * x.dtype.itemsize, x.dtype, n, strategy_arg)
+def _plan(name, x, axes, n, strategy_arg):
+    return strategy.plan(name, x.size * x.dtype.itemsize, x.dtype, axes, n, strategy_arg)
 
 
-def _model(strategy_arg) -> strategy.CostModel:
-    return strategy_arg if isinstance(strategy_arg, strategy.CostModel) else strategy.load_model()
+def _model(axes, strategy_arg) -> strategy.CostModel:
+    return strategy.model_for(axes, strategy_arg)
 
 
 # ---------------------------------------------------------------------------
@@ -136,11 +136,11 @@ def _model(strategy_arg) -> strategy.CostModel:
 def _psum_array(x, axes, compress, strategy_arg):
     """psum of one float array by the planned algorithm; returns (sum, Stats)."""
     n = _axis_size(axes)
-    plan = _plan("psum", x, n, strategy_arg)
+    plan = _plan("psum", x, axes, n, strategy_arg)
     if not plan.compress:  # small message: XLA's all-reduce, in float32
         raw = _f32(2 * x.size * x.dtype.itemsize * (n - 1) / n)
         return lax.psum(x.astype(jnp.float32), axes).astype(x.dtype), Stats(raw, raw, (plan,))
-    ladder = _model(strategy_arg).ladder
+    ladder = _model(axes, strategy_arg).ladder
     x = _vary(x, axes)
     flat = x.reshape(-1)
     raw_bytes = flat.size * flat.dtype.itemsize
@@ -276,11 +276,11 @@ def _bitwise(collective, x):
 
 def _all_gather_array(x, axes, axis, tiled, compress, strategy_arg):
     n = _axis_size(axes)
-    plan = _plan("all_gather", x, n, strategy_arg)
+    plan = _plan("all_gather", x, axes, n, strategy_arg)
     if not plan.compress or not compress:
         out = _bitwise(lambda a: lax.all_gather(a, axes, axis=axis, tiled=tiled), x)
         return out, Stats(_f32(x.size * x.dtype.itemsize * (n - 1)), _f32(x.size * x.dtype.itemsize * (n - 1)), (plan,))
-    rows, sent = _gather(_vary(x, axes).reshape(-1), axes, True, _model(strategy_arg).ladder)
+    rows, sent = _gather(_vary(x, axes).reshape(-1), axes, True, _model(axes, strategy_arg).ladder)
     out = jnp.moveaxis(rows.reshape(n, *x.shape), 0, axis)
     if tiled:
         out = out.reshape(*x.shape[:axis], n * x.shape[axis], *x.shape[axis + 1 :])
@@ -289,13 +289,13 @@ def _all_gather_array(x, axes, axis, tiled, compress, strategy_arg):
 
 def _psum_scatter_array(x, axes, dim, tiled, compress, strategy_arg):
     n = _axis_size(axes)
-    plan = _plan("psum_scatter", x, n, strategy_arg)
+    plan = _plan("psum_scatter", x, axes, n, strategy_arg)
     raw = _f32(x.size * x.dtype.itemsize * (n - 1) // n)
     moved = _split_rows(x, axes, dim, tiled, "zip_psum_scatter: scatter_dimension")
     if not plan.compress:  # small message or not a float: XLA's reduce-scatter, floats in float32
         wide = x.astype(jnp.float32) if is_compressible(x.dtype) else x
         return lax.psum_scatter(wide, axes, scatter_dimension=dim, tiled=tiled).astype(x.dtype), Stats(raw, raw, (plan,))
-    part, sent = _reduce_scatter(moved.reshape(n, -1), axes, compress, _model(strategy_arg).ladder)
+    part, sent = _reduce_scatter(moved.reshape(n, -1), axes, compress, _model(axes, strategy_arg).ladder)
     part = jnp.moveaxis(part.reshape(x.shape[dim] // n, *moved.shape[1:]), 0, dim)
     if not tiled:
         part = part.reshape(*x.shape[:dim], *x.shape[dim + 1 :])
@@ -370,7 +370,7 @@ def zip_psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = 
 
 def _all_to_all_array(x, axes, split_axis, concat_axis, tiled, compress, strategy_arg):
     n = _axis_size(axes)
-    plan = _plan("all_to_all", x, n, strategy_arg)
+    plan = _plan("all_to_all", x, axes, n, strategy_arg)
     raw = _f32(x.size * x.dtype.itemsize * (n - 1) // n)
     if not plan.compress or not compress:
         out = _bitwise(lambda a: lax.all_to_all(a, axes, split_axis, concat_axis, tiled=tiled), x)
@@ -380,7 +380,7 @@ def _all_to_all_array(x, axes, split_axis, concat_axis, tiled, compress, strateg
     payload, nbytes = ops.compress_items(moved.reshape(n, -1))
     send = lambda p: lax.all_to_all(p, axes, 0, 0, tiled=True)  # noqa: E731
     decode = lambda r: ops.decompress_items(r, m=math.prod(chunk_shape), dtype=x.dtype)  # noqa: E731
-    rows, sent = sized_transfer(payload, nbytes, axes, send, decode, True, _model(strategy_arg).ladder)
+    rows, sent = sized_transfer(payload, nbytes, axes, send, decode, True, _model(axes, strategy_arg).ladder)
     # rows[j]: source j's chunk for this device, shaped like x with split_axis cut
     chunks = jnp.moveaxis(rows.reshape(n, *chunk_shape), 1, split_axis + 1)
     if not tiled:
@@ -428,7 +428,7 @@ def _check_perm(perm, n):
 
 def _ppermute_array(x, axes, perm, compress, strategy_arg):
     n = _axis_size(axes)
-    plan = _plan("ppermute", x, n, strategy_arg)
+    plan = _plan("ppermute", x, axes, n, strategy_arg)
     raw = _f32(x.size * x.dtype.itemsize)
     if not plan.compress or not compress:
         return _bitwise(lambda a: lax.ppermute(a, axes, perm), x), Stats(raw, raw, (plan,))
@@ -440,7 +440,7 @@ def _ppermute_array(x, axes, perm, compress, strategy_arg):
                         lambda p: _vary(jnp.zeros((1, x.size), x.dtype), tuple(ops.varying_axes(p))), r)
 
     send = lambda p: lax.ppermute(p, axes, perm)  # noqa: E731
-    out, sent = sized_transfer(payload, nbytes, axes, send, decode, True, _model(strategy_arg).ladder)
+    out, sent = sized_transfer(payload, nbytes, axes, send, decode, True, _model(axes, strategy_arg).ladder)
     return out.reshape(x.shape), Stats(sent, raw, (plan,))
 
 
