@@ -69,10 +69,12 @@ def test_bench_train_on_local_devices(tmp_path, capsys):
     captured = capsys.readouterr()
     assert [r["sync"] for r in rows] == list(trainbench.SYNCS)
     assert rows[1]["losses = compress=False"] is True
+    assert rows[1]["plan"] == "raw" and rows[3]["plan"] == "compressed reduce_scatter+all_gather"  # CPU default
     result = json.loads(out_json.read_text())["result"]
-    zipped = result["syncs"]["zip_psum"]
-    assert trainbench.losses_identical(zipped["losses"], result["syncs"]["zip_psum compress=False"]["losses"])
+    zipped = result["syncs"][trainbench.COMPRESSED]
+    assert trainbench.losses_identical(result["syncs"]["zip_psum"]["losses"],
+                                       result["syncs"]["zip_psum compress=False"]["losses"])
     assert zipped["raw_bytes"] / zipped["wire_bytes"] > 1.2
-    assert "[3/3] train zip_psum compress=False" in captured.err
+    assert "[4/4] train zip_psum strategy=compressed" in captured.err
     assert "| zip_psum | " in captured.out and "zipccl wire bytes per device per step" in captured.out
     assert out_png.read_bytes().startswith(PNG)

@@ -27,22 +27,36 @@ def test_two_processes_over_a_shaped_link():
     runs = netbench.run(2, ["100mbit"], TINY, steps=3, warmup=1, repeat=3, timeout=240)
     assert ours() == [], "namespaces left behind"
     syncs = runs[0]["syncs"]
-    zipped, plain, lax_ = syncs["zip_psum"], syncs["zip_psum compress=False"], syncs["lax.psum"]
+    default, plain = syncs[trainbench.DEFAULT], syncs[trainbench.REFERENCE]
+    forced, lax_ = syncs[trainbench.COMPRESSED], syncs["lax.psum"]
+    # each process autotuned: the link it measured is the shaped one, and on it
+    # the default strategy compresses
+    tuned = runs[0]["tune"]
+    assert tuned["source"] == "autotune" and [name for name, _ in tuned["profile"]["links"]] == ["data"]
+    assert 0.4 * 12.5e6 < tuned["profile"]["links"][0][1]["bandwidth"] < 1.2 * 12.5e6
+    plan = trainbench.plan_label(default)
+    assert plan.startswith("compressed ") and trainbench.plan_label(plain) == trainbench.plan_label(forced) == plan
+    assert "('data',) from autotune" in default["plans"][0]["reason"]
     # compression changes no bit of training, and the run trained
-    assert trainbench.losses_identical(zipped["losses"], plain["losses"])
-    assert zipped["losses"][-1] < zipped["losses"][0]
-    # zipccl's count of bytes sent, and what the link counted: plus TCP/IP
-    # headers, the ACKs of what it received and the size consensus (pmax)
-    ratio = zipped["raw_bytes"] / zipped["wire_bytes"]
+    assert trainbench.losses_identical(default["losses"], plain["losses"])
+    assert trainbench.losses_identical(forced["losses"], plain["losses"])
+    assert default["losses"][-1] < default["losses"][0]
+    # zipccl's count of bytes sent, and what the link counted for the same
+    # syncs: plus TCP/IP headers, the ACKs of what it received and the size
+    # consensus (pmax)
+    ratio = default["raw_bytes"] / default["wire_bytes"]
     assert ratio > 1.2
-    for s in (zipped, plain):
+    for s in (default, plain, forced):
         assert s["wire_bytes"] <= s["link_bytes"] < 1.25 * s["wire_bytes"] + 16384, (s["wire_bytes"], s["link_bytes"])
-    assert plain["link_bytes"] / zipped["link_bytes"] > 0.9 * ratio
-    assert zipped["link_bytes"] < lax_["link_bytes"]
+    assert plain["link_bytes"] / default["link_bytes"] > 0.9 * ratio
+    assert default["link_bytes"] < lax_["link_bytes"]
     assert all(s["comm_ms"] > 0 and s["step_ms"] > s["comm_ms"] / 2 for s in syncs.values())
     rows = netbench.summary_rows(runs)
     assert [r["sync"] for r in rows] == list(trainbench.SYNCS)
-    assert [r["losses = compress=False"] for r in rows][1:] == [True, True]
+    assert [r["losses = compress=False"] for r in rows][1:] == [True, True, True]
+    (row,) = netbench.strategy_rows(runs)
+    assert row["default plan"] == plan
+    assert row["speedup vs compress=False"] == plain["comm_ms"] / default["comm_ms"]
 
 
 @needs_netns

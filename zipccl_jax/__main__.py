@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
                    help="link rates each way, comma-separated (kbit/mbit/gbit; 'off': unshaped)")
     g.add_argument("--timeout", type=float, default=900, help="seconds each run of the processes may take")
     g.add_argument("--cleanup", action="store_true", help="only remove namespaces left by killed runs")
+    g.add_argument("--profile", default=None, metavar="PATH.json",
+                   help="every process loads this profile instead of running autotune")
     c = sub.add_parser("calibrate", help="autotune over this process's devices and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     return p

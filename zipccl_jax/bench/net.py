@@ -6,12 +6,14 @@ Builds a network of namespaces (netns.py: one host per training process, a
 bridge, every link shaped to `rate` each way with tbf) and, per rate, starts
 one JAX process per namespace with `ip netns exec` (CPU, one device each,
 jax.distributed with the coordinator on host 0's address, gloo collectives
-over the shaped links). Each process trains the LM with lax.psum, zip_psum
-and zip_psum(compress=False) (train.measure) and reads its own link's
-byte counter around the timed gradient syncs. The cost model is told the
-link's bandwidth through a profile ($ZIPCCL_PROFILE). Process i is pinned to
-core i mod the core count: on a small machine the processes, and the codec,
-share cores, as they would not on real hosts.
+over the shaped links). Each process first runs `zipccl_jax.autotune` on the
+mesh, with a training step's gradients as its data, as a job would
+(`--profile PATH` loads that profile instead), then trains the LM with
+lax.psum, zip_psum (the default strategy), zip_psum(compress=False) and
+zip_psum(strategy="compressed") (train.measure), reading its own link's
+byte counter around the timed gradient syncs. Process i is pinned to core i
+mod the core count: on a small machine the processes, and the codec, share
+cores, as they would not on real hosts.
 
 Every process has a deadline; a hang fails with the processes' last output,
 and the namespaces are removed in every case (netns.Network).
@@ -25,39 +27,32 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from .. import strategy
 from . import netns, report, train
 
 RESULT_TAG = "NETBENCH-RESULT "
 PORT = 23456  # inside the namespaces: no clash with anything outside
 
 
-def _worker_env(i: int, profile: Path) -> dict:
+def _worker_env() -> dict:
     env = dict(os.environ)
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               ZIPCCL_PROFILE=str(profile), PYTHONPATH=os.pathsep.join(filter(None, [
-                   str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                        env.get("PYTHONPATH")])))
     return env
 
 
-def _write_profile(path: Path, rate: str) -> None:
-    """The user's cost model (or the defaults) with the link's bandwidth."""
-    model = dataclasses.replace(strategy.load_model(), link_bandwidth=netns.rate_bits(rate) / 8 if rate != "off"
-                                else strategy.CostModel().link_bandwidth)
-    strategy.save_model(model, path)
-
-
-def _launch(net: netns.Network, spec: dict, profile: Path, timeout: float) -> list[dict]:
+def _launch(net: netns.Network, spec: dict, cwd: str, timeout: float) -> list[dict]:
     """One training process per host; their parsed results, in host order."""
     procs = []
     for i in range(net.n):
         argv = [sys.executable, "-m", "zipccl_jax.bench.net", "worker", json.dumps({**spec, "process": i})]
         # cwd away from any source checkout: `python -m` puts cwd first on sys.path, and a checkout's
         # zipccl_jax/ has no compiled modules
-        procs.append(subprocess.Popen(net.exec(i, argv), env=_worker_env(i, profile), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, cwd=profile.parent))
+        procs.append(subprocess.Popen(net.exec(i, argv), env=_worker_env(), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, cwd=cwd))
     outputs = []
     try:
         for p in procs:
@@ -84,9 +79,12 @@ def _launch(net: netns.Network, spec: dict, profile: Path, timeout: float) -> li
 
 def _combine(results: list[dict]) -> dict:
     """One result for the run: times of the slowest process (the step ends
-    when it does), link bytes averaged over processes, losses of process 0
-    (every process computes the same, checked here)."""
-    out = {"compute_ms": max(r["compute_ms"] for r in results), "syncs": {}}
+    when it does), link bytes averaged over processes, losses and the tuned
+    figures of process 0 (every process has the same, checked here)."""
+    if any(r["tune"]["profile"] != results[0]["tune"]["profile"] for r in results):
+        raise RuntimeError("net benchmark: the processes installed different figures")
+    out = {"compute_ms": max(r["compute_ms"] for r in results), "syncs": {},
+           "tune": {**results[0]["tune"], "seconds": max(r["tune"]["seconds"] for r in results)}}
     for label in results[0]["syncs"]:
         per = [r["syncs"][label] for r in results]
         if any(not train.losses_identical(p["losses"], per[0]["losses"]) for p in per):
@@ -98,8 +96,9 @@ def _combine(results: list[dict]) -> dict:
 
 
 def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int, timeout: float = 600,
-        progress: report.Progress | None = None) -> list[dict]:
-    """The benchmark; returns one combined result (with its rate) per rate."""
+        progress: report.Progress | None = None, profile=None) -> list[dict]:
+    """The benchmark; returns one combined result (with its rate) per rate.
+    Each process autotunes, or with `profile` loads that profile file."""
     for rate in rates:
         if rate != "off":
             netns.rate_bits(rate)  # bad input fails before anything is built
@@ -107,16 +106,14 @@ def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int,
     if why:
         raise RuntimeError(f"net benchmark: {why}")
     spec = {"procs": procs, "coordinator": f"{netns.SUBNET}.1:{PORT}", "config": dataclasses.asdict(cfg),
-            "steps": steps, "warmup": warmup, "repeat": repeat}
+            "steps": steps, "warmup": warmup, "repeat": repeat, "profile": profile and str(Path(profile).resolve())}
     runs = []
-    with netns.Network(procs) as net, tempfile.TemporaryDirectory() as tmp:
+    with netns.Network(procs) as net, tempfile.TemporaryDirectory() as cwd:
         for rate in rates:
             if progress:
                 progress.start(f"net {procs} processes at {rate}")
             net.set_rate(rate)
-            profile = Path(tmp) / f"profile-{rate}.json"
-            _write_profile(profile, rate)
-            runs.append({"rate": rate, **_combine(_launch(net, spec, profile, timeout))})
+            runs.append({"rate": rate, **_combine(_launch(net, spec, cwd, timeout))})
             if progress:
                 progress.finish()
     return runs
@@ -126,6 +123,26 @@ def summary_rows(runs: list[dict]) -> list[dict]:
     rows = []
     for r in runs:
         rows += train.summary_rows(r, rate=r["rate"])
+    return rows
+
+
+def strategy_rows(runs: list[dict]) -> list[dict]:
+    """Per rate: what autotune measured, what the default strategy chose, and
+    its communication time against the codec off and against the faster of
+    the two forced choices (compress=False, strategy="compressed")."""
+    rows = []
+    for r in runs:
+        syncs, tuned = r["syncs"], r["tune"]
+        comm = {label: syncs[label]["comm_ms"] for label in (train.DEFAULT, train.REFERENCE, train.COMPRESSED)}
+        link = dict(tuned["profile"]["links"]).get("data") or dict(tuned["profile"]["links"]).get("*") or {}
+        rows.append({"rate": r["rate"], "figures": tuned["source"],
+                     "latency us": link.get("latency", 0) * 1e6, "link MB/s": link.get("bandwidth", 0) / 1e6,
+                     "codec GB/s": f"{tuned['profile']['compress_rate'] / 1e9:.2f} / "
+                                   f"{tuned['profile']['decompress_rate'] / 1e9:.2f}",
+                     "bf16 ratio": dict(tuned["profile"]["ratios"]).get("bfloat16", "-"),
+                     "tune s": tuned["seconds"], "default plan": train.plan_label(syncs[train.DEFAULT]),
+                     "speedup vs compress=False": comm[train.REFERENCE] / comm[train.DEFAULT],
+                     "time / faster forced": comm[train.DEFAULT] / min(comm[train.REFERENCE], comm[train.COMPRESSED])})
     return rows
 
 
@@ -145,11 +162,14 @@ def run_cli(args) -> list[dict]:
         return []
     cfg = train.config_from_args(args)
     progress = report.Progress(len(args.rate))
-    runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress)
+    runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress, args.profile)
     print(f"## LM training over a shaped network: {args.procs} processes, one CPU device each; {cfg}\n")
     print("\n".join(f"{r['rate']}: {train.wire_line(r)}" for r in runs) + "\n")
     rows = summary_rows(runs)
     print(report.table(rows))
+    print("\nThe default strategy (targets: >= 1.3x faster than compress=False on slow links; at most 1.1x the "
+          "faster forced choice at every rate):\n")
+    print(report.table(strategy_rows(runs)))
     if args.json:
         report.save_json(args.json, procs=args.procs, config=dataclasses.asdict(cfg), runs=runs)
     if args.plot:
@@ -174,9 +194,22 @@ def worker(spec: dict) -> None:
     counter = Path("/sys/class/net/eth0/statistics/tx_bytes")
     mesh = jax.make_mesh((spec["procs"],), ("data",))
     result = train.measure(mesh, lm.Config(**spec["config"]), spec["steps"], spec["warmup"], spec["repeat"],
-                                sent_bytes=lambda: int(counter.read_text()))
+                           sent_bytes=lambda: int(counter.read_text()), tune=_tuner(mesh, spec["profile"]))
     print(RESULT_TAG + json.dumps(result), flush=True)
     jax.distributed.shutdown()
+
+
+def _tuner(mesh, profile):
+    """tune(grads) for train.measure: autotune with the gradients as data, or
+    load the given profile; returns the installed figures and the time taken."""
+    from ..autotune import autotune, load
+
+    def tune(grads) -> dict:
+        t = time.perf_counter()
+        installed = load(profile) if profile else autotune(mesh, data=grads)
+        return {"source": f"profile {profile}" if profile else "autotune", "seconds": time.perf_counter() - t,
+                "profile": dataclasses.asdict(installed)}
+    return tune
 
 
 if __name__ == "__main__":

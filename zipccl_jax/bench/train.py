@@ -7,9 +7,12 @@ same model from the same initial parameters on the same batches once per
 gradient sync and reports, per sync: the step time (median after warm-up),
 the communication time (the jitted gradient sync alone, on gradients
 captured from a real step, median), the bytes each device sends (zipccl's
-Stats, at the last step), and whether the losses are bit-identical to zip_psum's
-compress=False run. The network benchmark (net.py) runs `measure()` in
-one process per network namespace.
+Stats of the timed syncs), the plan, and whether the losses are
+bit-identical to zip_psum's compress=False run. The syncs: lax.psum;
+zip_psum with the default strategy (what the installed figures, a profile or
+the platform default decide); the same with the codec off (compress=False);
+and zip_psum pinned to strategy="compressed". The network benchmark (net.py)
+runs `measure()` in one process per network namespace, after autotune.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ import time
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
+
 from . import report
 
-# label -> (lm sync, compress)
-SYNCS = {"lax.psum": ("lax", True), "zip_psum": ("zip", True), "zip_psum compress=False": ("zip", False)}
-REFERENCE = "zip_psum compress=False"
+# label -> (lm sync, compress, strategy)
+SYNCS = {"lax.psum": ("lax", True, None), "zip_psum": ("zip", True, None),
+         "zip_psum compress=False": ("zip", False, None), "zip_psum strategy=compressed": ("zip", True, "compressed")}
+DEFAULT, REFERENCE, COMPRESSED = "zip_psum", "zip_psum compress=False", "zip_psum strategy=compressed"
 
 
 def _median_ms(times) -> float:
@@ -34,10 +40,12 @@ def _local(a) -> np.ndarray:
     return np.asarray(a.addressable_data(0))
 
 
-def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, progress=None) -> dict:
+def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, progress=None, tune=None) -> dict:
     """Per sync label: step_ms, comm_ms (medians), losses; plus compute_ms,
-    zipccl's wire bytes, and, with `sent_bytes()` (this process's link
-    counter), the bytes per sync measured on the link."""
+    zipccl's wire bytes and plans, and, with `sent_bytes()` (this process's
+    link counter), the bytes per sync measured on the link. `tune(grads)`,
+    if given, runs before any sync is compiled, on a step's gradients; what it
+    returns is kept as result["tune"]."""
     from . import lm
 
     n = mesh.size
@@ -53,16 +61,27 @@ def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, pr
         jax.block_until_ready(grads_fn(params0, b))
         compute.append(time.perf_counter() - t)
     result = {"compute_ms": _median_ms(compute), "syncs": {}}
-    for label, (sync, compress) in SYNCS.items():
+    if tune:
+        result["tune"] = tune(grads_fn(params0, batches[0])[1])
+    for label, (sync, compress, strategy) in SYNCS.items():
         if progress:
             progress(label)
-        result["syncs"][label] = _measure_sync(mesh, cfg, lm, grads_fn, sync, compress, params0, opt0, batches,
-                                               warmup, repeat, sent_bytes)
+        result["syncs"][label] = _measure_sync(mesh, cfg, lm, grads_fn, (sync, compress, strategy), params0, opt0,
+                                               batches, warmup, repeat, sent_bytes)
     return result
 
 
-def _measure_sync(mesh, cfg, lm, grads_fn, sync, compress, params, opt, batches, warmup, repeat, sent_bytes) -> dict:
-    step = lm.make_step(mesh, cfg, sync=sync, compress=compress)
+def _barrier_then(read):
+    """read() once every process has finished what it started: then every
+    byte of this process's earlier syncs has left it (each peer received it
+    before entering the barrier), and its link counter counts them all."""
+    multihost_utils.sync_global_devices("zipccl_jax.bench.train: link counter")
+    return read()
+
+
+def _measure_sync(mesh, cfg, lm, grads_fn, how, params, opt, batches, warmup, repeat, sent_bytes) -> dict:
+    sync, compress, strategy = how
+    step = lm.make_step(mesh, cfg, sync=sync, compress=compress, strategy=strategy)
     losses, times = [], []
     for s, b in enumerate(batches):
         last_params = params
@@ -74,21 +93,25 @@ def _measure_sync(mesh, cfg, lm, grads_fn, sync, compress, params, opt, batches,
     # the gradients the last step synced (recomputed: their bits, and so the
     # rung sent, can differ from the step's in the last place)
     _, grads = grads_fn(last_params, batches[-1])
-    sync_fn = lm.make_sync(mesh, cfg, sync=sync, compress=compress, with_stats=bool(stats))
+    sync_fn = lm.make_sync(mesh, cfg, sync=sync, compress=compress, strategy=strategy, with_stats=bool(stats))
     jax.block_until_ready(sync_fn(grads))
-    comm, sent = [], 0
+    # The counter must count exactly the timed syncs: a sync ends on this
+    # process once it has received, while what it sent may still be queued
+    # (a shaped link queues ~50 ms): read it only after a barrier.
+    before = _barrier_then(sent_bytes) if sent_bytes else 0
+    comm = []
     for _ in range(repeat):
-        before = sent_bytes() if sent_bytes else 0
         t = time.perf_counter()
         synced = jax.block_until_ready(sync_fn(grads))
         comm.append(time.perf_counter() - t)
-        sent += (sent_bytes() - before) if sent_bytes else 0
     out = {"step_ms": _median_ms(times), "comm_ms": _median_ms(comm), "losses": losses}
-    if stats:  # zip_psum's own count of what this device sent in the timed sync, as the link counted it
+    if stats:  # zip_psum's own count of what this device sent in each timed sync, and its plans
         sync_stats = synced[1]
         out["wire_bytes"], out["raw_bytes"] = float(_local(sync_stats.wire_bytes)), float(_local(sync_stats.raw_bytes))
+        out["plans"] = [{"compress": p.compress, "algorithm": p.algorithm, "reason": p.reason}
+                        for p in sync_stats.plans]
     if sent_bytes:
-        out["link_bytes"] = sent / repeat
+        out["link_bytes"] = (_barrier_then(sent_bytes) - before) / repeat
     return out
 
 
@@ -108,13 +131,20 @@ def summary_rows(result: dict, **key) -> list[dict]:
         if "link_bytes" in s:
             row["link bytes/sync"] = int(s["link_bytes"])
         row["zipccl wire B"] = int(s["wire_bytes"]) if "wire_bytes" in s else "-"
+        row["plan"] = plan_label(s)
         row["losses = compress=False"] = losses_identical(s["losses"], syncs[REFERENCE]["losses"])
         rows.append(row)
     return rows
 
 
+def plan_label(sync: dict) -> str:
+    """"compressed" / "raw" (with the algorithm) for a zip_psum sync, "-" for lax."""
+    plans = sync.get("plans") or []
+    return ", ".join(sorted({f"compressed {p['algorithm']}" if p["compress"] else "raw" for p in plans})) or "-"
+
+
 def wire_line(result: dict) -> str:
-    z = result["syncs"]["zip_psum"]
+    z = result["syncs"][COMPRESSED]
     return (f"zipccl wire bytes per device per step: {z['wire_bytes']:,.0f} compressed vs {z['raw_bytes']:,.0f} "
             f"raw ({z['raw_bytes'] / z['wire_bytes']:.3f}x); compute (forward+backward) {result['compute_ms']:.1f} ms")
 
