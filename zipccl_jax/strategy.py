@@ -110,13 +110,20 @@ def _algorithms(collective: str, nbytes: int, n: int) -> dict:
     return {"direct": (1, share, nbytes, nbytes)}  # psum_scatter, all_to_all
 
 
-def plan(collective: str, nbytes: int, dtype, axis_size: int, strategy=None) -> Plan:
+def model_for(axes, strategy=None, *, platform=None) -> CostModel:
+    """The cost model a collective over `axes` uses."""
+    return strategy if isinstance(strategy, CostModel) else load_model()
+
+
+def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=None, *, platform=None) -> Plan:
     """Decides raw vs compressed, and for psum reduce-scatter+all-gather vs
     all-gather+local-reduce, by comparing modelled times."""
-    forced = strategy if isinstance(strategy, str) else None
+    forced = strategy if isinstance(strategy, str) and strategy != "auto" else None
     if forced not in (None, "raw", "compressed"):
         raise ValueError(f"zipccl: strategy must be a CostModel, 'raw' or 'compressed', got {strategy!r}")
-    model = strategy if isinstance(strategy, CostModel) else load_model()
+    if strategy is None and os.environ.get("ZIPCCL_STRATEGY", "auto") != "auto":
+        forced = os.environ["ZIPCCL_STRATEGY"]
+    model = model_for(axes, strategy, platform=platform)
     n, ratio = axis_size, model.ratio(dtype)
     options = []  # (modelled seconds, compress, algorithm)
     for algo, (steps, wire, packed, unpacked) in _algorithms(collective, nbytes, n).items():
