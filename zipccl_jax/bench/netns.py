@@ -167,7 +167,10 @@ class Network:
         """Shapes every link to `rate` each way (tbf on both veth ends); "off"
         removes the shaping."""
         bits = None if rate == "off" else rate_bits(rate)
-        burst = 0 if bits is None else max(64 << 10, int(bits / 8 / 1000))  # >= 1 ms, >= one 64 KB GSO frame
+        # The bucket: 1 ms of traffic (at least 8 KB, some full frames; tbf cuts larger GSO frames to fit).
+        # What an idle link has saved up leaves at memory speed, so a larger bucket (it was 64 KB) would let
+        # a small sync after a pause, as in a training step, beat the rate that back-to-back syncs get.
+        burst = 0 if bits is None else max(8 << 10, int(bits / 8 / 1000))
         for i, ns in enumerate(self.hosts):
             for where, dev in ((ns, "eth0"), (self.bridge, f"p{i}")):
                 shaper = ["tbf", "rate", f"{int(bits)}bit", "burst", str(burst), "latency", "50ms"] if bits else \

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from .. import strategy as zipccl_strategy
 from . import report
 
 # label -> (lm sync, compress, strategy)
@@ -94,7 +95,9 @@ def _measure_sync(mesh, cfg, lm, grads_fn, how, params, opt, batches, warmup, re
     # rung sent, can differ from the step's in the last place)
     _, grads = grads_fn(last_params, batches[-1])
     sync_fn = lm.make_sync(mesh, cfg, sync=sync, compress=compress, strategy=strategy, with_stats=bool(stats))
-    jax.block_until_ready(sync_fn(grads))
+    zipccl_strategy.last_plans(clear=True)
+    jax.block_until_ready(sync_fn(grads))  # compiles: the plans are made while it is lowered
+    plans = zipccl_strategy.last_plans(clear=True)
     # The counter must count exactly the timed syncs: a sync ends on this
     # process once it has received, while what it sent may still be queued
     # (a shaped link queues ~50 ms): read it only after a barrier.
@@ -108,8 +111,7 @@ def _measure_sync(mesh, cfg, lm, grads_fn, how, params, opt, batches, warmup, re
     if stats:  # zip_psum's own count of what this device sent in each timed sync, and its plans
         sync_stats = synced[1]
         out["wire_bytes"], out["raw_bytes"] = float(_local(sync_stats.wire_bytes)), float(_local(sync_stats.raw_bytes))
-        out["plans"] = [{"compress": p.compress, "algorithm": p.algorithm, "reason": p.reason}
-                        for p in sync_stats.plans]
+        out["plans"] = [{"compress": p.compress, "algorithm": p.algorithm, "reason": p.reason} for p in plans]
     if sent_bytes:
         out["link_bytes"] = (_barrier_then(sent_bytes) - before) / repeat
     return out
