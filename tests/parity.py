@@ -23,6 +23,8 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import zipccl_jax as zc
 from zipccl_jax import reference
@@ -105,6 +107,16 @@ def expected(name: str, xs: np.ndarray, **kwargs) -> np.ndarray:
     for src, dst in kwargs.get("perm") or ring(n):
         out[dst] = xs[src]
     return out
+
+
+# ---------------------------------------------------------------------------- programs
+
+def per_rank(mesh, body, *xs, spec=P("d"), check_vma=True, **kwargs):
+    """jit(shard_map(body)) on arrays of per-rank blocks [ranks, ...] sharded
+    by spec; body sees one block and its results come back per rank."""
+    f = jax.shard_map(lambda *b: jax.tree.map(lambda r: r[None], body(*(v[0] for v in b))), mesh=mesh,
+                      in_specs=spec, out_specs=spec, check_vma=check_vma, **kwargs)
+    return jax.jit(f), [jax.device_put(x, NamedSharding(mesh, spec)) for x in xs]
 
 
 # ---------------------------------------------------------------------------- data
