@@ -13,6 +13,7 @@ from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
 from conftest import cpu_devices
+from zipccl_jax import profile, strategy
 from parity import FIVE, LAX, N, assert_bits, assert_compressed, collective, compile_and_run, lax_outcome, summed, \
     zip_ops
 
@@ -29,7 +30,10 @@ def mesh():
 
 def test_check_grads_orders_1_and_2_fwd_and_rev_through_every_collective(zip_strategy):
     """One chain through all five, nonlinear in between, so second derivatives
-    cross each collective (an Auto mesh: check_grads perturbs unsharded arrays)."""
+    cross each collective (an Auto mesh: check_grads perturbs unsharded arrays).
+    check_grads compiles ~22 programs: a two-rung ladder keeps each small."""
+    cpu = strategy.PLATFORM_DEFAULTS["cpu"]
+    strategy.install(profile.Profile("cpu", "cpu", cpu.compress_rate, cpu.decompress_rate, (), (), (0.75, 1.0)))
     mesh = jax.make_mesh((N,), ("d",), axis_types=(AxisType.Auto,), devices=cpu_devices())
     c = zip_ops()
 
