@@ -26,3 +26,21 @@ def _no_user_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("ZIPCCL_PROFILE", str(tmp_path / "no-profile.json"))
     yield
     strategy.uninstall()
+
+
+@pytest.fixture(scope="module", params=["default", "compressed"])
+def zip_strategy(request):
+    """Runs a module's tests twice: with the default strategy and with
+    ZIPCCL_STRATEGY=compressed, where every float message is compressed.
+
+    The variable is read when a collective is traced, and JAX caches traces
+    per Python function: build the functions that call zip_* inside the
+    tests (fresh closures), never once at module level, or the second run
+    reuses the first run's trace.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "default":
+            patch.delenv("ZIPCCL_STRATEGY", raising=False)
+        else:
+            patch.setenv("ZIPCCL_STRATEGY", request.param)
+        yield request.param

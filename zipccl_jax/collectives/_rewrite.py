@@ -30,6 +30,9 @@ from ._transfer import f32
 
 _REWRITTEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # jaxpr -> {Options: jaxpr}
 _THUNK_KEYS = ("jvp_jaxpr_fun", "jvp_jaxpr_thunk", "fwd_jaxpr_thunk")
+# jax < 0.12 pairs a Jaxpr with its constants in a ClosedJaxpr; from 0.12 a Jaxpr holds them
+_CLOSED = getattr(core, "ClosedJaxpr", None)
+_JAXPRS = (core.Jaxpr,) if _CLOSED is None else (core.Jaxpr, _CLOSED)
 
 
 def rewrite(jaxpr: core.Jaxpr, options: Options) -> core.Jaxpr:
@@ -90,11 +93,10 @@ def _rewrite_params(params: dict, options: Options) -> dict:
 def _rewrite_param(key, value, options):
     if isinstance(value, core.Jaxpr):
         return rewrite(value, options)
-    if isinstance(value, core.ClosedJaxpr):
+    if _CLOSED is not None and isinstance(value, _CLOSED):
         jaxpr = rewrite(value.jaxpr, options)
         return value if jaxpr is value.jaxpr else value.replace(jaxpr=jaxpr)
-    if isinstance(value, (tuple, list)) and value and all(isinstance(v, (core.Jaxpr, core.ClosedJaxpr))
-                                                          for v in value):
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, _JAXPRS) for v in value):
         new = type(value)(_rewrite_param(key, v, options) for v in value)
         return value if all(a is b for a, b in zip(new, value)) else new
     if isinstance(value, lu.WrappedFun) and key in _THUNK_KEYS:
