@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--captures", type=_ints, default=[1, 10, 30], help="LM steps whose gradients are taken")
     g.add_argument("--examples", default="examples", help="the directory of moe.py and fsdp.py")
     g.add_argument("--rungs", type=_ints, default=[16, 32], help="ladder sizes shown per family")
-    c = sub.add_parser("calibrate", help="measure the cost model's constants and write the profile")
+    c = sub.add_parser("calibrate", help="autotune over this process's devices and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     return p
 
@@ -55,11 +55,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
     if args.command == "calibrate":
-        from pathlib import Path
+        from .autotune import main as calibrate
 
-        from . import calibrate
-
-        calibrate.main(Path(args.output) if args.output else None)
+        calibrate(args.output)
     elif args.what == "codec":
         from .bench import codec
 

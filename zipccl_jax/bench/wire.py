@@ -3,7 +3,7 @@ against what the codec alone makes of the same chunks.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m zipccl_jax bench wire [--json out.json]
 
-A sized transfer (one phase of a collective: collectives.sized_transfer)
+A sized transfer (one phase of a collective: collectives/_transfer.py sized_transfer)
 sends every stream at one capacity, the smallest ladder rung that holds the
 largest stream of all devices. From the exact stream sizes (the CPU codec on
 the real chunks, headers included) this module computes, per device, the
@@ -112,7 +112,7 @@ def chunk_order(size: int, n: int, interleave: bool, unit: int = reference.BLOCK
 
 def psum_phases(flat: np.ndarray, interleave: bool) -> list[Phase]:
     """flat [n, size]: each device's bucket -> zip_psum's reduce-scatter and
-    all-gather phases (collectives._psum_array: zero-padded to a multiple of
+    all-gather phases (collectives/psum.py _psum_flat: zero-padded to a multiple of
     n, the reduced chunks are the float32 rank-ordered sums rounded once)."""
     n, size = flat.shape
     padded = np.pad(flat, ((0, 0), (0, -size % n)))

@@ -28,7 +28,9 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .. import collectives, strategy
+from .. import strategy, zip_psum
+from ..collectives import _mirror
+from ..collectives import psum as psum_module
 from . import data as bench_data
 from . import lm, report
 from .wire import TODAY, Case, Scheme, evaluate, gather_phase, merge, psum_phases, scatter_phase
@@ -81,11 +83,11 @@ def lm_gradients(cfg: lm.Config, captures: list[int], n: int) -> list:
 
 
 def psum_buckets(grads) -> list[np.ndarray]:
-    """zip_psum's buckets of a pytree of [n, ...] leaves: [n, size] each (collectives._buckets)."""
+    """zip_psum's buckets of a pytree of [n, ...] leaves: [n, size] each (collectives/psum.py _buckets)."""
     leaves = [leaf.reshape(leaf.shape[0], -1) for leaf in jax.tree.leaves(grads)]
     per_device = [leaf[0] for leaf in leaves]
     return [np.concatenate([leaves[i] for i in idx], axis=1)
-            for idx in collectives._buckets(per_device, collectives.DEFAULT_BUCKET_BYTES)]
+            for idx in psum_module._buckets(per_device, _mirror.DEFAULT_BUCKET_BYTES)]
 
 
 def psum_case(data: str, samples: list) -> Case:
@@ -184,7 +186,7 @@ def library_wire(per_device, call) -> np.ndarray:
 
 def library_calls() -> dict:
     """collective -> call(local, axis) -> Stats, on today's ladder."""
-    from .. import zip_all_gather, zip_all_to_all, zip_psum, zip_psum_scatter
+    from .. import zip_all_gather, zip_all_to_all, zip_psum_scatter
 
     s = dict(strategy=pinned(), with_stats=True)
     return {"psum": lambda t, ax: zip_psum(t, ax, **s)[1],
@@ -246,7 +248,7 @@ def compile_cost(n: int, elements: int, ladders: dict, repeat: int = 3) -> list[
     for name, fractions in ladders.items():
         model, lowers, compiles = pinned(fractions), [], []
         for _ in range(repeat):
-            fn = jax.jit(jax.shard_map(lambda a: collectives.zip_psum(a[0], "w", strategy=model)[None],
+            fn = jax.jit(jax.shard_map(lambda a: zip_psum(a[0], "w", strategy=model)[None],
                                        mesh=mesh, in_specs=P("w"), out_specs=P("w"), check_vma=False))
             t = time.perf_counter()
             lowered = fn.lower(xs)
