@@ -140,15 +140,12 @@ def _gather_bits(part, axes: Axes, pieces: int = RAW_GATHER_PIECES):
     m = part.size
     k = next(k for k in range(min(pieces, m), 0, -1) if m % k == 0)
     width = m // k
-    # the loop moves integer bits: slicing and updating bf16 in it would let
-    # XLA:CPU canonicalise NaN payloads (as bitwise() explains)
-    src = lax.bitcast_convert_type(part, jnp.dtype(f"uint{part.dtype.itemsize * 8}"))
 
     def piece(i, out):
-        cols = lax.dynamic_slice(src, (i * width,), (width,))
-        got = lax.all_gather(cols, axes.names, axis=0, tiled=False, **axes.kw())
+        cols = lax.dynamic_slice(part, (i * width,), (width,))
+        got = bitwise(lambda t: lax.all_gather(t, axes.names, axis=0, tiled=False, **axes.kw()), cols)
         return lax.dynamic_update_slice(out, got, (0, i * width))
-    return lax.bitcast_convert_type(lax.fori_loop(0, k, piece, jnp.zeros((axes.size, m), src.dtype)), part.dtype)
+    return lax.fori_loop(0, k, piece, jnp.zeros((axes.size, m), part.dtype))
 
 
 def reduce_scatter_rows(rows, axes: Axes, compress: bool, rungs_from):
