@@ -62,7 +62,11 @@ def test_simulation_equals_the_library_stats():
                               .wire_bytes[None], mesh=mesh, in_specs=P("w"), out_specs=P("w"), check_vma=False))
     case = wire.Case("mixed", "psum", wire.psum_phases(flat, False), wire.psum_phases(flat, True))
     got = np.asarray(f(jax.device_put(flat, NamedSharding(mesh, P("w")))))
-    assert got.tolist() == wire.evaluate(case, wire.library_scheme(case))["wire B/device"]
+    library = wire.evaluate(case, wire.library_scheme(case))
+    assert got.tolist() == library["wire B/device"]
+    # a floor below the 0.98 measured: a layout or ladder regression fails here
+    assert library["own efficiency"] > 0.96
+    assert library["wire ratio"] > 1.1 * wire.evaluate(case, wire.Scheme("before", wire.BEFORE))["wire ratio"]
 
 
 def test_interleaving_balances_mixed_chunks(case):
