@@ -20,7 +20,8 @@ N = 8
 
 def mixed_buckets(blocks_per_chunk=2, seed=0) -> np.ndarray:
     """[N, size] bf16 buckets: the first half of each bucket Gaussian, the
-    second half mostly zeros (the same on every device), so contiguous chunks compress unevenly."""
+    second half mostly zeros (the same on every device), so contiguous
+    chunks compress unevenly."""
     size = N * blocks_per_chunk * reference.BLOCK
     rows = []
     for d in range(N):
@@ -46,7 +47,11 @@ def test_chunk_order_is_a_permutation_of_whole_blocks():
     assert np.array_equal(wire.chunk_order(size, N, False), np.arange(size))
 
 
-@pytest.mark.parametrize("size", [N * 3 * reference.BLOCK + N * 7, N * psum.INTERLEAVE_GROUPS * 16 * reference.BLOCK + N])
+GROUP = reference.GROUP_BLOCKS * reference.BLOCK
+
+
+@pytest.mark.parametrize("size", [N * 3 * reference.BLOCK + N * 7, N * psum.INTERLEAVE_GROUPS * GROUP + N],
+                         ids=["blocks", "groups"])
 def test_library_layout_is_the_simulated_one_and_inverts(size):
     x = np.arange(size, dtype=np.float32)
     rows = np.asarray(psum._interleave(jnp.asarray(x), N))
@@ -54,13 +59,12 @@ def test_library_layout_is_the_simulated_one_and_inverts(size):
     assert np.array_equal(np.asarray(psum._deinterleave(jnp.asarray(rows))), x)
 
 
-def test_simulation_equals_the_library_stats():
+def test_simulation_equals_the_library_stats(case):
     """zip_psum (interleaved chunks, the default ladder) sends what wire.py computes."""
     flat = mixed_buckets()
     mesh = jax.make_mesh((N,), ("w",), devices=cpu_devices(N))
     f = jax.jit(jax.shard_map(lambda a: zc.zip_psum(a[0], "w", strategy=wire_data.pinned(), with_stats=True)[1]
                               .wire_bytes[None], mesh=mesh, in_specs=P("w"), out_specs=P("w"), check_vma=False))
-    case = wire.Case("mixed", "psum", wire.psum_phases(flat, False), wire.psum_phases(flat, True))
     got = np.asarray(f(jax.device_put(flat, NamedSharding(mesh, P("w")))))
     library = wire.evaluate(case, wire.library_scheme(case))
     assert got.tolist() == library["wire B/device"]
