@@ -86,14 +86,18 @@ def make_mesh(fsdp=4, model=2):
                          devices=jax.devices()[: fsdp * model])
 
 
+def problem(d_in=256, d_hidden=512, batch=256, seed=0):
+    """Initial float32 parameters and a batch (x, y) of a fixed random teacher."""
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    x = jax.random.normal(k2, (batch, d_in))
+    return init_params(k1, d_in, d_hidden), x, jnp.sin(x @ jax.random.normal(k3, (d_in, d_in)) / np.sqrt(d_in))
+
+
 def train(steps=3, d_in=256, d_hidden=512, batch=256, seed=0, **kw):
     """Trains on a fixed random teacher; returns (losses, params, wire, raw bytes per step)."""
     mesh = make_mesh()
-    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    params = {k: jax.device_put(v, NamedSharding(mesh, PARAM_SPECS[k]))
-              for k, v in init_params(k1, d_in, d_hidden).items()}
-    x = jax.random.normal(k2, (batch, d_in))
-    y = jnp.sin(x @ jax.random.normal(k3, (d_in, d_in)) / np.sqrt(d_in))
+    params, x, y = problem(d_in, d_hidden, batch, seed)
+    params = {k: jax.device_put(v, NamedSharding(mesh, PARAM_SPECS[k])) for k, v in params.items()}
     x, y = (jax.device_put(a, NamedSharding(mesh, P("fsdp"))) for a in (x, y))
     step = make_step(mesh, **kw)
     losses = []

@@ -91,9 +91,9 @@ def make_loss(mesh, capacity, use_zip, compress=True, axis="expert", wrap=False)
     return jax.jit(zc.compressed(step, compress=compress, strategy="compressed") if wrap else step)
 
 
-def compare(n_devices=8, tokens_per_device=256, d_model=128, d_ff=256, capacity_factor=1.25, seed=0):
-    """Forward outputs and gradients of the layer on zip_all_to_all (codec
-    on and off) and on lax.all_to_all. Returns {name: (y, grads, bytes sent)}."""
+def setup(n_devices=8, tokens_per_device=256, d_model=128, d_ff=256, capacity_factor=1.25, seed=0):
+    """The layer's mesh, parameters (one expert per device), tokens, output
+    cotangent (all placed on the mesh) and expert capacity."""
     mesh = jax.make_mesh((n_devices,), ("expert",), devices=jax.devices()[:n_devices])
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     params = init_params(k1, d_model, d_ff, n_devices)
@@ -102,7 +102,13 @@ def compare(n_devices=8, tokens_per_device=256, d_model=128, d_ff=256, capacity_
     capacity = math.ceil(capacity_factor * tokens_per_device / n_devices)
     put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
     params = {k: put(v, P() if k == "router" else P("expert")) for k, v in params.items()}
-    x, cotangent = put(x, P("expert")), put(cotangent, P("expert"))
+    return mesh, params, put(x, P("expert")), put(cotangent, P("expert")), capacity
+
+
+def compare(n_devices=8, **kw):
+    """Forward outputs and gradients of the layer on zip_all_to_all (codec
+    on and off) and on lax.all_to_all. Returns {name: (y, grads, bytes sent)}."""
+    mesh, params, x, cotangent, capacity = setup(n_devices, **kw)
     results = {}
     for name, kw in {"zip": dict(use_zip=True), "zip, codec off": dict(use_zip=True, compress=False),
                      "lax": dict(use_zip=False), "compressed(lax)": dict(use_zip=False, wrap=True)}.items():

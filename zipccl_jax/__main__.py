@@ -1,9 +1,9 @@
-"""Command line: python -m zipccl_jax {bench codec|collectives|train|net, calibrate} [options]."""
+"""Command line: python -m zipccl_jax {bench codec|collectives|train|net|wire, calibrate} [options]."""
 
 import argparse
 
 
-def _sizes(s: str) -> list[int]:
+def _ints(s: str) -> list[int]:
     return [int(float(v)) for v in s.split(",")]
 
 
@@ -15,10 +15,11 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m zipccl_jax")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="benchmarks: progress on stderr, a summary table on stdout")
-    b.add_argument("what", choices=["codec", "collectives", "train", "net"],
+    b.add_argument("what", choices=["codec", "collectives", "train", "net", "wire"],
                    help="codec: ratios and single-core speeds vs baselines; collectives: wire bytes and time vs "
                         "lax; train: LM step and sync time, lax.psum vs zip_psum, on the local devices; net: the "
-                        "same over a shaped network of namespaces, one process per host (root)")
+                        "same over a shaped network of namespaces, one process per host (root); wire: wire bytes "
+                        "against the codec's on real traffic, today's transfer and alternatives")
     b.add_argument("--repeat", type=int, default=7, help="timed runs per measurement (median)")
     b.add_argument("--json", default=None, metavar="OUT.json", help="also write the results as JSON")
     b.add_argument("--plot", default=None, metavar="OUT.png", help="also draw the results (needs matplotlib)")
@@ -26,12 +27,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--elements", type=int, default=1 << 24, help="Gaussian values per dtype")
     g.add_argument("--core", type=int, default=None, help="pin to this CPU core")
     g = b.add_argument_group("collectives")
-    g.add_argument("--sizes", type=_sizes, default=[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20],
+    g.add_argument("--sizes", type=_ints, default=[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20],
                    help="bytes per device, comma-separated")
     g.add_argument("--data", choices=["gaussian", "minilm"], default="gaussian")
     g.add_argument("--collectives", type=_list, default=None,
                    help="comma-separated subset of psum,all_gather,psum_scatter,all_to_all,ppermute")
-    g = b.add_argument_group("train and net (model defaults: zipccl_jax.bench.lm.Config)")
+    g = b.add_argument_group("train, net and wire (model defaults: zipccl_jax.bench.lm.Config)")
     g.add_argument("--steps", type=int, default=10, help="timed training steps per sync")
     g.add_argument("--warmup", type=int, default=2, help="untimed first steps (compilation)")
     for name in ("d_model", "n_layers", "n_heads", "seq_len", "batch_per_device"):
@@ -44,6 +45,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--cleanup", action="store_true", help="only remove namespaces left by killed runs")
     g.add_argument("--profile", default=None, metavar="PATH.json",
                    help="every process loads this profile instead of running autotune")
+    g = b.add_argument_group("wire")
+    g.add_argument("--captures", type=_ints, default=[1, 10, 30], help="LM steps whose gradients are taken")
+    g.add_argument("--examples", default="examples", help="the directory of moe.py and fsdp.py")
+    g.add_argument("--rungs", type=_ints, default=[16, 32], help="ladder sizes shown per family")
     c = sub.add_parser("calibrate", help="autotune over this process's devices and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     return p
@@ -67,6 +72,10 @@ def main(argv=None) -> None:
         from .bench import train
 
         train.run(args)
+    elif args.what == "wire":
+        from .bench import wire
+
+        wire.run(args)
     else:
         from .bench import net
 

@@ -46,8 +46,12 @@ STRATEGIES = ("auto", "raw", "compressed")
 COLLECTIVES = ("psum", "all_gather", "psum_scatter", "all_to_all", "ppermute")
 
 # Capacities (fractions of the raw bytes) the compressed transfer can use; the
-# smallest one every device's streams fit is sent. The top rung is raw.
-DEFAULT_LADDER = (0.58, 0.62, 0.66, 0.69, 0.72, 0.77, 0.83, 0.9, 1.0)
+# smallest one every device's streams fit is sent. The top rung is raw. Steps
+# of 3.7% (geometric from 0.56 to 0.93, where bf16 and fp32 land), where the
+# 9 rungs before stepped 4-8%; each rung is a branch of compile time
+# (docs/BENCHMARKS.md, "Wire bytes against the codec").
+DEFAULT_LADDER = (0.56, 0.581, 0.602, 0.624, 0.647, 0.671, 0.696, 0.722, 0.748, 0.776, 0.805, 0.834, 0.865,
+                  0.897, 0.93, 1.0)
 
 # The raw psum / psum_scatter path is XLA's reduction in float32
 # (collectives.py): a 16-bit operand travels as 4 bytes per value there.

@@ -10,7 +10,8 @@ A bucket the plan compresses is summed in float32 in rank order
 (x_0 + x_1 + ... + x_{n-1}: device index along the axes, row-major for a tuple
 of axes, the listed order within an axis_index_group) in one kernel, and
 rounded once to the dtype, on every device, by either algorithm:
-- reduce_scatter+all_gather: the bucket cut into n chunks, compressed,
+- reduce_scatter+all_gather: the bucket cut into n chunks (interleaved: chunk
+  j takes blocks, or code-table groups, j, j + n, ...), compressed,
   all_to_all, fused decode-and-accumulate, then each device's reduced chunk
   compressed and all-gathered;
 - all_gather+local_reduce: every device's bucket all-gathered compressed and
@@ -28,11 +29,13 @@ import jax.numpy as jnp
 from jax import lax
 from jax._src.lax import parallel as lax_parallel
 
-from .. import ops
+from .. import ops, reference
 from ..dtypes import is_compressible
 from . import _rewrite
 from ._mirror import Options, mirror
 from ._transfer import Axes, Stats, f32, gather_rows, ladder, plan, reduce_scatter_rows, streams, sized_transfer
+
+INTERLEAVE_GROUPS = 4  # code-table groups per chunk from which the layout interleaves whole groups
 
 
 def _lower(info, *xs, axes, axis_index_groups=None):
@@ -97,11 +100,40 @@ def _psum_flat(flat, group: Axes, info):
         decode = lambda r: ops.decompress_accumulate(r, m=flat.size, dtype=flat.dtype)  # noqa: E731
         total, per_stream = sized_transfer(payload, nbytes, group, send, decode, compress, rungs)
         return total, per_stream * (n - 1), f32(flat.size * itemsize * (n - 1))
-    rows = jnp.pad(flat, (0, -flat.size % n)).reshape(n, -1)
+    rows = _interleave(jnp.pad(flat, (0, -flat.size % n)), n)
     part, sent_rs = reduce_scatter_rows(rows, group, compress, rungs)
     gathered, sent_ag = gather_rows(part, group, compress, rungs)
     raw = f32(2 * rows.shape[1] * itemsize * (n - 1))
-    return gathered.reshape(-1)[:flat.size], (sent_rs + sent_ag) * (n - 1), raw
+    return _deinterleave(gathered)[:flat.size], (sent_rs + sent_ag) * (n - 1), raw
+
+
+def interleave_unit(size: int, n: int) -> int:
+    """The unit of the reduce-scatter's chunk layout for a bucket of `size`
+    values: a code-table group when every chunk holds INTERLEAVE_GROUPS of
+    them (a group keeps one leaf's statistics), else a block."""
+    group = reference.GROUP_BLOCKS * reference.BLOCK
+    return group if size >= n * group * INTERLEAVE_GROUPS else reference.BLOCK
+
+
+def _interleave(padded, n):
+    """padded [size] (a multiple of n) -> the reduce-scatter's rows [n, size / n]:
+    row j holds the units j, j + n, j + 2n, ... of the largest prefix that is
+    a multiple of n units, then its contiguous share of the rest. Every row
+    then mixes all the bucket's leaves, so the n streams (sent at the size of
+    the largest) compress alike (docs/BENCHMARKS.md, wire bytes)."""
+    unit = interleave_unit(padded.size, n)
+    main = padded.size // (n * unit) * (n * unit)
+    head = padded[:main].reshape(-1, n, unit).transpose(1, 0, 2).reshape(n, -1)
+    return jnp.concatenate([head, padded[main:].reshape(n, -1)], axis=1)
+
+
+def _deinterleave(rows):
+    """_interleave's inverse: rows [n, m] -> [n * m]."""
+    n, m = rows.shape
+    unit = interleave_unit(n * m, n)
+    main = n * m // (n * unit) * unit  # per row
+    head = rows[:, :main].reshape(n, -1, unit).transpose(1, 0, 2).reshape(-1)
+    return jnp.concatenate([head, rows[:, main:].reshape(-1)])
 
 
 for _prim in (lax_parallel.psum_p, lax_parallel.psum_invariant_p, lax_parallel.unreduced_psum_p):
