@@ -44,46 +44,52 @@ ZC_SIMD uint32_t block_emax_simd(const uint8_t* in) {
   return _mm512_reduce_max_epu32(_mm512_and_si512(emax, _mm512_set1_epi32(0xFFFF)));
 }
 
-// block_counts for a full block: its symbols as bytes, then counted in eight
-// sub-histograms, so that repeats of a frequent symbol do not wait on each
-// other's increments.
+// block_counts for a full block: its symbols and signs as bytes, then counted
+// in eight sub-histograms, so that repeats of a frequent symbol do not wait
+// on each other's increments.
 template <int DT>
-ZC_SIMD uint32_t block_counts_simd(const uint8_t* in, uint32_t* counts) {
+ZC_SIMD uint32_t block_counts_simd(const uint8_t* in, uint32_t (*counts)[kNumSyms]) {
   const uint32_t emax = block_emax_simd<DT>(in);
   const __m512i ref = _mm512_set1_epi16(short(emax));
   alignas(64) uint8_t syms[kBlock];
   for (int i = 0; i < kBlock; i += 32) {
     __mmask32 esc;
+    const __m512i h = load_tops<DT>(in, i);
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi16(h, 8), _mm512_set1_epi16(0x80));  // bit 7
     _mm256_store_si256(reinterpret_cast<__m256i*>(syms + i),
-                       _mm512_cvtepi16_epi8(symbols_of<DT>(load_tops<DT>(in, i), ref, &esc)));
+                       _mm512_cvtepi16_epi8(_mm512_or_si512(symbols_of<DT>(h, ref, &esc), sign)));
   }
-  uint16_t h[8][kNumSyms] = {};
+  uint16_t h[8][2 * kNumSyms] = {};
   for (int i = 0; i < kBlock; i += 8)
     for (int j = 0; j < 8; ++j) ++h[j][syms[i + j]];
-  for (int s = 0; s < kNumSyms; ++s)
-    counts[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s] + h[4][s] + h[5][s] + h[6][s] + h[7][s];
+  for (int s = 0; s < 2 * kNumSyms; ++s)
+    counts[s >> 7][s & 127] = h[0][s] + h[1][s] + h[2][s] + h[3][s] + h[4][s] + h[5][s] + h[6][s] + h[7][s];
   return emax;
 }
 #endif
 
-// §7 steps 1-2 for one block: returns its emax and sets counts[kNumSyms] to
-// its symbol counts under ref = emax. The plain path counts (exponent, top
-// bits) keys, whose histogram gives both.
+// §7 steps 1-2 for one block: returns its emax and sets counts[sign][kNumSyms]
+// to its symbol counts under ref = emax, per sign. The plain path counts
+// (sign, exponent, top bits) keys, whose histogram gives both.
 template <int DT>
-uint32_t block_counts(const uint8_t* in, int count, uint32_t* counts) {
+uint32_t block_counts(const uint8_t* in, int count, uint32_t (*counts)[kNumSyms]) {
 #if ZC_HAVE_SIMD
   if (count == kBlock && simd_enabled()) return block_counts_simd<DT>(in, counts);
 #endif
   using E = Elem<DT>;
-  uint16_t h[2][E::keys] = {};  // two sub-histograms: see block_counts_simd
+  constexpr uint32_t keys = 2 * E::keys;  // the sign above the key
+  uint16_t h[2][keys] = {};  // two sub-histograms: see block_counts_simd
   int i = 0;
-  for (; i + 2 <= count; i += 2) ++h[0][E::key(E::top(in, i))], ++h[1][E::key(E::top(in, i + 1))];
-  if (i < count) ++h[0][E::key(E::top(in, i))];
+  for (; i + 2 <= count; i += 2) ++h[0][E::signed_key(E::top(in, i))], ++h[1][E::signed_key(E::top(in, i + 1))];
+  if (i < count) ++h[0][E::signed_key(E::top(in, i))];
   uint32_t emax = 0;
-  for (uint32_t k = E::keys - 1; k >= 4 && !emax; --k)
-    if ((k >> kTopBits) < E::all_ones && (h[0][k] || h[1][k])) emax = k >> kTopBits;
-  std::memset(counts, 0, kNumSyms * sizeof(uint32_t));
-  for (uint32_t k = 0; k < uint32_t(E::keys); ++k) counts[symbol_of(k >> kTopBits, k & 3, emax)] += h[0][k] + h[1][k];
+  for (uint32_t k = 0; k < keys; ++k) {
+    const uint32_t e = (k >> kTopBits) & E::all_ones;
+    if ((h[0][k] || h[1][k]) && e < E::all_ones && e > emax) emax = e;
+  }
+  std::memset(counts, 0, 2 * kNumSyms * sizeof(uint32_t));
+  for (uint32_t k = 0; k < keys; ++k)
+    counts[k / E::keys][symbol_of((k >> kTopBits) & E::all_ones, k & 3, emax)] += h[0][k] + h[1][k];
   return emax;
 }
 

@@ -58,6 +58,7 @@ struct Elem {
     return lay.elem_bytes == 4 ? uint32_t(x) >> 16 : x;
   }
   static uint32_t key(uint32_t h) { return (h >> t_shift) & (keys - 1); }
+  static uint32_t signed_key(uint32_t h) { return h >> t_shift; }  // the sign bit above key(h)
   static uint32_t exponent(uint32_t h) { return (h >> e_shift) & all_ones; }
   static uint32_t top_bits(uint32_t h) { return (h >> t_shift) & 3u; }
   static uint32_t extra(uint32_t h) {
