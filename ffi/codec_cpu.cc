@@ -187,7 +187,7 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
       pc.lens[p] = gp.lens[p];
       pc.codes[p] = plane_codes[p];
     }
-    const bool shared = generic || pc.mask;  // the fast coder has no byte codes nor coded signs
+    const bool shared = generic || (pc.mask & 3);  // the fast coder has no byte codes
     if (shared) canonical_codes(g.lens, codes);
     else encoder_table(g.lens, table);
     for (int64_t b = b0; b < b1 && pos < limit; ++b) {
@@ -197,7 +197,8 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
       const uint8_t* src = in + b * kBlock * es;
       if (room) prefetch_for_write(body, int64_t(count) * es);
       const uint32_t desc = shared ? encode_block(DT, src, count, g.refs[b - b0], g.lens, codes, body, pc)
-                                   : encode_block_fast<DT>(src, count, g.refs[b - b0], table, body);
+                                   : g.sign_coded ? encode_block_fast<DT, true>(src, count, g.refs[b - b0], table, body)
+                                                  : encode_block_fast<DT, false>(src, count, g.refs[b - b0], table, body);
       const int64_t body_bytes = desc & 0xFFFFu;
       if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
       store_u32(out + kHeaderBytes + 4 * b, desc);
@@ -229,14 +230,14 @@ struct GroupTables {
     pc = PlaneCodes{};
     pc.mask = mask;
     at += kTableBytes;
-    if (generic || mask) {
+    if (generic || (mask & 3)) {
       lut.resize(kLutSize);
       build_lut(lens, lut.data());
     } else {
       fast.resize(1);
       build_decode_table(lens, &fast[0]);
     }
-    if (mask) plane_luts.resize(kMaxPlanes * kLutSize);  // only byte-coded streams pay for these
+    if (mask & 3) plane_luts.resize(kMaxPlanes * kLutSize);  // only byte-coded streams pay for these
     for (int p = 0; p < kMaxPlanes; ++p) {
       if (!((mask >> p) & 1)) continue;
       if (unpack_table(at, lens, kPlaneSyms) != kOk) return kErrTable;
@@ -283,9 +284,11 @@ int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int flags, int 
     const int count = block_count(n, b);
     uint8_t* dst = out + b * kBlock * es;
     const bool ready = coded && tables.group == g;
-    const int status = (generic || mask)
+    const DecodeTable* fast = ready ? tables.fast.data() : nullptr;
+    const int status = (generic || (mask & 3))
         ? decode_block(DT, in + pos, desc, count, ready ? tables.lut.data() : nullptr, dst, tables.pc)
-        : decode_block_fast<DT>(in + pos, in + size, desc, count, ready ? tables.fast.data() : nullptr, dst);
+        : (mask & kMaskSign) ? decode_block_fast<DT, true>(in + pos, in + size, desc, count, fast, dst)
+                             : decode_block_fast<DT, false>(in + pos, in + size, desc, count, fast, dst);
     if (status != kOk) return status;
     pos += body_bytes;
   }

@@ -53,6 +53,12 @@ def make(kind, n, dtype, seed=0):
         return (gaussian(n, dtype, seed=seed).astype(np.float32) * (rng.random(n) < 0.1)).astype(dtype)
     if kind == "low_precision":  # few mantissa bits: fp16/fp32 code both low byte planes (§5.4)
         return (rng.integers(-64, 64, n) / 64).astype(dtype)
+    if kind == "positive":  # every sign 0: coded in the symbols at no cost (§4.1)
+        return np.abs(gaussian(n, dtype, seed=seed))
+    if kind == "skewed_signs":  # 88% positive, a few values far below the rest: escapes carry the sign
+        x = np.abs(gaussian(n, np.float32, seed=seed)) * np.where(rng.random(n) < 0.12, -1, 1).astype(np.float32)
+        x[rng.random(n) < 0.01] *= np.float32(2.0**-15)
+        return x.astype(dtype)
     if kind == "mixed_precision":  # a third of the values with a zero low byte: fp32 codes plane 0 only
         x = gaussian(n, np.float32, seed=seed).view(np.uint32)
         x[::3] &= 0xFFFFFF00
@@ -61,7 +67,8 @@ def make(kind, n, dtype, seed=0):
 
 
 KINDS = ["gauss", "gauss_tiny", "gauss_huge", "wide", "random_bits", "zeros", "signed_zeros",
-         "constant", "specials", "specials_in_gauss", "sparse", "low_precision", "mixed_precision"]
+         "constant", "specials", "specials_in_gauss", "sparse", "low_precision", "mixed_precision", "positive",
+         "skewed_signs"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
