@@ -11,6 +11,9 @@ jax.grad runs the backward pass through the same, compressed, all_to_alls.
 
 all_to_all only moves bytes, so the layer on zip_all_to_all equals the same
 layer on lax.all_to_all bit for bit, forward and backward: the script checks it.
+It also runs the lax-only layer, unchanged, wrapped in one call,
+`zipccl_jax.compressed(fn, strategy="compressed")`, which carries out every
+lax collective in it (the backward pass's too) by the zip version.
 """
 
 import functools
@@ -72,9 +75,10 @@ def moe_layer(params, x, *, axis, capacity, use_zip, compress=True):
     return y, sent_in + sent_out
 
 
-def make_loss(mesh, capacity, use_zip, compress=True, axis="expert"):
+def make_loss(mesh, capacity, use_zip, compress=True, axis="expert", wrap=False):
     """jit (params, x, cotangent) -> (sum(layer(x) * cotangent), bytes sent per device);
-    differentiable in params and x."""
+    differentiable in params and x. wrap: the lax layer (use_zip=False) inside
+    zipccl_jax.compressed (its bytes-sent output stays lax's count)."""
     layer = functools.partial(moe_layer, axis=axis, capacity=capacity, use_zip=use_zip, compress=compress)
     specs = {"router": P(), "w_in": P(axis), "w_out": P(axis)}
     sharded = jax.shard_map(layer, mesh=mesh, in_specs=(specs, P(axis)), out_specs=(P(axis), P()))
@@ -83,7 +87,8 @@ def make_loss(mesh, capacity, use_zip, compress=True, axis="expert"):
         y, sent = sharded(params, x)
         return jnp.sum(y * cotangent), (y, sent)
 
-    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+    step = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
+    return jax.jit(zc.compressed(step, compress=compress, strategy="compressed") if wrap else step)
 
 
 def compare(n_devices=8, tokens_per_device=256, d_model=128, d_ff=256, capacity_factor=1.25, seed=0):
@@ -100,7 +105,7 @@ def compare(n_devices=8, tokens_per_device=256, d_model=128, d_ff=256, capacity_
     x, cotangent = put(x, P("expert")), put(cotangent, P("expert"))
     results = {}
     for name, kw in {"zip": dict(use_zip=True), "zip, codec off": dict(use_zip=True, compress=False),
-                     "lax": dict(use_zip=False)}.items():
+                     "lax": dict(use_zip=False), "compressed(lax)": dict(use_zip=False, wrap=True)}.items():
         (_, (y, sent)), grads = make_loss(mesh, capacity, **kw)(params, x, cotangent)
         results[name] = (np.asarray(y), jax.tree.map(np.asarray, grads), float(sent))
     return results

@@ -3,6 +3,7 @@
     python examples/train_lm.py --steps 50                 # 8 virtual CPU devices (or all GPUs)
     python examples/train_lm.py --steps 50 --no-compress   # same algorithm, codec off: same bits
     python examples/train_lm.py --sync lax                 # lax.psum instead of zip_psum
+    python examples/train_lm.py --sync compressed          # the lax step wrapped in zipccl_jax.compressed
 
 Across processes (CPU: gloo), one command per process:
 
@@ -22,7 +23,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--no-compress", action="store_true", help="run zip_psum's plan with the codec off")
-    p.add_argument("--sync", choices=["zip", "lax"], default="zip", help="zip_psum (default) or lax.psum")
+    p.add_argument("--sync", choices=["zip", "lax", "compressed"], default="zip",
+                   help="zip_psum (default), lax.psum, or the lax step wrapped in zipccl_jax.compressed "
+                        "(the same bits as zip)")
     p.add_argument("--dtype", choices=["bf16", "f32"], default="bf16", help="dtype the gradients are sent in")
     p.add_argument("--devices", type=int, default=8, help="virtual CPU devices per process (CPU only)")
     p.add_argument("--d-model", type=int, default=128)

@@ -6,6 +6,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from zipccl_jax import strategy  # noqa: E402
+
 
 def cpu_devices(n: int = 8):
     """The 8 virtual CPU devices the multi-device tests run on, also on a GPU
@@ -19,5 +21,8 @@ def cpu_devices(n: int = 8):
 
 @pytest.fixture(autouse=True)
 def _no_user_profile(tmp_path, monkeypatch):
-    """Decisions in tests must not depend on a calibration profile in ~/.cache."""
+    """Decisions in tests must not depend on a calibration profile in ~/.cache,
+    nor on figures an earlier test's autotune installed."""
     monkeypatch.setenv("ZIPCCL_PROFILE", str(tmp_path / "no-profile.json"))
+    yield
+    strategy.uninstall()

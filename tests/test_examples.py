@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from conftest import cpu_devices
 from test_multiprocess import free_port
@@ -57,6 +60,30 @@ def test_lm_losses_and_params_are_bit_identical_with_and_without_compression():
     assert on[0][-1] < on[0][0] - 0.3  # it learns
     assert on[2] < 0.85 * on[3]  # compression really sent fewer bytes (bf16 gradients: ~0.77 rung)
     assert off[2] >= off[3]  # the codec was off: raw bytes plus stream headers
+
+
+def test_the_lax_only_step_wrapped_in_compressed_is_bit_identical_to_zip_psum():
+    """zipccl_jax.compressed on the unchanged lax training step: the same
+    losses and parameters, bit for bit, as the step written with zip_psum,
+    and its compiled program runs the codec (not XLA's all-reduce alone)."""
+    mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
+    tokens = lm.load_tokens()
+    runs = {}
+    for sync in ("zip", "compressed"):
+        params = lm.replicate(mesh, lm.init_params(jax.random.key(0), SMALL))
+        opt = lm.replicate(mesh, lm.init_opt(params))
+        step = lm.make_step(mesh, SMALL, sync=sync)
+        losses = []
+        for i in range(2):
+            params, opt, loss, *_ = step(params, opt, lm.shard_batch(mesh, lm.batch_at(tokens, SMALL, i, 8)))
+            losses.append(np.asarray(loss).view(np.uint32))
+        runs[sync] = (losses, bits(params), step)
+    assert runs["zip"][:2] == runs["compressed"][:2]
+    batch = lm.shard_batch(mesh, lm.batch_at(tokens, SMALL, 0, 8))
+    hlo = runs["compressed"][2].lower(params, opt, batch).compile().as_text()
+    assert "zipccl_compress" in hlo and "zipccl_decompress" in hlo
+    plain = lm.make_step(mesh, SMALL, sync="lax").lower(params, opt, batch).compile().as_text()
+    assert "zipccl_compress" not in plain
 
 
 def test_lm_sync_matches_lax_psum_within_rounding():
@@ -138,10 +165,22 @@ def test_moe_on_zip_all_to_all_equals_lax_bitwise_forward_and_backward():
     cpu_devices()
     results = moe.compare(n_devices=8, tokens_per_device=128, d_model=64, d_ff=128)
     y, grads, sent = results["zip"]
-    for name in ("zip, codec off", "lax"):
+    for name in ("zip, codec off", "lax", "compressed(lax)"):
         assert bits(results[name][0]) == bits(y), name
         assert bits(results[name][1]) == bits(grads), name
     assert sent < 0.8 * results["lax"][2]  # dispatch and combine were compressed
+    # the lax layer wrapped in compressed() runs the codec on all four
+    # all_to_alls (dispatch, combine and their transposes), and on the psum
+    # autodiff makes of the replicated router's gradient
+    mesh = jax.make_mesh((8,), ("expert",), devices=cpu_devices())
+    spec = lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, s))  # noqa: E731
+    params = {k: spec(v, P() if k == "router" else P("expert"))
+              for k, v in moe.init_params(jax.random.key(0), 64, 128, 8).items()}
+    x = spec(jnp.zeros((8 * 128, 64)), P("expert"))
+    args = (params, x, x)
+    for wrap, calls in ((True, 5), (False, 0)):
+        hlo = moe.make_loss(mesh, 20, use_zip=False, wrap=wrap).lower(*args).compile().as_text()
+        assert hlo.count('custom_call_target="zipccl_compress"') == calls, wrap
     assert all(np.abs(g).max() > 0 for g in jax.tree.leaves(grads))
     # the layer computes what it should: a dense single-device version agrees
     k1, k2, _ = jax.random.split(jax.random.key(0), 3)

@@ -7,7 +7,8 @@ building blocks of the compressed collectives. The byte format is in
 docs/FORMAT.md and `zipccl_jax.reference` is its numpy oracle.
 """
 
-from .collectives import Stats, zip_all_gather, zip_all_to_all, zip_ppermute, zip_psum, zip_psum_scatter
+from .autotune import autotune
+from .collectives import Stats, compressed, zip_all_gather, zip_all_to_all, zip_ppermute, zip_psum, zip_psum_scatter
 from .dtypes import is_compressible
 from .ops import (
     Compressed,
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Compressed",
+    "compressed",
     "compress",
     "compress_chunks",
     "compress_items",

