@@ -13,6 +13,7 @@ namespace {
 struct GroupCode {
   uint32_t refs[kGroupBlocks];
   uint8_t lens[kNumSyms];
+  bool sign_coded;
 };
 
 // A group's raw byte planes (§7 step 3): which it codes, and their lengths.
@@ -21,43 +22,53 @@ struct GroupPlanes {
   uint8_t lens[kMaxPlanes][kPlaneSyms];
 };
 
-// Adds a block's symbol counts, taken under ref r, as they are under ref
-// r + delta: class c in 1..30 becomes c + delta, or escapes past 30. (Classes
-// 0 and ESC stay: the block has no exponent in (r, ALL_ONES).)
-void add_shifted_counts(const uint32_t* own, uint32_t delta, uint32_t* counts) {
-  const int moved = delta < uint32_t(kMaxDelta + 1) ? kMaxDelta + 1 - int(delta) : 0;  // classes that stay coded
-  const int from = 1 << kTopBits, to = from + (int(delta) << kTopBits);
-  for (int s = 0; s < (moved << kTopBits); ++s) counts[to + s] += own[from + s];
-  for (int s = 0; s < (1 << kTopBits); ++s) {
-    counts[s] += own[s];
-    for (int c = 1 + moved; c <= kClassEsc; ++c)
-      counts[(kClassEsc << kTopBits) + s] += own[(c << kTopBits) + s];
+// Adds a block's symbol counts of one sign, taken under ref r (32 classes),
+// as they are under ref r + delta: class c in 1..30 becomes c + delta, or
+// escapes past the last class (30, or 14 with sign_coded, where the class
+// also takes the sign in its bit 4). (Classes 0 and ESC stay: the block has no
+// exponent in (r, ALL_ONES).)
+void add_shifted_counts(const uint32_t* own, uint32_t delta, bool sign_coded, uint32_t sign, uint32_t* counts) {
+  const uint32_t max_delta = sign_coded ? kSignMaxDelta : kMaxDelta, flag = sign_coded ? sign << 4 : 0;
+  for (uint32_t c = 0; c < uint32_t(kNumClasses); ++c) {
+    const uint32_t d = c - 1 + delta;  // of classes 1..30
+    const uint32_t to = c == kClassZero ? flag : c == uint32_t(kClassEsc) || d > max_delta ? kClassEsc : (d + 1) | flag;
+    for (int t = 0; t < (1 << kTopBits); ++t) counts[(to << kTopBits) + t] += own[(c << kTopBits) + t];
   }
 }
 
+// Code lengths and choice of the candidates (§7 step 2) from their counts.
+void choose_candidate(const uint32_t (*counts)[kNumSyms], int exp_bits, bool same, const uint32_t* emax,
+                      uint32_t gmax, int nblocks, GroupCode* g) {
+  uint8_t lens[kCandidates][kNumSyms];
+  for (int c = 0; c < kCandidates; ++c) {
+    if (same && (c & 1)) std::memcpy(lens[c], lens[c - 1], kNumSyms);  // the same counts as c - 1
+    else fast_code_lengths(counts[c], lens[c]);
+  }
+  const int best = best_candidate(counts, lens, exp_bits);
+  for (int b = 0; b < nblocks; ++b) g->refs[b] = (best & 1) ? emax[b] : gmax;
+  std::memcpy(g->lens, lens[best], kNumSyms);
+  g->sign_coded = best >= 2;
+}
+
 // Chooses refs and code for blocks [b0, b1) from each block's counts under
-// its own emax: candidate B adds them as they are, candidate A shifted to gmax.
+// its own emax, per sign: candidates with own refs add them as they are,
+// those with the group's ref shifted to gmax.
 template <int DT>
 void choose_group_fast(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, GroupCode* g) {
-  uint32_t emax[kGroupBlocks], own[kGroupBlocks][kNumSyms], gmax = 0;
+  uint32_t emax[kGroupBlocks], own[kGroupBlocks][2][kNumSyms], gmax = 0;
   for (int64_t b = b0; b < b1; ++b) {
     emax[b - b0] = block_counts<DT>(in + b * kBlock * Elem<DT>::lay.elem_bytes, block_count(n, b), own[b - b0]);
     gmax = emax[b - b0] > gmax ? emax[b - b0] : gmax;
   }
-  uint32_t counts[2][kNumSyms] = {};
-  uint8_t lens[2][kNumSyms];
-  bool same = true;  // every block's emax is gmax: the candidates are the same
+  uint32_t counts[kCandidates][kNumSyms] = {};
+  bool same = true;  // every block's emax is gmax: both refs give the same counts
   for (int64_t b = b0; b < b1; ++b) {
-    add_shifted_counts(own[b - b0], gmax - emax[b - b0], counts[0]);
-    add_shifted_counts(own[b - b0], 0, counts[1]);
+    for (uint32_t sign = 0; sign < 2; ++sign)
+      for (int c = 0; c < kCandidates; ++c)
+        add_shifted_counts(own[b - b0][sign], (c & 1) ? 0 : gmax - emax[b - b0], c >= 2, sign, counts[c]);
     same &= emax[b - b0] == gmax;
   }
-  fast_code_lengths(counts[0], lens[0]);
-  if (!same) fast_code_lengths(counts[1], lens[1]);
-  const int exp_bits = Elem<DT>::lay.exp_bits;
-  const bool own_refs = !same && code_cost(counts[1], lens[1], exp_bits) < code_cost(counts[0], lens[0], exp_bits);
-  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = own_refs ? emax[b - b0] : gmax;
-  std::memcpy(g->lens, lens[own_refs], kNumSyms);
+  choose_candidate(counts, Elem<DT>::lay.exp_bits, same, emax, gmax, int(b1 - b0), g);
 }
 
 // The same choice with the shared (CUDA) functions of zipccl_format.h.
@@ -68,18 +79,18 @@ void choose_group_generic(int dtype, const uint8_t* in, int64_t n, int64_t b0, i
     emax[b - b0] = block_emax(dtype, in + b * kBlock * es, block_count(n, b));
     gmax = emax[b - b0] > gmax ? emax[b - b0] : gmax;
   }
-  uint32_t counts[2][kNumSyms] = {};
-  uint8_t lens[2][kNumSyms];
-  for (int64_t b = b0; b < b1; ++b) {
-    add_symbol_counts(dtype, in + b * kBlock * es, block_count(n, b), gmax, counts[0]);
-    add_symbol_counts(dtype, in + b * kBlock * es, block_count(n, b), emax[b - b0], counts[1]);
+  uint32_t counts[kCandidates][kNumSyms] = {};
+  uint8_t lens[kCandidates][kNumSyms];
+  for (int c = 0; c < kCandidates; ++c) {
+    for (int64_t b = b0; b < b1; ++b)
+      add_symbol_counts(dtype, in + b * kBlock * es, block_count(n, b), (c & 1) ? emax[b - b0] : gmax, c >= 2,
+                        counts[c]);
+    code_lengths(counts[c], lens[c]);
   }
-  code_lengths(counts[0], lens[0]);
-  code_lengths(counts[1], lens[1]);
-  const int exp_bits = layout_of(dtype).exp_bits;
-  const bool own = code_cost(counts[1], lens[1], exp_bits) < code_cost(counts[0], lens[0], exp_bits);
-  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = own ? emax[b - b0] : gmax;
-  std::memcpy(g->lens, lens[own], kNumSyms);
+  const int best = best_candidate(counts, lens, layout_of(dtype).exp_bits);
+  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = (best & 1) ? emax[b - b0] : gmax;
+  std::memcpy(g->lens, lens[best], kNumSyms);
+  g->sign_coded = best >= 2;
 }
 
 // Asks for the lines a block body will be written to: the encoder stores
@@ -127,25 +138,20 @@ int choose_planes_fast(const uint8_t* in, int64_t count, uint8_t (*lens)[kPlaneS
   return mask;
 }
 
-// §7 step 3 for every group; returns the header flags. The planes come first
-// because where the bodies start depends on every group's tables.
+// §7 step 3 for every group. The planes come first because where the bodies
+// start depends on every group's tables.
 template <int DT>
-int choose_all_planes(const uint8_t* in, int64_t n, bool generic, std::vector<GroupPlanes>* planes) {
+void choose_all_planes(const uint8_t* in, int64_t n, bool generic, std::vector<GroupPlanes>* planes) {
   constexpr Layout lay = Elem<DT>::lay;
-  if constexpr (lay.raw_bytes == 0) {
-    return 0;
-  } else {
-    const int64_t ng = num_groups(num_blocks(n)), group = int64_t(kGroupBlocks) * kBlock;
-    int any = 0;
-    planes->assign(ng, GroupPlanes{});
+  const int64_t ng = num_groups(num_blocks(n)), group = int64_t(kGroupBlocks) * kBlock;
+  planes->assign(ng, GroupPlanes{});
+  if constexpr (lay.raw_bytes > 0) {
     for (int64_t g = 0; g < ng; ++g) {
       GroupPlanes& gp = (*planes)[g];
       const uint8_t* src = in + g * group * lay.elem_bytes;
       const int64_t count = n - g * group < group ? n - g * group : group;
       gp.mask = generic ? choose_planes(DT, src, count, gp.lens) : choose_planes_fast<DT>(src, count, gp.lens);
-      any |= gp.mask;
     }
-    return any ? kFlagByteCodes : 0;
   }
 }
 
@@ -154,9 +160,10 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
   constexpr int es = Elem<DT>::lay.elem_bytes;
   const int64_t nb = num_blocks(n), ng = num_groups(nb), limit = kHeaderBytes + n * es;  // coded ends before limit
   std::vector<GroupPlanes> planes;
-  const int flags = choose_all_planes<DT>(in, n, generic, &planes);
+  choose_all_planes<DT>(in, n, generic, &planes);
+  const int flags = kFlagMasks;  // §7 step 5: a coded stream always has its masks
   int64_t table_at = tables_offset(nb, flags), pos = table_at;
-  for (int64_t g = 0; g < ng; ++g) pos += group_table_bytes(flags ? planes[g].mask : 0);
+  for (int64_t g = 0; g < ng; ++g) pos += group_table_bytes(planes[g].mask);
   uint8_t scratch[kBlock * 4];
   GroupCode g;
   uint16_t codes[kNumSyms];  // the generic coder's
@@ -168,21 +175,19 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
     else choose_group_fast<DT>(in, n, b0, b1, &g);
     pack_table(g.lens, out + table_at);
     table_at += kTableBytes;
+    const GroupPlanes& gp = planes[b0 / kGroupBlocks];
     PlaneCodes pc{};
-    if (flags) {
-      const GroupPlanes& gp = planes[b0 / kGroupBlocks];
-      out[kHeaderBytes + 4 * nb + b0 / kGroupBlocks] = uint8_t(gp.mask);
-      pc.mask = gp.mask;
-      for (int p = 0; p < kMaxPlanes; ++p) {
-        if (!((gp.mask >> p) & 1)) continue;
-        pack_table(gp.lens[p], out + table_at, kPlaneSyms);
-        table_at += kPlaneTableBytes;
-        canonical_codes(gp.lens[p], plane_codes[p], kPlaneSyms);
-        pc.lens[p] = gp.lens[p];
-        pc.codes[p] = plane_codes[p];
-      }
+    pc.mask = gp.mask | (g.sign_coded ? kMaskSign : 0);
+    out[kHeaderBytes + 4 * nb + b0 / kGroupBlocks] = uint8_t(pc.mask);
+    for (int p = 0; p < kMaxPlanes; ++p) {
+      if (!((gp.mask >> p) & 1)) continue;
+      pack_table(gp.lens[p], out + table_at, kPlaneSyms);
+      table_at += kPlaneTableBytes;
+      canonical_codes(gp.lens[p], plane_codes[p], kPlaneSyms);
+      pc.lens[p] = gp.lens[p];
+      pc.codes[p] = plane_codes[p];
     }
-    const bool shared = generic || pc.mask;  // the fast coder has no byte codes
+    const bool shared = generic || (pc.mask & 3);  // the fast coder has no byte codes
     if (shared) canonical_codes(g.lens, codes);
     else encoder_table(g.lens, table);
     for (int64_t b = b0; b < b1 && pos < limit; ++b) {
@@ -192,7 +197,8 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
       const uint8_t* src = in + b * kBlock * es;
       if (room) prefetch_for_write(body, int64_t(count) * es);
       const uint32_t desc = shared ? encode_block(DT, src, count, g.refs[b - b0], g.lens, codes, body, pc)
-                                   : encode_block_fast<DT>(src, count, g.refs[b - b0], table, body);
+                                   : g.sign_coded ? encode_block_fast<DT, true>(src, count, g.refs[b - b0], table, body)
+                                                  : encode_block_fast<DT, false>(src, count, g.refs[b - b0], table, body);
       const int64_t body_bytes = desc & 0xFFFFu;
       if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
       store_u32(out + kHeaderBytes + 4 * b, desc);
@@ -224,14 +230,14 @@ struct GroupTables {
     pc = PlaneCodes{};
     pc.mask = mask;
     at += kTableBytes;
-    if (generic || mask) {
+    if (generic || (mask & 3)) {
       lut.resize(kLutSize);
       build_lut(lens, lut.data());
     } else {
       fast.resize(1);
       build_decode_table(lens, &fast[0]);
     }
-    if (mask) plane_luts.resize(kMaxPlanes * kLutSize);  // only byte-coded streams pay for these
+    if (mask & 3) plane_luts.resize(kMaxPlanes * kLutSize);  // only byte-coded streams pay for these
     for (int p = 0; p < kMaxPlanes; ++p) {
       if (!((mask >> p) & 1)) continue;
       if (unpack_table(at, lens, kPlaneSyms) != kOk) return kErrTable;
@@ -245,15 +251,16 @@ struct GroupTables {
 };
 
 template <int DT>
-int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int flags, uint8_t* out, bool generic) {
+int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int flags, int mask_bits, uint8_t* out,
+                     bool generic) {
   constexpr int es = Elem<DT>::lay.elem_bytes;
   const int64_t nb = num_blocks(n), ng = num_groups(nb);
-  const uint8_t* masks = in + kHeaderBytes + 4 * nb;  // §1: with kFlagByteCodes only
-  const auto mask_of = [&](int64_t g) { return flags ? int(masks[g]) : 0; };
+  const uint8_t* masks = in + kHeaderBytes + 4 * nb;  // §1: with kFlagMasks only
+  const auto mask_of = [&](int64_t g) { return (flags & kFlagMasks) ? int(masks[g]) : 0; };
   int64_t pos = tables_offset(nb, flags);
   if (size < pos) return kErrTruncated;
   for (int64_t g = 0; g < ng; ++g) {
-    if (mask_of(g) >> Elem<DT>::lay.raw_bytes) return kErrPlanes;
+    if (mask_of(g) & ~mask_bits) return kErrPlanes;
     pos += group_table_bytes(mask_of(g));
   }
   if (size < pos) return kErrTruncated;
@@ -277,9 +284,11 @@ int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int flags, uint
     const int count = block_count(n, b);
     uint8_t* dst = out + b * kBlock * es;
     const bool ready = coded && tables.group == g;
-    const int status = (generic || mask)
+    const DecodeTable* fast = ready ? tables.fast.data() : nullptr;
+    const int status = (generic || (mask & 3))
         ? decode_block(DT, in + pos, desc, count, ready ? tables.lut.data() : nullptr, dst, tables.pc)
-        : decode_block_fast<DT>(in + pos, in + size, desc, count, ready ? tables.fast.data() : nullptr, dst);
+        : (mask & kMaskSign) ? decode_block_fast<DT, true>(in + pos, in + size, desc, count, fast, dst)
+                             : decode_block_fast<DT, false>(in + pos, in + size, desc, count, fast, dst);
     if (status != kOk) return status;
     pos += body_bytes;
   }
@@ -295,8 +304,8 @@ int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, b
 }
 
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
-  int flags = 0;
-  const int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &flags);
+  int flags = 0, mask_bits = 0;
+  const int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &flags, &mask_bits);
   if (status != kOk) return status;
   if (flags & kFlagStoredRaw) {
     const int64_t bytes = n * layout_of(dtype).elem_bytes;
@@ -304,9 +313,9 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
     if (bytes) std::memcpy(out, in + kHeaderBytes, size_t(bytes));
     return kOk;
   }
-  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, flags, out, generic);
-  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, flags, out, generic);
-  return decompress_typed<kF32>(in, size, n, flags, out, generic);
+  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, flags, mask_bits, out, generic);
+  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, flags, mask_bits, out, generic);
+  return decompress_typed<kF32>(in, size, n, flags, mask_bits, out, generic);
 }
 
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {

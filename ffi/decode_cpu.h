@@ -184,18 +184,19 @@ struct Reader {
     buf = (bits & ((1ull << nv) - 1)) | 1ull << nv;
   }
   void take(uint32_t n) { buf >>= n & 63; }
-  // After an escape symbol at sym: its exponent, into esc at the same position.
+  // After an escape symbol at sym: its exponent (and sign, in a sign-coded
+  // group), into esc at the same position.
   template <int EscBits>
-  void take_exponent(const uint8_t* sym, uint8_t* esc, const uint8_t* base) {
+  void take_exponent(const uint8_t* sym, uint16_t* esc, const uint8_t* base) {
     refill();
-    esc[sym - base] = uint8_t(buf & ((1u << EscBits) - 1));
+    esc[sym - base] = uint16_t(buf & ((1u << EscBits) - 1));
     take(EscBits);
   }
   // One lookup, one to three symbols. Needs 12 valid bits in buf. EscBits:
   // the exponent width after an escape, 0 if the code has no escape symbol
   // (the test for one costs much in this loop).
   template <int EscBits>
-  void step(const DecodeTable& t, uint8_t* esc, const uint8_t* base) {
+  void step(const DecodeTable& t, uint16_t* esc, const uint8_t* base) {
     const uint32_t e = t.multi[buf & (kLutSize - 1)];
     std::memcpy(out - 3, &e, 4);
     take(e);
@@ -204,7 +205,7 @@ struct Reader {
   }
   // One symbol. Needs 12 valid bits in buf.
   template <int EscBits>
-  void step_one(const DecodeTable& t, uint8_t* esc, const uint8_t* base) {
+  void step_one(const DecodeTable& t, uint16_t* esc, const uint8_t* base) {
     const uint32_t e = t.single[buf & (kLutSize - 1)];
     *out = uint8_t(e);
     take(e >> 8);
@@ -214,12 +215,12 @@ struct Reader {
 };
 
 // Symbols of a block being decoded: symbol i of sub-stream k at sym[k][kTop - i],
-// with an escape's exponent at esc[k][kTop - i].
+// with an escape's exponent (and sign) at esc[k][kTop - i].
 constexpr int kSymCap = kBlock / kSubstreams + 8;
 constexpr int kTop = kSymCap - 4;  // room for 3 bytes written below the last symbol
 struct BlockSymbols {
   alignas(64) uint8_t sym[kSubstreams][kSymCap];
-  alignas(64) uint8_t esc[kSubstreams][kSymCap];
+  alignas(64) uint16_t esc[kSubstreams][kSymCap];
 };
 
 // A sub-stream of up to 1024 symbols of at most 20 bits each: reads past its
@@ -278,26 +279,31 @@ ZC_SIMD void decode_symbols_simd(const uint8_t* bits, const uint32_t* start, con
 // exponent comes from the stream); kBadExp for a class that would give e < 1.
 // (A corrupt ref can give exponents too wide for the dtype: they are cut as
 // join_element cuts them.)
+// With SC (§4.1) class c | 16 is class c with the sign set, and class 15 is none.
 constexpr uint16_t kBadExp = 0x100;
-inline void class_exponents(uint32_t ref, uint16_t* exps) {
+template <bool SC>
+void class_exponents(uint32_t ref, uint16_t* exps) {
   for (int c = 0; c < kNumClasses; ++c) {
-    const bool coded = c != kClassZero && c != kClassEsc;
-    exps[c] = uint16_t(!coded ? 0 : uint32_t(c - 1) < ref ? ref - (c - 1) : kBadExp);
+    const int d = SC && c != kClassEsc ? c & 15 : c;  // the class without the sign
+    const bool coded = d != kClassZero && d != kClassEsc;
+    exps[c] = uint16_t(SC && d == 15 ? kBadExp : !coded ? 0 : uint32_t(d - 1) < ref ? ref - (d - 1) : kBadExp);
   }
 }
 
-template <int DT>
+template <int DT, bool SC>
 uint32_t unpack_extra(const uint8_t* area, int i) {
-  constexpr int w = Elem<DT>::lay.extra_bits;
+  constexpr int w = Elem<DT>::lay.extra_bits - SC;
+  if constexpr (w == 0) return 0;
   const uint32_t bit = uint32_t(i) * w;
   uint32_t two = area[bit >> 3];
   if ((bit & 7) + w > 8) two |= uint32_t(area[(bit >> 3) + 1]) << 8;
   return (two >> (bit & 7)) & ((1u << w) - 1);
 }
 
-// Joins symbols, raw bytes and extras into the block's elements (§3).
+// Joins symbols, raw bytes and extras into the block's elements (§3); with
+// SC the sign comes from the class or after an escape's exponent (§4.1).
 // Returns false on an invalid symbol.
-template <int DT>
+template <int DT, bool SC>
 bool join_elements(const uint8_t* body, int count, const uint16_t* exps, const BlockSymbols& bs, uint8_t* out) {
   using E = Elem<DT>;
   constexpr Layout lay = E::lay;
@@ -307,9 +313,12 @@ bool join_elements(const uint8_t* body, int count, const uint16_t* exps, const B
     if (j == q) ++k, j = 0;  // symbol j of sub-stream k
     const uint32_t s = bs.sym[k][kTop - j], c = s >> kTopBits;
     if (s >= uint32_t(kNumSyms)) return false;  // kNoCode
-    const uint32_t e = c == kClassEsc ? bs.esc[k][kTop - j] : exps[c];
+    const uint32_t esc = c == kClassEsc ? bs.esc[k][kTop - j] : 0;
+    const uint32_t e = c == kClassEsc ? esc & E::all_ones : exps[c];
     if (e == kBadExp) return false;
-    const uint32_t h = E::join_top(e, s & 3u, unpack_extra<DT>(extras, i));
+    const uint32_t sign = c == kClassEsc ? esc >> lay.exp_bits : (c >> 4) & 1;
+    const uint32_t extra = SC ? unpack_extra<DT, SC>(extras, i) << 1 | sign : unpack_extra<DT, SC>(extras, i);
+    const uint32_t h = E::join_top(e, s & 3u, extra);
     if constexpr (lay.elem_bytes == 2) {
       const uint16_t x = uint16_t(h | (lay.raw_bytes ? body[i] : 0));
       std::memcpy(out + 2 * i, &x, 2);
@@ -329,7 +338,7 @@ ZC_SIMD inline __m512i bytes_to_words_reversed(const uint8_t* p) {
 }
 
 // join_elements for a full block.
-template <int DT>
+template <int DT, bool SC>
 ZC_SIMD bool join_elements_simd(const uint8_t* body, const uint16_t* exps, const BlockSymbols& bs, uint8_t* out) {
   using E = Elem<DT>;
   constexpr Layout lay = E::lay;
@@ -345,12 +354,27 @@ ZC_SIMD bool join_elements_simd(const uint8_t* body, const uint16_t* exps, const
       const __m512i c = _mm512_srli_epi16(s, kTopBits);
       const __mmask32 esc = _mm512_cmpeq_epi16_mask(c, _mm512_set1_epi16(kClassEsc));
       __m512i e = _mm512_permutexvar_epi16(c, vexps);
-      if (esc) e = _mm512_mask_mov_epi16(e, esc, bytes_to_words_reversed(bs.esc[k] + at));  // rare
+      __m512i sign = SC ? _mm512_and_si512(_mm512_srli_epi16(s, 6), _mm512_set1_epi16(1)) : _mm512_setzero_si512();
+      if (esc) {  // rare
+        const __m512i x = _mm512_permutexvar_epi16(lanes(kReverseWords), _mm512_loadu_si512(bs.esc[k] + at));
+        e = _mm512_mask_mov_epi16(e, esc, _mm512_and_si512(x, _mm512_set1_epi16(E::all_ones)));
+        sign = _mm512_mask_mov_epi16(sign, esc, _mm512_srli_epi16(x, lay.exp_bits));
+      }
       bad = _mm512_ternarylogic_epi32(bad, e, _mm512_slli_epi16(s, 1), 0xFE);  // kBadExp, kNoCode << 1: bit 8
       // e | t: (s << t_shift) & the top bits' place
       __m512i h = _mm512_ternarylogic_epi32(_mm512_slli_epi16(e, E::e_shift), _mm512_slli_epi16(s, E::t_shift),
                                             _mm512_set1_epi16(3 << E::t_shift), 0xF8);  // a | (b & c)
-      if constexpr (DT == kF16) {
+      if constexpr (SC) {  // the sign from the symbols; five raw bits for bf16 and fp32, none for fp16
+        h = _mm512_or_si512(h, _mm512_slli_epi16(sign, 15));
+        if constexpr (DT == kF16) {
+          h = _mm512_or_si512(h, _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(body + i))));
+        } else {
+          const __m512i bytes = _mm512_maskz_loadu_epi8(0xFFFFF, extras + i / 8 * 5);
+          h = _mm512_ternarylogic_epi32(
+              h, _mm512_srlv_epi16(_mm512_permutexvar_epi8(lanes(kFiveBitBytes), bytes), lanes(kFiveBitShifts)),
+              _mm512_set1_epi16(0x1F), 0xF8);  // a | (b & c)
+        }
+      } else if constexpr (DT == kF16) {
         uint32_t signs;
         std::memcpy(&signs, extras + i / 8, 4);
         h = _mm512_or_si512(h, _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(body + i))));
@@ -376,8 +400,9 @@ ZC_SIMD bool join_elements_simd(const uint8_t* body, const uint16_t* exps, const
 #endif
 
 // Decodes one block (see decode_block); table: its group's decode table;
-// end: the end of the input, which the block's body ends before.
-template <int DT>
+// end: the end of the input, which the block's body ends before; SC: the
+// group codes the sign (§4.1).
+template <int DT, bool SC>
 int decode_block_fast(const uint8_t* body, const uint8_t* end, uint32_t desc, int count, const DecodeTable* table,
                       uint8_t* out) {
   using E = Elem<DT>;
@@ -390,7 +415,7 @@ int decode_block_fast(const uint8_t* body, const uint8_t* end, uint32_t desc, in
   }
   if (mode != 1) return kErrBlockMode;
   uint32_t bounds[kSubstreams + 1];
-  const int status = locate_substreams(body, size, count, lay, bounds);
+  const int status = locate_substreams(body, size, count, group_layout(lay, SC ? kMaskSign : 0), bounds);
   if (status != kOk) return status;
   if (!table) return kErrTable;
 
@@ -417,7 +442,7 @@ int decode_block_fast(const uint8_t* body, const uint8_t* end, uint32_t desc, in
   for (uint32_t i = 0; i < uint32_t(count) * lay.elem_bytes; i += 64) __builtin_prefetch(out + i, 1);
   BlockSymbols bs;
   Reader rd[kSubstreams];
-  constexpr int x = lay.exp_bits;
+  constexpr int x = lay.exp_bits + SC;  // bits after an escape
 #if ZC_HAVE_SIMD
   if (simd_enabled())
     table->escapes ? decode_symbols_simd<x>(bits, start, len, *table, bs, rd)
@@ -434,11 +459,11 @@ int decode_block_fast(const uint8_t* body, const uint8_t* end, uint32_t desc, in
     if (pad >= 8 || (pad && (body[bounds[k + 1] - 1] >> (8 - pad)))) return kErrTrailing;
   }
   uint16_t exps[kNumClasses];
-  class_exponents(ref, exps);
+  class_exponents<SC>(ref, exps);
 #if ZC_HAVE_SIMD
-  if (count == kBlock && simd_enabled()) return join_elements_simd<DT>(body, exps, bs, out) ? kOk : kErrBitstream;
+  if (count == kBlock && simd_enabled()) return join_elements_simd<DT, SC>(body, exps, bs, out) ? kOk : kErrBitstream;
 #endif
-  return join_elements<DT>(body, count, exps, bs, out) ? kOk : kErrBitstream;
+  return join_elements<DT, SC>(body, count, exps, bs, out) ? kOk : kErrBitstream;
 }
 
 }  // namespace zipccl

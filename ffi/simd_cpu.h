@@ -58,6 +58,7 @@ struct Elem {
     return lay.elem_bytes == 4 ? uint32_t(x) >> 16 : x;
   }
   static uint32_t key(uint32_t h) { return (h >> t_shift) & (keys - 1); }
+  static uint32_t signed_key(uint32_t h) { return h >> t_shift; }  // the sign bit above key(h)
   static uint32_t exponent(uint32_t h) { return (h >> e_shift) & all_ones; }
   static uint32_t top_bits(uint32_t h) { return (h >> t_shift) & 3u; }
   static uint32_t extra(uint32_t h) {
@@ -71,12 +72,15 @@ struct Elem {
   }
 };
 
-// §4: the symbol of exponent e and top bits t under ref. Encoder refs are
-// below ALL_ONES, so e == ALL_ONES is an e > ref and escapes.
-inline uint32_t symbol_of(uint32_t e, uint32_t t, uint32_t ref) {
+// §4: the symbol of exponent e and top bits t under ref, or with SC (§4.1)
+// that of sign s too. Encoder refs are below ALL_ONES, so e == ALL_ONES is an
+// e > ref and escapes.
+template <bool SC = false>
+inline uint32_t symbol_of(uint32_t e, uint32_t t, uint32_t ref, uint32_t s = 0) {
   const uint32_t d = ref - e;  // wraps when e > ref
-  const uint32_t c = e == 0 ? uint32_t(kClassZero) : d <= uint32_t(kMaxDelta) ? d + 1 : uint32_t(kClassEsc);
-  return (c << kTopBits) | t;
+  const uint32_t max_delta = SC ? kSignMaxDelta : kMaxDelta;
+  const uint32_t c = e == 0 ? uint32_t(kClassZero) : d <= max_delta ? d + 1 : uint32_t(kClassEsc);
+  return ((c == uint32_t(kClassEsc) || !SC ? c : c | s << 4) << kTopBits) | t;
 }
 
 inline bool escapes(uint32_t sym) { return (sym >> kTopBits) == kClassEsc; }
@@ -110,14 +114,20 @@ constexpr Lanes kOddWords = words_of([](int i) { return 2 * i + 1; });
 constexpr Lanes kEvenWords = words_of([](int i) { return 2 * i; });
 // bytes 0-2 of each 64-bit lane, packed (24 bytes)
 constexpr Lanes kPack24 = bytes_of([](int i) { return i < 24 ? 8 * (i / 3) + i % 3 : 0; });
+// bytes 0-4 of each even 64-bit lane, packed (20 bytes)
+constexpr Lanes kPack40 = bytes_of([](int i) { return i < 20 ? 16 * (i / 5) + i % 5 : 0; });
 // 6-bit field j of 24 bytes: word lane j takes bytes 6j/8, 6j/8 + 1, to shift right by 6j % 8
 constexpr Lanes kSixBitBytes = bytes_of([](int i) { return 6 * (i / 2) / 8 + i % 2; });
 constexpr Lanes kSixBitShifts = words_of([](int i) { return 6 * i % 8; });
+// the same for 5-bit fields of 20 bytes
+constexpr Lanes kFiveBitBytes = bytes_of([](int i) { return 5 * (i / 2) / 8 + i % 2; });
+constexpr Lanes kFiveBitShifts = words_of([](int i) { return 5 * i % 8; });
 // 32 low halves a and 32 top halves b interleaved into 32-bit elements: first 16, last 16
 constexpr Lanes kJoinLow = words_of([](int i) { return i % 2 ? 32 + i / 2 : i / 2; });
 constexpr Lanes kJoinHigh = words_of([](int i) { return i % 2 ? 48 + i / 2 : 16 + i / 2; });
-// 32 bytes, in reverse order, to words
+// 32 bytes, in reverse order, to words; 32 words in reverse order
 constexpr Lanes kReverseToWords = words_of([](int i) { return 31 - i; });
+constexpr Lanes kReverseWords = kReverseToWords;
 // i, 5 bits, reversed into bits 11..7
 constexpr Lanes kReverse5Words = words_of([](int i) {
   return (i & 1) << 11 | (i & 2) << 9 | (i & 4) << 7 | (i & 8) << 5 | (i & 16) << 3;

@@ -79,10 +79,10 @@ __device__ zc::PlaneCodes GroupPlanes(PlaneScratch ps, int64_t gi) {
   return pc;
 }
 
-// §7 steps 2-3, thread per group of every item: refs (A: the group's largest
-// emax, B: each block's own; B only if strictly cheaper), code lengths and
-// canonical codes, and the byte planes it codes. Same steps as
-// choose_group_generic and choose_all_planes in codec_cpu.cc.
+// §7 steps 2-3, thread per group of every item: refs (the group's largest
+// emax or each block's own) and sign coding (the candidate best_candidate
+// picks), code lengths and canonical codes, and the byte planes it codes.
+// Same steps as choose_group_generic and choose_all_planes in codec_cpu.cc.
 __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng,
                              int64_t total_groups, uint32_t* refs, uint8_t* lens, uint16_t* codes,
                              PlaneScratch ps) {
@@ -94,25 +94,24 @@ __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
     uint32_t* ref = refs + item * nb;
     uint32_t gmax = 0;
     for (int64_t b = b0; b < b1; ++b) gmax = ref[b] > gmax ? ref[b] : gmax;
-    uint32_t counts[2][zc::kNumSyms] = {};
-    for (int64_t b = b0; b < b1; ++b) {
-      zc::add_symbol_counts(dtype, in + b * zc::kBlock * eb, zc::block_count(n, b), gmax, counts[0]);
-      zc::add_symbol_counts(dtype, in + b * zc::kBlock * eb, zc::block_count(n, b), ref[b], counts[1]);
+    uint32_t counts[zc::kCandidates][zc::kNumSyms] = {};
+    uint8_t cand[zc::kCandidates][zc::kNumSyms];
+    for (int c = 0; c < zc::kCandidates; ++c) {
+      for (int64_t b = b0; b < b1; ++b)
+        zc::add_symbol_counts(dtype, in + b * zc::kBlock * eb, zc::block_count(n, b), (c & 1) ? ref[b] : gmax,
+                              c >= 2, counts[c]);
+      zc::code_lengths(counts[c], cand[c]);
     }
-    uint8_t cand[2][zc::kNumSyms];
-    zc::code_lengths(counts[0], cand[0]);
-    zc::code_lengths(counts[1], cand[1]);
-    const int exp_bits = zc::layout_of(dtype).exp_bits;
-    const bool own = zc::code_cost(counts[1], cand[1], exp_bits) < zc::code_cost(counts[0], cand[0], exp_bits);
-    if (!own)
+    const int best = zc::best_candidate(counts, cand, zc::layout_of(dtype).exp_bits);
+    if (!(best & 1))
       for (int64_t b = b0; b < b1; ++b) ref[b] = gmax;
     uint8_t* l = lens + gi * zc::kNumSyms;
-    for (int s = 0; s < zc::kNumSyms; ++s) l[s] = cand[own][s];
+    for (int s = 0; s < zc::kNumSyms; ++s) l[s] = cand[best][s];
     zc::canonical_codes(l, codes + gi * zc::kNumSyms);
     const int64_t first = b0 * zc::kBlock, count = (n - first < zc::kGroupBlocks * int64_t(zc::kBlock))
                                                         ? n - first : zc::kGroupBlocks * int64_t(zc::kBlock);
     uint8_t(*plens)[zc::kPlaneSyms] = reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(ps.lens + gi * zc::kMaxPlanes * zc::kPlaneSyms);
-    ps.masks[gi] = zc::choose_planes(dtype, in + first * eb, count, plens);
+    ps.masks[gi] = zc::choose_planes(dtype, in + first * eb, count, plens) | (best >= 2 ? zc::kMaskSign : 0);
     for (int p = 0; p < zc::kMaxPlanes; ++p)
       if ((ps.masks[gi] >> p) & 1) zc::canonical_codes(plens[p], ps.codes + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms, zc::kPlaneSyms);
   }
@@ -148,9 +147,7 @@ __global__ void AssembleKernel(int dtype, const uint8_t* x, int64_t n, int64_t n
     int64_t* at = table_at + item * ng;
     uint8_t* out = payload + item * cap;
     if (threadIdx.x == 0) {
-      int any = 0;
-      for (int64_t g = 0; g < ng; ++g) any |= masks[g];
-      flags = any ? zc::kFlagByteCodes : 0;
+      flags = zc::kFlagMasks;  // §7 step 5: a coded stream always has its masks
       int64_t end = zc::tables_offset(nb, flags);
       for (int64_t g = 0; g < ng; ++g) {
         at[g] = end;
@@ -170,7 +167,7 @@ __global__ void AssembleKernel(int dtype, const uint8_t* x, int64_t n, int64_t n
       for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) zc::store_u32(out + zc::kHeaderBytes + 4 * b, d[b]);
       for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
         const zc::PlaneCodes pc = GroupPlanes(ps, item * ng + g);
-        if (flags) out[zc::kHeaderBytes + 4 * nb + g] = uint8_t(pc.mask);
+        out[zc::kHeaderBytes + 4 * nb + g] = uint8_t(pc.mask);
         zc::pack_table(lens + (item * ng + g) * zc::kNumSyms, out + at[g]);
         for (int p = 0, k = 0; p < zc::kMaxPlanes; ++p)
           if ((pc.mask >> p) & 1) zc::pack_table(pc.lens[p], out + at[g] + zc::kTableBytes + zc::kPlaneTableBytes * k++, zc::kPlaneSyms);
@@ -225,7 +222,7 @@ __device__ void ReportError(unsigned long long* err, int64_t stream, int status)
 
 // Group g's plane mask in a coded stream with these header flags (§1).
 __device__ int StreamMask(const uint8_t* in, int64_t nb, int flags, int64_t g) {
-  return (flags & zc::kFlagByteCodes) ? in[zc::kHeaderBytes + 4 * nb + g] : 0;
+  return (flags & zc::kFlagMasks) ? in[zc::kHeaderBytes + 4 * nb + g] : 0;
 }
 
 // Checks a stream's header and tables and that its bodies fit in cap, and
@@ -234,8 +231,8 @@ __device__ int StreamMask(const uint8_t* in, int64_t nb, int flags, int64_t g) {
 // body size and bitstream errors come from decode_block. Reads only [in, in + cap).
 __device__ int ValidateStream(int dtype, const uint8_t* in, int64_t cap, int64_t n, DecodeSlot slot,
                               bool* stored_raw) {
-  int flags = 0;
-  const int st = zc::check_header(in, uint64_t(cap), dtype, uint64_t(n), &flags);
+  int flags = 0, mask_bits = 0;
+  const int st = zc::check_header(in, uint64_t(cap), dtype, uint64_t(n), &flags, &mask_bits);
   if (st != zc::kOk) return st;
   *stored_raw = flags & zc::kFlagStoredRaw;
   if (*stored_raw) return zc::max_stream_bytes(n, dtype) <= cap ? zc::kOk : zc::kErrTruncated;
@@ -244,7 +241,7 @@ __device__ int ValidateStream(int dtype, const uint8_t* in, int64_t cap, int64_t
   if (pos > cap) return zc::kErrTruncated;
   for (int64_t g = 0; g < ng; ++g) {
     const int mask = StreamMask(in, nb, flags, g);
-    if (mask >> zc::layout_of(dtype).raw_bytes) return zc::kErrPlanes;
+    if (mask & ~mask_bits) return zc::kErrPlanes;
     slot.has_lut[g] = 0;
     slot.table_at[g] = uint64_t(pos);
     pos += zc::group_table_bytes(mask);

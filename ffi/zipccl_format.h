@@ -18,18 +18,20 @@
 
 namespace zipccl {
 
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // written; version 1 streams are still read (§1)
 constexpr int kHeaderBytes = 16;
 constexpr int kBlockLog2 = 12;
 constexpr int kBlock = 1 << kBlockLog2;  // elements per block
 constexpr int kGroupBlocks = 16;         // blocks sharing one code table
 constexpr int kFlagStoredRaw = 1;        // header flags: whole stream is raw
-constexpr int kFlagByteCodes = 2;        // header flags: groups may code their raw byte planes
+constexpr int kFlagMasks = 2;            // header flags: one mask byte per group (BYTE_CODES in version 1)
+constexpr int kMaskSign = 4;             // group mask bit 2: the symbols carry the sign (§4.1, version 2)
 
 constexpr int kNumClasses = 32;
 constexpr int kClassZero = 0;  // exponent field == 0 (zero or subnormal)
 constexpr int kClassEsc = 31;  // followed by the raw exponent field
 constexpr int kMaxDelta = 29;  // classes 1..30 code d = ref - e in 0..29
+constexpr int kSignMaxDelta = 13;  // §4.1: sign-coded classes 1..14 code d in 0..13, with the sign in bit 4
 constexpr int kTopBits = 2;    // top mantissa bits coded with the class
 constexpr int kNumSyms = kNumClasses << kTopBits;
 constexpr int kTableBytes = kNumSyms / 2;  // 4-bit lengths
@@ -37,7 +39,7 @@ constexpr int kMaxCodeLen = 12;
 constexpr int kLutSize = 1 << kMaxCodeLen;
 constexpr int kSubstreams = 4;  // independent bitstreams per coded block
 constexpr int kSubstreamHeader = 2 * (kSubstreams - 1);
-constexpr int kMaxElementBits = kMaxCodeLen + 8;  // a code and an escaped exponent (no byte codes)
+constexpr int kMaxElementBits = kMaxCodeLen + 9;  // a code, an escaped exponent and sign (no byte codes)
 constexpr int kPlaneSyms = 256;                   // §5.4: the alphabet of a raw byte plane
 constexpr int kPlaneTableBytes = kPlaneSyms / 2;
 constexpr int kMaxPlanes = 2;                     // raw bytes per element, at most
@@ -58,7 +60,7 @@ enum Status : int {
   kErrBitstream = 9,
   kErrTrailing = 10,
   kErrTable = 11,
-  kErrPlanes = 12,
+  kErrPlanes = 12,  // a group mask bit the stream's version and dtype do not have
   kErrLast = kErrPlanes,  // every status is in [kOk, kErrLast]
 };
 
@@ -75,7 +77,7 @@ inline const char* error_message(int status) {
     case kErrBitstream: return "corrupt block bitstream";
     case kErrTrailing: return "corrupt block bitstream (unused or nonzero padding bits)";
     case kErrTable: return "corrupt code table";
-    case kErrPlanes: return "corrupt byte-code mask";
+    case kErrPlanes: return "corrupt group mask";
     default: return "ok";
   }
 }
@@ -137,11 +139,24 @@ ZC_HD uint32_t top_bits_of(uint32_t x, Layout lay) {
   return (x >> (lay.elem_bytes * 8 - 1 - lay.exp_bits - kTopBits)) & ((1u << kTopBits) - 1);
 }
 
-// §4: the class of exponent e relative to ref.
-ZC_HD int class_of(uint32_t e, uint32_t ref, uint32_t all_ones) {
-  if (e == 0) return kClassZero;
-  if (e == all_ones || e > ref || ref - e > uint32_t(kMaxDelta)) return kClassEsc;
-  return int(ref - e) + 1;
+// §4: the class of exponent e relative to ref, or with sign_coded (§4.1)
+// that of sign s.
+ZC_HD int class_of(uint32_t e, uint32_t ref, uint32_t all_ones, bool sign_coded = false, uint32_t s = 0) {
+  int c = kClassZero;
+  if (e != 0) {
+    if (e == all_ones || e > ref || ref - e > uint32_t(sign_coded ? kSignMaxDelta : kMaxDelta)) return kClassEsc;
+    c = int(ref - e) + 1;
+  }
+  return sign_coded ? c | int(s << 4) : c;
+}
+
+// The sign bit of element bits x.
+ZC_HD uint32_t sign_of(uint32_t x, Layout lay) { return x >> (lay.elem_bytes * 8 - 1); }
+
+// §4-4.1: the symbol of element bits x under ref.
+ZC_HD int symbol_of_element(uint32_t x, Layout lay, uint32_t ref, bool sign_coded) {
+  const int c = class_of(exponent_of(x, lay), ref, (1u << lay.exp_bits) - 1, sign_coded, sign_of(x, lay));
+  return (c << kTopBits) | int(top_bits_of(x, lay));
 }
 
 // §2: bits 0..15 body bytes, 16..23 ref, 24..31 mode (0 raw, 1 coded).
@@ -154,9 +169,9 @@ ZC_HD int64_t num_groups(int64_t nb) { return (nb + kGroupBlocks - 1) / kGroupBl
 ZC_HD int block_count(int64_t n, int64_t b) { return int(n - b * kBlock < kBlock ? n - b * kBlock : kBlock); }
 
 // §1: offset of the first group's tables in a coded stream (after the
-// descriptors and, with kFlagByteCodes, one plane mask byte per group).
+// descriptors and, with kFlagMasks, one mask byte per group).
 ZC_HD int64_t tables_offset(int64_t nb, int flags) {
-  return kHeaderBytes + 4 * nb + ((flags & kFlagByteCodes) ? num_groups(nb) : 0);
+  return kHeaderBytes + 4 * nb + ((flags & kFlagMasks) ? num_groups(nb) : 0);
 }
 
 ZC_HD int popcount2(int mask) { return (mask & 1) + ((mask >> 1) & 1); }
@@ -202,14 +217,17 @@ ZC_HD uint32_t block_emax(int dtype, const uint8_t* in, int count) {
   return emax;
 }
 
+// §7 step 2: a group's candidate codes, in the order they are tried:
+// c = 2 * sign_coded + own (own: each block's ref is its own emax, else the
+// group's largest).
+constexpr int kCandidates = 4;
+
 // §7 step 2: adds the symbol counts of a block under ref to counts[kNumSyms].
-ZC_HD void add_symbol_counts(int dtype, const uint8_t* in, int count, uint32_t ref, uint32_t* counts) {
+ZC_HD void add_symbol_counts(int dtype, const uint8_t* in, int count, uint32_t ref, bool sign_coded,
+                             uint32_t* counts) {
   const Layout lay = layout_of(dtype);
-  const uint32_t all_ones = (1u << lay.exp_bits) - 1;
-  for (int i = 0; i < count; ++i) {
-    const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-    ++counts[(class_of(exponent_of(x, lay), ref, all_ones) << kTopBits) | top_bits_of(x, lay)];
-  }
+  for (int i = 0; i < count; ++i)
+    ++counts[symbol_of_element(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay, ref, sign_coded)];
 }
 
 // §5.1 step 1: deterministic two-queue Huffman code lengths (unlimited) of
@@ -256,12 +274,25 @@ ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens, int nsym = kNu
   }
 }
 
-// §7 step 2: the bits a group costs under code lengths lens.
-ZC_HD uint64_t code_cost(const uint32_t* counts, const uint8_t* lens, int exp_bits) {
+// §7 step 2: the bits a group costs under code lengths lens: codes, escaped
+// exponents (and signs, if coded), raw signs (if not).
+ZC_HD uint64_t code_cost(const uint32_t* counts, const uint8_t* lens, int exp_bits, bool sign_coded) {
   uint64_t bits = 0;
   for (int s = 0; s < kNumSyms; ++s)
-    bits += uint64_t(counts[s]) * (lens[s] + ((s >> kTopBits) == kClassEsc ? exp_bits : 0));
+    bits += uint64_t(counts[s]) * (lens[s] + ((s >> kTopBits) == kClassEsc ? exp_bits + sign_coded : 0) + !sign_coded);
   return bits;
+}
+
+// §7 step 2: the candidate a group takes, from each one's symbol counts and
+// code lengths: the first of the cheapest.
+ZC_HD int best_candidate(const uint32_t (*counts)[kNumSyms], const uint8_t (*lens)[kNumSyms], int exp_bits) {
+  int best = 0;
+  uint64_t best_cost = code_cost(counts[0], lens[0], exp_bits, false);
+  for (int c = 1; c < kCandidates; ++c) {
+    const uint64_t cost = code_cost(counts[c], lens[c], exp_bits, c >= 2);
+    if (cost < best_cost) best = c, best_cost = cost;
+  }
+  return best;
 }
 
 // §5.2: canonical codes, bit-reversed so the decoder peeks LSB first.
@@ -334,10 +365,11 @@ struct BitWriter {
 // §2: sub-stream k of a block holds elements [k * q, min(count, (k + 1) * q)).
 ZC_HD int substream_len(int count) { return (count + kSubstreams - 1) / kSubstreams; }
 
-// §5.4: the codes of a group's raw byte planes. Bit p of mask: plane p
-// (raw byte p of every element) is Huffman coded in the sub-streams rather
-// than stored in the raw area. The encoder fills lens and codes, the decoder
-// luts, of the coded planes only.
+// A group's mask (§1) and the codes of its raw byte planes (§5.4). Bit p < 2
+// of mask: plane p (raw byte p of every element) is Huffman coded in the
+// sub-streams rather than stored in the raw area; bit 2 (kMaskSign): the
+// symbols carry the sign (§4.1). The encoder fills lens and codes, the
+// decoder luts, of the coded planes only.
 struct PlaneCodes {
   int mask;
   const uint8_t* lens[kMaxPlanes];
@@ -345,9 +377,11 @@ struct PlaneCodes {
   const uint16_t* luts[kMaxPlanes];
 };
 
-// A layout whose raw_bytes counts only the planes stored raw under mask.
-ZC_HD Layout stored_layout(Layout lay, int mask) {
+// A group's layout under its mask: raw_bytes counts only the planes stored
+// raw, extra_bits loses the sign when it is coded (it is bit 0 of extra, §3).
+ZC_HD Layout group_layout(Layout lay, int mask) {
   lay.raw_bytes -= popcount2(mask);
+  lay.extra_bits -= (mask & kMaskSign) ? 1 : 0;
   return lay;
 }
 
@@ -382,8 +416,9 @@ ZC_HD int choose_planes(int dtype, const uint8_t* in, int64_t count, uint8_t (*l
 // Bits one element costs in its sub-stream.
 ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const PlaneCodes& pc) {
   const Layout lay = layout_of(dtype);
-  const int c = class_of(exponent_of(x, lay), ref, (1u << lay.exp_bits) - 1);
-  uint32_t bits = lens[(c << kTopBits) | top_bits_of(x, lay)] + (c == kClassEsc ? lay.exp_bits : 0);
+  const bool sign_coded = pc.mask & kMaskSign;
+  const int s = symbol_of_element(x, lay, ref, sign_coded);
+  uint32_t bits = lens[s] + ((s >> kTopBits) == kClassEsc ? lay.exp_bits + sign_coded : 0);
   for (int p = 0; p < lay.raw_bytes; ++p)
     if ((pc.mask >> p) & 1) bits += pc.lens[p][(x >> (8 * p)) & 0xFFu];
   return bits;
@@ -394,11 +429,11 @@ ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* 
 // bytes. Returns the block's descriptor.
 ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t ref, const uint8_t* lens,
                             const uint16_t* codes, uint8_t* body, const PlaneCodes& pc = PlaneCodes{}) {
-  const Layout lay = layout_of(dtype), st = stored_layout(lay, pc.mask);
-  const uint32_t all_ones = (1u << lay.exp_bits) - 1;
+  const Layout lay = layout_of(dtype), st = group_layout(lay, pc.mask);
+  const bool sign_coded = pc.mask & kMaskSign;
   const int q = substream_len(count);
   uint32_t stream_bytes[kSubstreams];
-  const uint32_t sizes_at = uint32_t(count) * st.raw_bytes + extra_area_bytes(count, lay);
+  const uint32_t sizes_at = uint32_t(count) * st.raw_bytes + extra_area_bytes(count, st);
   uint32_t coded = sizes_at + kSubstreamHeader;
   for (int k = 0; k < kSubstreams; ++k) {  // exact size first: never write past body
     uint32_t bits = 0;
@@ -421,17 +456,18 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t re
   BitWriter w{sizes + kSubstreamHeader, 0, 0};
   for (int k = 0; k < kSubstreams; ++k) {
     for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
+      const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
       uint32_t t, extra;
       uint8_t raw[kMaxPlanes];
-      const uint32_t e = split_element(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), &t, raw, &extra);
-      const int s = (class_of(e, ref, all_ones) << kTopBits) | int(t);
+      const uint32_t e = split_element(dtype, x, &t, raw, &extra);
+      const int s = symbol_of_element(x, lay, ref, sign_coded);
       w.put(codes[s], lens[s]);
-      if ((s >> kTopBits) == kClassEsc) w.put(e, lay.exp_bits);
+      if ((s >> kTopBits) == kClassEsc) w.put(e | (sign_coded ? (extra & 1) << lay.exp_bits : 0), st.exp_bits + sign_coded);
       for (int p = 0, j = 0; p < lay.raw_bytes; ++p) {
         if ((pc.mask >> p) & 1) w.put(pc.codes[p][raw[p]], pc.lens[p][raw[p]]);
         else body[i * st.raw_bytes + j++] = raw[p];
       }
-      extras.put(extra, lay.extra_bits);
+      extras.put(extra >> sign_coded, st.extra_bits);
     }
     w.flush();
   }
@@ -478,6 +514,7 @@ ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, Layou
 
 // The extra value of element i of a coded block (§2: packed LSB first).
 ZC_HD uint32_t load_extra(const uint8_t* area, int i, Layout lay) {
+  if (!lay.extra_bits) return 0;  // float16 with a coded sign has no extra area
   const uint32_t bit = uint32_t(i) * lay.extra_bits;
   const uint32_t two = area[bit >> 3] | (((bit & 7) + lay.extra_bits > 8) ? uint32_t(area[(bit >> 3) + 1]) << 8 : 0u);
   return (two >> (bit & 7)) & ((1u << lay.extra_bits) - 1);
@@ -488,7 +525,8 @@ ZC_HD uint32_t load_extra(const uint8_t* area, int i, Layout lay) {
 // only matters to coded blocks), pc.luts its plane tables. Returns a Status.
 ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count, const uint16_t* lut,
                        uint8_t* out, const PlaneCodes& pc = PlaneCodes{}) {
-  const Layout lay = layout_of(dtype), st = stored_layout(lay, pc.mask);
+  const Layout lay = layout_of(dtype), st = group_layout(lay, pc.mask);
+  const bool sign_coded = pc.mask & kMaskSign;
   const uint32_t size = desc & 0xFFFFu, ref = (desc >> 16) & 0xFFu, mode = desc >> 24;
   if (mode == 0) {
     if (size != uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
@@ -506,14 +544,23 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
     for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
       const uint16_t entry = lut[r.peek(kMaxCodeLen)];
       if (!entry || !r.skip(entry >> 8)) return kErrBitstream;
-      const int c = (entry & 0xFF) >> kTopBits;
-      uint32_t e = 0;
-      if (c == kClassEsc) {
-        e = r.peek(lay.exp_bits);
-        if (!r.skip(lay.exp_bits)) return kErrBitstream;
-      } else if (c != kClassZero) {
-        if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
-        e = ref - uint32_t(c - 1);
+      int c = (entry & 0xFF) >> kTopBits;
+      uint32_t e = 0, sign = 0;
+      if (c == kClassEsc) {  // the exponent, then the sign if coded
+        e = r.peek(lay.exp_bits + sign_coded);
+        if (!r.skip(lay.exp_bits + sign_coded)) return kErrBitstream;
+        sign = e >> lay.exp_bits;
+        e &= (1u << lay.exp_bits) - 1;
+      } else {
+        if (sign_coded) {
+          sign = uint32_t(c) >> 4;
+          c &= 15;
+          if (c == 15) return kErrBitstream;  // §4.1: no sign-coded class
+        }
+        if (c != kClassZero) {
+          if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
+          e = ref - uint32_t(c - 1);
+        }
       }
       uint8_t raw[kMaxPlanes];
       for (int p = 0, j = 0; p < lay.raw_bytes; ++p) {
@@ -525,7 +572,7 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
         if (!byte || !r.skip(byte >> 8)) return kErrBitstream;
         raw[p] = uint8_t(byte);
       }
-      const uint32_t extra = load_extra(body + count * st.raw_bytes, i, lay);
+      const uint32_t extra = load_extra(body + count * st.raw_bytes, i, st) << sign_coded | sign;
       store_element(out + i * lay.elem_bytes, join_element(dtype, e, entry & ((1u << kTopBits) - 1), raw, extra),
                     lay.elem_bytes);
     }
@@ -545,18 +592,20 @@ ZC_HD void write_header(uint8_t* out, int dtype, int flags, uint64_t n) {
 }
 
 // Validates a header against the expected dtype and count; *flags receives
-// the flags byte.
-ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, int* flags) {
+// the flags byte, *mask_bits the bits a group mask may have.
+ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, int* flags, int* mask_bits) {
   if (size < uint64_t(kHeaderBytes)) return kErrTruncated;
   for (int i = 0; i < 4; ++i)
     if (in[i] != uint8_t("ZCCL"[i])) return kErrMagic;
-  if (in[4] != kVersion || in[7] != kBlockLog2) return kErrVersion;
+  if (in[4] < 1 || in[4] > kVersion || in[7] != kBlockLog2) return kErrVersion;
   if (in[5] != dtype) return kErrDType;
   uint64_t count = 0;
   for (int i = 0; i < 8; ++i) count |= uint64_t(in[8 + i]) << (8 * i);
   if (count != n) return kErrCount;
-  const int f = in[6];  // byte codes need raw bytes, and make no sense in a raw stream
-  if ((f & ~(kFlagStoredRaw | kFlagByteCodes)) || ((f & kFlagByteCodes) && (dtype == kBF16 || (f & kFlagStoredRaw))))
+  // A group mask may have a bit per raw byte plane and, from version 2, the sign bit.
+  *mask_bits = ((1 << layout_of(dtype).raw_bytes) - 1) | (in[4] >= 2 ? kMaskSign : 0);
+  const int f = in[6];  // masks need a bit to carry, and make no sense in a raw stream
+  if ((f & ~(kFlagStoredRaw | kFlagMasks)) || ((f & kFlagMasks) && (!*mask_bits || (f & kFlagStoredRaw))))
     return kErrFlags;
   *flags = in[6];
   return kOk;

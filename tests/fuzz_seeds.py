@@ -32,11 +32,16 @@ def seed_tensors(dtype) -> dict[str, np.ndarray]:
     few_bits = (rng.integers(-64, 64, 2 * B + 50) / 64).astype(dtype)  # fp16/fp32: coded byte planes (§5.4)
     low_zero = gaussian(2 * B + 50, "float32", seed=10).view(np.uint32)
     low_zero[::3] &= 0xFFFFFF00  # fp32: plane 0 coded, plane 1 raw
+    positive = np.abs(g)  # the sign coded in the symbols (§4.1)
+    skewed = positive.copy()
+    skewed[::9] = -skewed[::9]
+    skewed[::50] = (skewed[::50].astype(np.float32) * 2.0**-15).astype(dtype)  # escapes, which carry the sign
     return {
         "empty": g[:0], "one": g[:1], "three": g[:3], "small": g[:100], "block": g[:B],
         "blocks_group_ref": g, "blocks_own_ref": scaled, "raw_block": mixed, "escapes": wide,
         "zeros": zeros, "special": special, "stored_raw": random_bits(700, dtype, seed=7),
         "byte_codes": few_bits, "byte_code_plane0": low_zero.view(np.float32).astype(dtype),
+        "sign_coded": positive, "sign_coded_escapes": skewed, "sign_and_byte_codes": np.abs(few_bits),
     }
 
 
@@ -51,6 +56,11 @@ def write_seeds(directory) -> int:
             count += 1
     # two groups of 16 blocks (two code tables), bf16 only to keep the corpus small
     (directory / "seed-bfloat16-two-groups").write_bytes(ref.compress(gaussian(17 * B, "bfloat16", seed=8)))
+    # version-1 streams, which decoders still read (FORMAT.md, Version 1)
+    v1 = np.load(Path(__file__).parent / "data" / "format_v1.npz")
+    for name in (k for k in v1.files if "." not in k):
+        (directory / f"seed-v1-{name}").write_bytes(v1[name].tobytes())
+        count += 1
     return count + 1
 
 

@@ -97,7 +97,8 @@ def test_each_header_field_is_checked_with_its_own_message():
 
     expect(s[:10], "truncated")
     expect(b"ZCCX" + s[4:], "bad magic")
-    expect(s[:4] + b"\x02" + s[5:], "unsupported format version")
+    expect(s[:4] + b"\x03" + s[5:], "unsupported format version")
+    expect(s[:4] + b"\x00" + s[5:], "unsupported format version")
     expect(s, "dtype does not match", code=2)
     expect(s, "element count does not match", n=4999)
     expect(s[:6] + b"\x80" + s[7:], "unknown header flags")
@@ -133,6 +134,7 @@ mixed = gaussian(40000, "bfloat16")
 mixed[5000:9000] = random_bits(4000, "bfloat16")  # a raw block among coded ones
 cases = [(gaussian(70000, "bfloat16"), 1), (gaussian(70000, "float16"), 2), (gaussian(70000, "float32"), 3),
          (mixed, 1)]
+cases += [(np.abs(x), code) for x, code in cases[:3]]  # coded signs (FORMAT.md §4.1)
 digest = hashlib.sha256()
 for x, code in cases:
     out = np.zeros(ref.max_stream_bytes(x.size, x.dtype), np.uint8)

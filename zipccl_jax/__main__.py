@@ -26,6 +26,7 @@ def parser() -> argparse.ArgumentParser:
     g = b.add_argument_group("codec")
     g.add_argument("--elements", type=int, default=1 << 24, help="Gaussian values per dtype")
     g.add_argument("--core", type=int, default=None, help="pin to this CPU core")
+    g.add_argument("--lm-steps", type=int, default=200, help="training steps of the LM whose traffic is measured")
     g = b.add_argument_group("collectives")
     g.add_argument("--sizes", type=_ints, default=[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20],
                    help="bytes per device, comma-separated")
@@ -63,7 +64,7 @@ def main(argv=None) -> None:
     elif args.what == "codec":
         from .bench import codec
 
-        codec.run_codec(args.elements, args.repeat, args.core, args.json, args.plot)
+        codec.run_codec(args.elements, args.repeat, args.core, args.json, args.plot, args.lm_steps)
     elif args.what == "collectives":
         from .bench import collectives
 

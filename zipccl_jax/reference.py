@@ -12,14 +12,16 @@ import numpy as np
 from .dtypes import DTYPE_CODES, dtype_name
 
 MAGIC = b"ZCCL"
-VERSION = 1
+VERSION = 2  # written; version 1 streams are still read (§1)
 HEADER_BYTES = 16
 BLOCK_LOG2 = 12
 BLOCK = 1 << BLOCK_LOG2
 GROUP_BLOCKS = 16  # blocks sharing one code table
 FLAG_STORED_RAW = 1
-FLAG_BYTE_CODES = 2  # groups may Huffman-code their raw byte planes (§5.4)
+FLAG_MASKS = 2  # one mask byte per group (§1; BYTE_CODES in version 1)
+MASK_SIGN = 4  # mask bit 2: the group codes the sign in its symbols (§4.1, version 2)
 NUM_CLASSES, CLASS_ZERO, CLASS_ESC, MAX_DELTA = 32, 0, 31, 29
+SIGN_MAX_DELTA = 13  # §4.1: the deltas a sign-coded class covers
 TOP_BITS = 2  # top mantissa bits coded jointly with the exponent class
 NUM_SYMS = NUM_CLASSES << TOP_BITS
 TABLE_BYTES = NUM_SYMS // 2
@@ -78,11 +80,18 @@ def block_ref(e: np.ndarray, exp_bits: int) -> int:
     return int(normal.max()) if normal.size else 0
 
 
-def symbols(e: np.ndarray, t: np.ndarray, ref, exp_bits: int) -> np.ndarray:
-    """Symbol = (exponent class relative to ref) << 2 | top mantissa bits."""
+def symbols(e: np.ndarray, t: np.ndarray, ref, exp_bits: int, sign: np.ndarray | None = None) -> np.ndarray:
+    """Symbol = (exponent class relative to ref) << 2 | top mantissa bits.
+
+    With sign (a sign-coded group, §4.1) the class covers d <= 13 and carries
+    the sign in its bit 4; escapes stay class 31.
+    """
     d = ref - e
-    coded = (e >= 1) & (e != (1 << exp_bits) - 1) & (d >= 0) & (d <= MAX_DELTA)
+    max_delta = MAX_DELTA if sign is None else SIGN_MAX_DELTA
+    coded = (e >= 1) & (e != (1 << exp_bits) - 1) & (d >= 0) & (d <= max_delta)
     cls = np.where(e == 0, CLASS_ZERO, np.where(coded, d + 1, CLASS_ESC))
+    if sign is not None:
+        cls = np.where(cls == CLASS_ESC, CLASS_ESC, cls | (sign << 4))
     return (cls << TOP_BITS) | t
 
 
@@ -201,24 +210,27 @@ def header(code: int, flags: int, n: int) -> bytes:
 
 
 def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, codes: np.ndarray,
-                 planes: dict | None = None) -> tuple[int, bytes]:
+                 planes: dict | None = None, sign_coded: bool = False) -> tuple[int, bytes]:
     """One block with its ref and its group's codes -> (descriptor, body).
 
-    planes maps each coded raw byte plane p to its (lengths, codes) (§5.4).
+    planes maps each coded raw byte plane p to its (lengths, codes) (§5.4);
+    sign_coded: the group's symbols carry the sign (§4.1).
     """
     elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
     planes = planes or {}
-    count = x.size
+    count, sc = x.size, int(sign_coded)
     e, t, raw, extra = split(code, x)
-    s = symbols(e, t, ref, exp_bits)
+    sign = extra & 1  # §3: the sign is bit 0 of extra
+    s = symbols(e, t, ref, exp_bits, sign if sc else None)
     esc = s >> TOP_BITS == CLASS_ESC
-    # per element: symbol code, escaped exponent, then each coded plane's code
-    fields = np.stack([codes[s], e] + [planes[p][1][raw[:, p]] for p in sorted(planes)], axis=1)
-    widths = np.stack([lengths[s], np.where(esc, exp_bits, 0)] + [planes[p][0][raw[:, p]] for p in sorted(planes)],
+    # per element: symbol code, escaped exponent (and sign), then each coded plane's code
+    fields = np.stack([codes[s], e | (sign << exp_bits) * sc] + [planes[p][1][raw[:, p]] for p in sorted(planes)],
+                      axis=1)
+    widths = np.stack([lengths[s], np.where(esc, exp_bits + sc, 0)] + [planes[p][0][raw[:, p]] for p in sorted(planes)],
                       axis=1)
     streams = [pack_bits(fields[r].ravel(), widths[r].ravel()) for r in substream_ranges(count)]
     sizes = np.array([len(t) for t in streams[:-1]], "<u2").tobytes()
-    extras = pack_bits(extra, np.full(count, extra_bits))
+    extras = pack_bits(extra >> sc, np.full(count, extra_bits - sc))
     stored = raw[:, [p for p in range(raw_bytes) if p not in planes]]
     body = stored.astype(np.uint8).tobytes() + extras + sizes + b"".join(streams)
     if len(body) >= count * elem_bytes:
@@ -226,20 +238,23 @@ def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, codes:
     return len(body) | (ref << 16) | (1 << 24), body
 
 
-def choose_group_code(code: int, blocks: list[np.ndarray]) -> tuple[list[int], np.ndarray]:
-    """§7 steps 1-2: the refs of a group's blocks and the group's code lengths."""
+def choose_group_code(code: int, blocks: list[np.ndarray]) -> tuple[list[int], np.ndarray, bool]:
+    """§7 step 2: the refs of a group's blocks, the group's code lengths and whether it codes the sign."""
     exp_bits = LAYOUTS[code][1]
-    parts = [split(code, blk)[:2] for blk in blocks]
-    block_refs = [block_ref(e, exp_bits) for e, _ in parts]
+    parts = [(e, t, extra & 1) for e, t, _, extra in (split(code, blk) for blk in blocks)]
+    block_refs = [block_ref(e, exp_bits) for e, _, _ in parts]
+    group_refs = [max(block_refs)] * len(blocks)
     best = None
-    for refs in ([max(block_refs)] * len(blocks), block_refs):  # one group ref; then each block's own
-        counts = sum(np.bincount(symbols(e, t, r, exp_bits), minlength=NUM_SYMS) for (e, t), r in zip(parts, refs))
+    # in this order, a candidate replaces the best only if strictly cheaper
+    for sc, refs in ((0, group_refs), (0, block_refs), (1, group_refs), (1, block_refs)):
+        counts = sum(np.bincount(symbols(e, t, r, exp_bits, sign if sc else None), minlength=NUM_SYMS)
+                     for (e, t, sign), r in zip(parts, refs))
         lengths = code_lengths(counts)
         esc = counts.reshape(NUM_CLASSES, -1)[CLASS_ESC].sum()
-        cost = int(counts @ lengths) + exp_bits * int(esc)
+        cost = int(counts @ lengths) + (exp_bits + sc) * int(esc) + (1 - sc) * int(counts.sum())
         if best is None or cost < best[0]:
-            best = (cost, refs, lengths)
-    return best[1], best[2]
+            best = (cost, refs, lengths, bool(sc))
+    return best[1:]
 
 
 def _plane_code_bits(plane: np.ndarray) -> tuple[int, np.ndarray]:
@@ -269,47 +284,46 @@ def compress(x: np.ndarray) -> bytes:
     x = np.ascontiguousarray(x).ravel()
     n, elem_bytes = x.size, LAYOUTS[code][0]
     group = GROUP_BLOCKS * BLOCK
-    plane_lengths = [choose_planes(code, x[g : g + group]) for g in range(0, n, group)]
-    flags = FLAG_BYTE_CODES if any(plane_lengths) else 0
     descs, masks, tables, bodies = [], [], [], []
-    for g, planes in zip(range(0, n, group), plane_lengths):
+    for g in range(0, n, group):
+        planes = choose_planes(code, x[g : g + group])
         blocks = [x[b : min(b + BLOCK, n)] for b in range(g, min(g + group, n), BLOCK)]
-        refs, lengths = choose_group_code(code, blocks)
-        masks.append(sum(1 << p for p in planes))
+        refs, lengths, sign_coded = choose_group_code(code, blocks)
+        masks.append(sum(1 << p for p in planes) | (MASK_SIGN if sign_coded else 0))
         tables.append(pack_table(lengths) + b"".join(pack_table(planes[p]) for p in sorted(planes)))
         codes = canonical_codes(lengths)
         plane_codes = {p: (lens, canonical_codes(lens)) for p, lens in planes.items()}
         for blk, r in zip(blocks, refs):
-            desc, body = encode_block(code, blk, r, lengths, codes, plane_codes)
+            desc, body = encode_block(code, blk, r, lengths, codes, plane_codes, sign_coded)
             descs.append(desc)
             bodies.append(body)
-    mask_bytes = bytes(masks) if flags else b""
-    coded_len = 4 * len(descs) + len(mask_bytes) + sum(map(len, tables)) + sum(map(len, bodies))
+    coded_len = 4 * len(descs) + len(masks) + sum(map(len, tables)) + sum(map(len, bodies))
     if coded_len >= n * elem_bytes:
         return header(code, FLAG_STORED_RAW, n) + x.tobytes()
-    return (header(code, flags, n) + np.array(descs, "<u4").tobytes() + mask_bytes + b"".join(tables)
+    return (header(code, FLAG_MASKS, n) + np.array(descs, "<u4").tobytes() + bytes(masks) + b"".join(tables)
             + b"".join(bodies))
 
 
 # decoding ------------------------------------------------------------------------
 
 
-def _check_header(buf: bytes, code: int, n: int) -> int:
+def _check_header(buf: bytes, code: int, n: int) -> tuple[int, int]:
+    """§1: (flags, the bits a group's mask may have)."""
     if len(buf) < HEADER_BYTES:
         raise CorruptPayload("truncated payload (shorter than its header says)")
     if buf[:4] != MAGIC:
         raise CorruptPayload("bad magic (not a zipccl payload)")
-    if buf[4] != VERSION or buf[7] != BLOCK_LOG2:
+    if buf[4] not in (1, VERSION) or buf[7] != BLOCK_LOG2:
         raise CorruptPayload("unsupported format version or block size")
     if buf[5] != code:
         raise CorruptPayload("payload dtype does not match the requested dtype")
     if int.from_bytes(buf[8:16], "little") != n:
         raise CorruptPayload("payload element count does not match the requested shape")
     flags = buf[6]
-    if flags & ~(FLAG_STORED_RAW | FLAG_BYTE_CODES) or (
-            flags & FLAG_BYTE_CODES and (LAYOUTS[code][2] == 0 or flags & FLAG_STORED_RAW)):
+    mask_bits = (1 << LAYOUTS[code][2]) - 1 | (MASK_SIGN if buf[4] >= 2 else 0)
+    if flags & ~(FLAG_STORED_RAW | FLAG_MASKS) or (flags & FLAG_MASKS and (not mask_bits or flags & FLAG_STORED_RAW)):
         raise CorruptPayload("unknown header flags")
-    return flags
+    return flags, mask_bits
 
 
 def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
@@ -318,7 +332,7 @@ def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
     code = DTYPE_CODES[dtype_name(dt)]
     elem_bytes, raw_bytes = LAYOUTS[code][0], LAYOUTS[code][2]
     buf = bytes(buf)
-    flags = _check_header(buf, code, n)
+    flags, mask_bits = _check_header(buf, code, n)
     truncated = CorruptPayload("truncated payload (shorter than its header says)")
     if flags & FLAG_STORED_RAW:
         if len(buf) - HEADER_BYTES < n * elem_bytes:
@@ -326,13 +340,13 @@ def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
         return np.frombuffer(buf, dt, count=n, offset=HEADER_BYTES).copy()
     nb = -(-n // BLOCK)
     ng = -(-nb // GROUP_BLOCKS)
-    table_at = HEADER_BYTES + 4 * nb + (ng if flags & FLAG_BYTE_CODES else 0)
+    table_at = HEADER_BYTES + 4 * nb + (ng if flags & FLAG_MASKS else 0)
     if len(buf) < table_at:
         raise truncated
-    masks = list(buf[HEADER_BYTES + 4 * nb : table_at]) if flags & FLAG_BYTE_CODES else [0] * ng
-    if any(m >> raw_bytes for m in masks):
-        raise CorruptPayload("corrupt byte-code mask")
-    table_sizes = [TABLE_BYTES + PLANE_TABLE_BYTES * bin(m).count("1") for m in masks]
+    masks = list(buf[HEADER_BYTES + 4 * nb : table_at]) if flags & FLAG_MASKS else [0] * ng
+    if any(m & ~mask_bits for m in masks):
+        raise CorruptPayload("corrupt group mask")
+    table_sizes = [TABLE_BYTES + PLANE_TABLE_BYTES * bin(m & ~MASK_SIGN).count("1") for m in masks]
     pos = table_at + sum(table_sizes)
     if len(buf) < pos:
         raise truncated
@@ -351,7 +365,8 @@ def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
             raise truncated
         if desc >> 24 == 1 and luts is None:
             luts = _group_luts(tables, masks[g], raw_bytes)
-        out[b * BLOCK : b * BLOCK + count] = _decode_block(code, buf[pos : pos + size], int(desc), count, luts).view(dt)
+        block = _decode_block(code, buf[pos : pos + size], int(desc), count, luts, bool(masks[g] & MASK_SIGN))
+        out[b * BLOCK : b * BLOCK + count] = block.view(dt)
         pos += size
     return out
 
@@ -369,9 +384,11 @@ def _group_luts(tables: bytes, mask: int, raw_bytes: int) -> tuple:
     return tuple(luts)
 
 
-def _decode_block(code: int, body: bytes, desc: int, count: int, luts) -> np.ndarray:
+def _decode_block(code: int, body: bytes, desc: int, count: int, luts, sign_coded: bool) -> np.ndarray:
     """One block; luts from _group_luts. Returns the elements' unsigned bits."""
     elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
+    sc = int(sign_coded)
+    extra_bits -= sc  # §4.1: the sign is coded, not stored
     utype = np.uint16 if elem_bytes == 2 else np.uint32
     size, ref, mode = desc & 0xFFFF, (desc >> 16) & 0xFF, desc >> 24
     if mode == 0:
@@ -398,7 +415,7 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, luts) -> np.nda
     if bounds[-1] > size:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
     bounds = [*bounds.tolist(), size]
-    e, t = np.zeros(count, np.int64), np.zeros(count, np.int64)
+    e, t, sign = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros(count, np.int64)
     for k, elements in enumerate(substream_ranges(count)):
         stream = body[bounds[k] : bounds[k + 1]]
         nbits = 8 * len(stream)
@@ -425,7 +442,12 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, luts) -> np.nda
             cls, t[i] = s >> TOP_BITS, s & ((1 << TOP_BITS) - 1)
             if cls == CLASS_ESC:
                 e[i] = take(exp_bits)
-            elif cls != CLASS_ZERO:
+                sign[i] = take(sc)
+            elif sc:
+                sign[i], cls = cls >> 4, cls & 15
+                if cls == 15:  # §4.1: the one class a sign-coded group does not use
+                    raise CorruptPayload("corrupt block bitstream")
+            if cls not in (CLASS_ZERO, CLASS_ESC):
                 if cls - 1 >= ref:
                     raise CorruptPayload("corrupt block bitstream")
                 e[i] = ref - (cls - 1)
@@ -433,7 +455,7 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, luts) -> np.nda
                 raw[i, p] = symbol(luts[1 + p])
         if (pos + 7) // 8 != len(stream) or value >> pos:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    return join(code, e, t, raw, extra).astype(utype)
+    return join(code, e, t, raw, extra << sc | sign).astype(utype)
 
 
 # §8 ---------------------------------------------------------------------------

@@ -126,3 +126,41 @@ def exponent_entropy_bits(arr):
     counts = sum(_exponent_counts(x) for x in _tensors(arr))
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log2(p)).sum())
+
+
+def _entropy_bits(counts):
+    """Empirical entropy of a histogram, in bits (total, not per symbol)."""
+    counts = counts[counts > 0]
+    return float(-(counts * np.log2(counts / counts.sum())).sum())
+
+
+def coded_entropy_bits(x):
+    """Bits zipccl's own model needs for x at best: per group of 65,536 values, the entropy of its
+    symbols under the refs and sign choice the encoder makes, escaped exponents (and signs), the raw
+    extra bits and, per byte plane, the bytes' entropy where the group codes the plane, else 8 bits.
+    Tables and block framing are free here, so zipccl's stream is this plus Huffman's and the
+    format's overhead."""
+    from .. import reference as ref
+    from ..dtypes import DTYPE_CODES
+
+    code = DTYPE_CODES[x.dtype.name]
+    _, exp_bits, raw_bytes, extra_bits = ref.LAYOUTS[code]
+    x = np.ascontiguousarray(x).ravel()
+    group = ref.GROUP_BLOCKS * ref.BLOCK
+    bits = 0.0
+    for g in range(0, x.size, group):
+        xs = x[g : g + group]
+        blocks = [xs[b : b + ref.BLOCK] for b in range(0, xs.size, ref.BLOCK)]
+        refs, _, sign_coded = ref.choose_group_code(code, blocks)
+        counts = 0
+        for blk, r in zip(blocks, refs):
+            e, t, _, extra = ref.split(code, blk)
+            counts = counts + np.bincount(ref.symbols(e, t, r, exp_bits, (extra & 1) if sign_coded else None),
+                                          minlength=ref.NUM_SYMS)
+        escapes = counts.reshape(ref.NUM_CLASSES, -1)[ref.CLASS_ESC].sum()
+        bits += _entropy_bits(counts) + escapes * (exp_bits + sign_coded) + xs.size * (extra_bits - sign_coded)
+        planes = ref.choose_planes(code, xs)
+        raw = ref.split(code, xs)[2]
+        for p in range(raw_bytes):
+            bits += _entropy_bits(np.bincount(raw[:, p], minlength=256)) if p in planes else 8 * xs.size
+    return bits

