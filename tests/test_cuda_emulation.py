@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
 CODES = {np.dtype(ml_dtypes.bfloat16): 1, np.dtype(np.float16): 2, np.dtype(np.float32): 3}
 SIZES = [0, 1, 4095, 4096, 4097, 65537]  # 65537: 17 blocks in two groups
-# (threads per block, grid cap): the handler's grid; one block looping over all work; several
-# blocks of several threads
-LAUNCHES = [(1, 1 << 30), (1, 1), (3, 2)]
+# (SMs, resident CUDA blocks): the emulated device. One SM: grids of 16 or 32 CUDA blocks that loop
+# over their work, one block at a time; several SMs: bigger grids, several blocks racing at once.
+LAUNCHES = [(1, 1), (4, 3)]
 COMPRESS, DECOMPRESS, ACCUMULATE = 0, 1, 2
 CORRUPT = "zipccl: corrupt payload (stream {}): "
 TRUNCATED = "truncated payload (shorter than its header says)"
@@ -55,10 +55,10 @@ def emulator(tmp_path_factory):
     return build(tmp_path_factory.mktemp("asan"), "address,undefined")
 
 
-def emulate(exe, requests, launch=LAUNCHES[0]):
+def emulate(exe, requests, launch=LAUNCHES[-1]):
     """Runs requests (header tuple, input bytes) -> [(error message, output bytes)]."""
     data = b"".join(struct.pack("<7q", *(list(h) + [0] * (7 - len(h)))) + body for h, body in requests)
-    run = subprocess.run([str(exe), str(launch[0]), str(launch[1])], input=data, capture_output=True, timeout=300)
+    run = subprocess.run([str(exe), *map(str, launch)], input=data, capture_output=True, timeout=300)
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     replies, pos = [], 0
     while pos < len(run.stdout):
@@ -96,7 +96,7 @@ def streams_of(dtype, n):
     return [ref.compress(x) for x in items_of(dtype, n)]
 
 
-@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"threads{l[0]}_grid{l[1]}")
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"sms{l[0]}_resident{l[1]}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_compress_is_byte_identical_to_reference(emulator, dtype, launch):
     """A batch of every data kind per size, in one handler call each."""
@@ -110,7 +110,7 @@ def test_compress_is_byte_identical_to_reference(emulator, dtype, launch):
             assert row[:size].tobytes() == expected, (kind, n)
 
 
-@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"threads{l[0]}_grid{l[1]}")
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"sms{l[0]}_resident{l[1]}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_reference_streams_decode_bit_exact(emulator, dtype, launch):
     """Each size's streams of every kind as one batch, padded with garbage to the worst case."""
@@ -135,7 +135,7 @@ def accumulate_request(payload, dtype, n, out_dtype):
     return (ACCUMULATE, CODES[np.dtype(dtype)], n, batch, k, cap, CODES[np.dtype(out_dtype)]), payload.tobytes()
 
 
-@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"threads{l[0]}_grid{l[1]}")
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"sms{l[0]}_resident{l[1]}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_accumulate_matches_reference(emulator, dtype, launch):
     """Items of 3 rows each, summed in row order to the payload dtype and to float32."""
