@@ -53,7 +53,8 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kThreads = 128;                                   // most kernels: 4 warps
 constexpr int kDecodeThreads = zc::kGroupBlocks * zc::kSubstreams;  // a thread per sub-stream of a group
 constexpr int kThreadsPerSm = 2048;
-constexpr int kRun = 8;  // EncodeKernel: consecutive elements per lane between warp scans
+constexpr int kRun = 8;     // EncodeKernel: consecutive elements per lane between warp scans
+constexpr int kStage = 32;  // DecodeKernel: elements each thread decodes between coalesced stores
 constexpr unsigned long long kNoError = ~0ull;
 
 template <typename T>
@@ -130,6 +131,7 @@ __global__ void EmaxKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, i
       const uint32_t e = zc::exponent_of(zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay);
       if (e < all_ones && e > emax) emax = e;
     }
+    if (ZC_INJECTED(2) && Lane() == 5) return;  // a lane that skips the warp's shuffles: the emulation must catch it
     emax = WarpMax(emax);
     if (Lane() == 0) refs[t] = emax;
   }
@@ -342,7 +344,7 @@ __global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
       if (threadIdx.x == 0) descs[t] = zc::make_descriptor(raw_block, 0, 0);
     } else {
       for (uint32_t w = threadIdx.x; w < (coded + 3) / 4; w += blockDim.x) sm.words[w] = 0;
-      if (!ZC_INJECTED(1)) __syncthreads();  // the race tests/test_cuda_emulation.py injects
+      if (!ZC_INJECTED(1)) __syncthreads();  // without it, a race the emulation must catch
       if (Lane() == 0 && k + 1 < zc::kSubstreams) {  // §2: the sizes of sub-streams 0..2
         const uint32_t bytes = (sm.stream_bits[k] + 7) / 8;
         PutByte(sm.words, sizes_at + 2 * k, bytes & 0xFF);
@@ -558,6 +560,9 @@ struct DecodeSmem {
   uint16_t luts[1 + zc::kMaxPlanes][zc::kLutSize];  // the symbols', then each plane's
   uint16_t codes[zc::kMaxSyms];
   uint8_t lens[zc::kMaxSyms];
+  uint8_t stage[kDecodeThreads][kStage * 4];  // each thread's last kStage decoded elements
+  int64_t stage_at[kDecodeThreads];            // where in its block they go (bytes)
+  int stage_bytes[kDecodeThreads];
 };
 
 // build_lut of zipccl_format.h by a CUDA block, from a stored table: the
@@ -582,7 +587,9 @@ __device__ void BlockBuildLut(const uint8_t* table, int nsym, uint16_t* lut, Dec
 
 // CUDA block per group of every valid stream: builds the group's decode
 // tables in shared memory, then thread 4 j + k decodes sub-stream k of the
-// group's block j (decode_substream). Stored-raw streams are copied.
+// group's block j (decode_element), kStage elements at a time into shared
+// memory, from where the CUDA block stores them, lanes on consecutive bytes.
+// Raw bodies are copied, a quarter per thread; stored-raw streams by all.
 __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride, int64_t row_offset,
                              int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out, unsigned long long* err) {
   ZC_SHARED(DecodeSmem, sm);
@@ -592,11 +599,11 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
     const int64_t s = unit / ng, g = unit % ng, row = s * row_stride + row_offset;
     const uint8_t* in = payload + row * cap;
     const int64_t first = g * zc::kGroupBlocks * zc::kBlock;
-    uint8_t* dst = out + (s * n + first) * lay.elem_bytes;
+    uint8_t* group_out = out + (s * n + first) * lay.elem_bytes;
     if (info.state[s] < 0) continue;
     if (info.state[s] == 1) {
       const int64_t bytes = Min<int64_t>(n - first, zc::kGroupBlocks * zc::kBlock) * lay.elem_bytes;
-      for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = in[zc::kHeaderBytes + first * lay.elem_bytes + i];
+      for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) group_out[i] = in[zc::kHeaderBytes + first * lay.elem_bytes + i];
       continue;
     }
     const int flags = in[6], mask = StreamMask(in, nb, flags, g);
@@ -611,31 +618,46 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
         table += zc::kPlaneTableBytes;
       }
     }
-    const int64_t b = g * zc::kGroupBlocks + threadIdx.x / zc::kSubstreams;
-    const int k = threadIdx.x % zc::kSubstreams;
-    if (b < nb) {
-      const int count = zc::block_count(n, b);
-      const uint32_t desc = zc::load_u32(in + zc::kHeaderBytes + 4 * b);
-      const uint8_t* body = in + info.body_at[s * nb + b];
-      uint8_t* to = out + (s * n + b * zc::kBlock) * lay.elem_bytes;
-      int st = zc::kOk;
-      if ((desc >> 24) == 0) {  // a raw body: each thread copies a quarter
-        const uint32_t size = desc & 0xFFFFu, part = (size + zc::kSubstreams - 1) / zc::kSubstreams;
-        if (size != uint32_t(count) * lay.elem_bytes) st = zc::kErrBlockSize;
-        for (uint32_t i = k * part; st == zc::kOk && i < Min(size, (k + 1) * part); ++i) to[i] = body[i];
-      } else if ((desc >> 24) != 1) {
-        st = zc::kErrBlockMode;
-      } else {
-        const zc::PlaneCodes pc{mask, {}, {}, {sm.luts[1], sm.luts[2]}};
-        uint32_t bounds[zc::kSubstreams + 1];
-        st = zc::locate_substreams(body, desc & 0xFFFFu, count, zc::group_layout(lay, mask), bounds);
-        if (st == zc::kOk && !ok) st = zc::kErrTable;
-        if (st == zc::kOk)
-          st = zc::decode_substream(dtype, body, count, k, bounds, (desc >> 16) & 0xFFu, sm.luts[0], pc, to);
-      }
-      if (st != zc::kOk) ReportError(err, row, b, k, st);
+    const int j = threadIdx.x / zc::kSubstreams, k = threadIdx.x % zc::kSubstreams;
+    const int64_t b = g * zc::kGroupBlocks + j;
+    const int count = b < nb ? zc::block_count(n, b) : 0, q = zc::substream_len(count);
+    const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
+    const uint8_t* body = b < nb ? in + info.body_at[s * nb + b] : in;
+    uint32_t bounds[zc::kSubstreams + 1] = {};
+    int st = zc::kOk;
+    bool coded = false;
+    if (b < nb && (desc >> 24) == 0) {  // a raw body
+      const uint32_t size = desc & 0xFFFFu, part = (size + zc::kSubstreams - 1) / zc::kSubstreams;
+      uint8_t* to = group_out + int64_t(j) * zc::kBlock * lay.elem_bytes;
+      if (size != uint32_t(count) * lay.elem_bytes) st = zc::kErrBlockSize;
+      for (uint32_t i = k * part; st == zc::kOk && i < Min(size, (k + 1) * part); ++i) to[i] = body[i];
+    } else if (b < nb && (desc >> 24) != 1) {
+      st = zc::kErrBlockMode;
+    } else if (b < nb) {
+      st = zc::locate_substreams(body, desc & 0xFFFFu, count, zc::group_layout(lay, mask), bounds);
+      if (st == zc::kOk && !ok) st = zc::kErrTable;
+      coded = st == zc::kOk;
     }
-    __syncthreads();  // the decode tables are rebuilt for the next group
+    const zc::PlaneCodes pc{mask, {}, {}, {sm.luts[1], sm.luts[2]}};
+    zc::BitReader r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
+    const int begin = k * q, end = Min(count, begin + q);
+    for (int i0 = 0; i0 < zc::kBlock / zc::kSubstreams; i0 += kStage) {  // the same rounds for every thread
+      int m = 0;
+      for (; coded && st == zc::kOk && m < kStage && begin + i0 + m < end; ++m)
+        st = zc::decode_element(dtype, body, count, begin + i0 + m, (desc >> 16) & 0xFFu, sm.luts[0], pc, r,
+                                sm.stage[threadIdx.x] + m * lay.elem_bytes);
+      sm.stage_bytes[threadIdx.x] = m * lay.elem_bytes;
+      sm.stage_at[threadIdx.x] = (int64_t(j) * zc::kBlock + begin + i0) * lay.elem_bytes;
+      __syncthreads();
+      const int row_bytes = kStage * lay.elem_bytes;  // thread t's elements are row t
+      for (int idx = threadIdx.x; idx < kDecodeThreads * row_bytes; idx += blockDim.x) {
+        const int t = idx / row_bytes, byte = idx % row_bytes;
+        if (byte < sm.stage_bytes[t]) group_out[sm.stage_at[t] + byte] = sm.stage[t][byte];
+      }
+      __syncthreads();
+    }
+    if (coded && st == zc::kOk && !r.finished()) st = zc::kErrTrailing;
+    if (st != zc::kOk) ReportError(err, row, b, k, st);
   }
 }
 

@@ -544,10 +544,10 @@ ZC_HD uint32_t load_extra(const uint8_t* area, int i, Layout lay) {
 }
 
 // §6: decodes element i of a coded block of count elements (body: the
-// block's body) from its sub-stream r into out + i * elem_bytes; lut and
-// pc.luts: the group's decode tables. Returns a Status.
+// block's body) from its sub-stream r into dst; lut and pc.luts: the group's
+// decode tables. Returns a Status.
 ZC_HD int decode_element(int dtype, const uint8_t* body, int count, int i, uint32_t ref, const uint16_t* lut,
-                       const PlaneCodes& pc, BitReader& r, uint8_t* out) {
+                         const PlaneCodes& pc, BitReader& r, uint8_t* dst) {
   const Layout lay = layout_of(dtype), st = group_layout(lay, pc.mask);
   const bool sign_coded = pc.mask & kMaskSign;
   const uint16_t entry = lut[r.peek(kMaxCodeLen)];
@@ -581,8 +581,7 @@ ZC_HD int decode_element(int dtype, const uint8_t* body, int count, int i, uint3
     raw[p] = uint8_t(byte);
   }
   const uint32_t extra = load_extra(body + count * st.raw_bytes, i, st) << sign_coded | sign;
-  store_element(out + i * lay.elem_bytes, join_element(dtype, e, entry & ((1u << kTopBits) - 1), raw, extra),
-                lay.elem_bytes);
+  store_element(dst, join_element(dtype, e, entry & ((1u << kTopBits) - 1), raw, extra), lay.elem_bytes);
   return kOk;
 }
 
@@ -593,7 +592,7 @@ ZC_HD int decode_substream(int dtype, const uint8_t* body, int count, int k, con
   const int q = substream_len(count);
   BitReader r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
   for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-    const int status = decode_element(dtype, body, count, i, ref, lut, pc, r, out);
+    const int status = decode_element(dtype, body, count, i, ref, lut, pc, r, out + i * layout_of(dtype).elem_bytes);
     if (status != kOk) return status;
   }
   return r.finished() ? kOk : kErrTrailing;

@@ -19,6 +19,10 @@
 //                     Output: streams * n elements.
 //   op 2 accumulate:  a = batch, b = k, c = cap, d = output dtype; input the
 //                     [batch, k, cap] payload. Output: batch * n sums.
+// With ZIPCCL_EMU_COUNTS set, each kernel's counts (zc_emu::Counts) go to
+// stderr at the end, one line each: name launches threads warp_ops barriers
+// atomics.
+//
 // dtype is the format's code (1 bf16, 2 fp16, 3 fp32; any other: int32, which
 // the handlers refuse). A reply is int64 length + the handler's error message
 // ("" on success), then int64 length + the output bytes.
@@ -136,5 +140,10 @@ int main(int argc, char** argv) {
     Write(err.message().data(), int64_t(err.message().size()));
     Write(out.data(), int64_t(out.size()));
   }
+  if (std::getenv("ZIPCCL_EMU_COUNTS"))
+    for (const auto& [name, c] : zc_emu::counts)
+      std::fprintf(stderr, "%s %llu %llu %llu %llu %llu\n", name.c_str(), (unsigned long long)c.launches,
+                   (unsigned long long)c.threads, (unsigned long long)c.warp_ops, (unsigned long long)c.barriers,
+                   (unsigned long long)c.atomics);
   return 0;
 }

@@ -17,6 +17,7 @@
 // cudaMemcpyAsync is a memcpy, streams are ignored.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -55,6 +56,16 @@ inline int sms = 2;
 inline unsigned resident = 2;
 // Which deliberately broken kernel variant runs (0: none); see ZC_INJECTED.
 inline int inject = 0;
+
+// What the threads of each kernel executed, summed over its launches (the
+// performance model of docs/GPU.md): warp intrinsics, __syncthreads and
+// atomics, counted per thread as a GPU issues them.
+struct Counts {
+  uint64_t launches = 0, threads = 0, warp_ops = 0, barriers = 0, atomics = 0;
+};
+inline std::mutex counts_mutex;
+inline std::vector<std::pair<std::string, Counts>> counts;
+inline std::atomic<uint64_t> warp_ops{0}, barriers{0}, atomics{0};
 
 [[noreturn]] inline void Fail(const std::string& what) {
   std::fprintf(stderr, "cuda emulation: block %u: %s\n", blockIdx.x, what.c_str());
@@ -120,6 +131,7 @@ void Wait(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Done 
 inline std::array<uint64_t, kWarp> Exchange(const char* op, unsigned mask, uint64_t v) {
   const unsigned t = threadIdx.x, w = t / kWarp, lanes = WarpLanes(w);
   const unsigned full = lanes == kWarp ? 0xFFFFFFFFu : (1u << lanes) - 1;
+  warp_ops.fetch_add(1, std::memory_order_relaxed);
   if (mask != full) Fail(std::string(op) + ": only full-warp masks are emulated");
   Warp& warp = block->warps[w];
   std::unique_lock<std::mutex> lock(warp.m);
@@ -188,9 +200,10 @@ inline void BlockBarrier(bool at_exit) {
 }
 
 template <typename Kernel, typename... Args>
-void Launch(unsigned grid, unsigned threads, Kernel kernel, Args... args) {
+void Launch(const char* name, unsigned grid, unsigned threads, Kernel kernel, Args... args) {
   gridDim.x = grid;
   blockDim.x = threads;
+  warp_ops = barriers = atomics = 0;
   const unsigned r = std::min(resident, grid);
   std::vector<std::unique_ptr<Block>> blocks;
   for (unsigned i = 0; i < r; ++i) blocks.push_back(std::make_unique<Block>(threads));
@@ -207,6 +220,14 @@ void Launch(unsigned grid, unsigned threads, Kernel kernel, Args... args) {
         }
       });
   for (auto& th : pool) th.join();
+  std::lock_guard<std::mutex> lock(counts_mutex);
+  auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == name; });
+  if (it == counts.end()) it = counts.insert(counts.end(), {name, Counts{}});
+  it->second.launches += 1;
+  it->second.threads += uint64_t(grid) * threads;
+  it->second.warp_ops += warp_ops;
+  it->second.barriers += barriers;
+  it->second.atomics += atomics;
 }
 
 template <typename T>
@@ -232,7 +253,10 @@ T FromBits(uint64_t u) {
 
 #define ZC_INJECTED(k) (zc_emu::inject == (k))
 
-inline void __syncthreads() { zc_emu::BlockBarrier(false); }
+inline void __syncthreads() {
+  zc_emu::barriers.fetch_add(1, std::memory_order_relaxed);
+  zc_emu::BlockBarrier(false);
+}
 inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { zc_emu::Exchange("__syncwarp", mask, 0); }
 
 template <typename T>
@@ -265,16 +289,19 @@ inline int __popc(unsigned v) { return __builtin_popcount(v); }
 
 template <typename T>
 T atomicAdd(T* address, T val) {
+  zc_emu::atomics.fetch_add(1, std::memory_order_relaxed);
   return std::atomic_ref<T>(*address).fetch_add(val);
 }
 
 template <typename T>
 T atomicOr(T* address, T val) {
+  zc_emu::atomics.fetch_add(1, std::memory_order_relaxed);
   return std::atomic_ref<T>(*address).fetch_or(val);
 }
 
 template <typename T>
 T atomicMin(T* address, T val) {
+  zc_emu::atomics.fetch_add(1, std::memory_order_relaxed);
   std::atomic_ref<T> a(*address);
   T old = a.load();
   while (val < old && !a.compare_exchange_weak(old, val)) {
@@ -283,7 +310,8 @@ T atomicMin(T* address, T val) {
 }
 
 // zipccl_cuda.cu's launch macro calls this instead of kernel<<<...>>>.
-#define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) zc_emu::Launch(grid, threads, kernel, __VA_ARGS__)
+#define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) \
+  zc_emu::Launch(#kernel, grid, threads, kernel, __VA_ARGS__)
 
 // The runtime API the handlers call.
 using cudaStream_t = struct zc_emu_stream*;

@@ -1,15 +1,22 @@
-"""The CUDA codec's handlers and kernels run on the CPU, against the numpy reference.
+"""The CUDA codec's handlers and kernels run on the CPU the way a GPU runs them, against the reference.
 
 tests/cuda_emulation.cc compiles ffi/zipccl_cuda.cu with g++ (tests/cuda_host_shim.h stands in for
 the CUDA runtime) and calls the real Compress, Decompress and DecompressAccumulate handlers on host
-buffers. Each launch runs its CUDA blocks one at a time, with one thread or a few std::threads per
-block meeting at __syncthreads (a barrier), and a grid as the handler asks or capped (down to one
-block looping over all work). Under AddressSanitizer and UBSan that checks the kernels' bookkeeping
-byte for byte: offsets, group and byte-plane table placement, per-item and per-row indexing, scratch
-sizes, error reporting, the handlers' argument checks; under ThreadSanitizer, that the threads of a
-block order their shared reads and writes with __syncthreads. It cannot check what needs a GPU:
-blocks running concurrently (races between blocks), the device memory model, device memory errors
-(compute-sanitizer, with tests/test_cuda.py) and GPU arithmetic (NaN payloads of sums)."""
+buffers. Every CUDA thread is a std::thread; several CUDA blocks of a launch run at once, each with
+its own shared memory (garbage at the start of every block); the 32 lanes of a warp meet in lockstep
+at every warp intrinsic (__shfl*_sync, __ballot_sync, __syncwarp) and exchange their values there;
+__syncthreads is a real barrier; shared-memory atomics are atomic. A lane that skips an intrinsic its
+warp reaches, or a thread that leaves the kernel while its block waits at __syncthreads, fails the run
+with a message naming them. Grids are sized, as on a GPU, from the emulated device's SM count, so one
+SM makes every kernel loop over its work and four SMs make blocks race.
+
+Under AddressSanitizer and UBSan the runs check the kernels' bookkeeping byte for byte: offsets,
+table placement, per-item and per-row indexing, scratch sizes, error reporting, the handlers' argument
+checks; under ThreadSanitizer, that the threads of a block and the blocks of a grid order their
+shared and global reads and writes (an injected race must be reported). What needs a GPU stays
+unchecked: the device's weaker memory model (the emulation's barriers are sequentially consistent),
+warp scheduling and speed, device memory errors (compute-sanitizer, with tests/test_cuda.py) and GPU
+arithmetic (NaN payloads of sums)."""
 
 import shutil
 import struct
@@ -40,6 +47,7 @@ TRUNCATED = "truncated payload (shorter than its header says)"
 
 
 def build(directory, sanitizers):
+    """The emulator, built with -fsanitize=sanitizers (about a minute)."""
     compiler = shutil.which("g++") or shutil.which("c++")
     assert compiler, "a C++ compiler is needed to build the CUDA emulation"
     exe = directory / "cuda_emulation"
@@ -55,10 +63,19 @@ def emulator(tmp_path_factory):
     return build(tmp_path_factory.mktemp("asan"), "address,undefined")
 
 
+@pytest.fixture(scope="module")
+def tsan_emulator(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("tsan"), "thread")
+
+
+def run_emulator(exe, requests, launch, inject=0):
+    data = b"".join(struct.pack("<7q", *(list(h) + [0] * (7 - len(h)))) + body for h, body in requests)
+    return subprocess.run([str(exe), *map(str, launch), str(inject)], input=data, capture_output=True, timeout=300)
+
+
 def emulate(exe, requests, launch=LAUNCHES[-1]):
     """Runs requests (header tuple, input bytes) -> [(error message, output bytes)]."""
-    data = b"".join(struct.pack("<7q", *(list(h) + [0] * (7 - len(h)))) + body for h, body in requests)
-    run = subprocess.run([str(exe), *map(str, launch)], input=data, capture_output=True, timeout=300)
+    run = run_emulator(exe, requests, launch)
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     replies, pos = [], 0
     while pos < len(run.stdout):
@@ -236,17 +253,17 @@ def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
                       ""]
 
 
-def test_threads_of_a_block_do_not_race(tmp_path):
-    """ThreadSanitizer over blocks of 4 threads: what one thread of a block writes and another reads
-    is ordered by __syncthreads (a barrier here), and the results stay bit exact."""
-    exe = build(tmp_path, "thread")
+def test_threads_and_blocks_do_not_race(tsan_emulator):
+    """ThreadSanitizer over four SMs, three CUDA blocks at once: what one thread writes and another
+    reads is ordered by __syncthreads, a warp intrinsic or a kernel boundary, and the results stay bit
+    exact."""
     dtype, n, k = np.float32, 65537, 2
     items, streams = items_of(dtype, n)[:4], streams_of(dtype, n)[:4]
     cap = ref.max_stream_bytes(n, dtype)
     rows = decompress_request(streams, dtype, n, cap)
     payload = np.frombuffer(rows[1], np.uint8).reshape(2, k, cap)
     (c_err, c_out), (d_err, d_out), (a_err, a_out) = emulate(
-        exe, [compress_request(items), rows, accumulate_request(payload, dtype, n, dtype)], (4, 2))
+        tsan_emulator, [compress_request(items), rows, accumulate_request(payload, dtype, n, dtype)], (4, 3))
     assert (c_err, d_err, a_err) == ("", "", "")
     sizes = np.frombuffer(c_out[:16], np.uint32)
     got = np.frombuffer(c_out[16:], np.uint8).reshape(4, cap)
@@ -254,3 +271,19 @@ def test_threads_of_a_block_do_not_race(tmp_path):
     assert d_out == items.tobytes()
     assert_same_sums(np.frombuffer(a_out, dtype), np.concatenate([ref.accumulate(list(r), dtype)
                                                                   for r in items.reshape(2, k, n)]))
+
+
+def test_an_injected_race_is_reported(tsan_emulator):
+    """EncodeKernel without the __syncthreads between clearing its staged body and the lanes' atomicOr
+    into it (ZC_INJECTED(1)): ThreadSanitizer must stop the run."""
+    run = run_emulator(tsan_emulator, [compress_request(items_of(np.float32, 4097)[:2])], (1, 1), inject=1)
+    assert run.returncode != 0
+    assert "ThreadSanitizer: data race" in run.stderr.decode()
+
+
+def test_a_lane_that_skips_a_warp_intrinsic_is_reported(emulator):
+    """Lane 5 of each EmaxKernel warp leaves before the warp's shuffles (ZC_INJECTED(2)): its warp
+    must not wait forever, and the message names the lane and the intrinsic."""
+    run = run_emulator(emulator, [compress_request(items_of(np.float32, 4097)[:1])], (1, 1), inject=2)
+    assert run.returncode == 3
+    assert ("wait at __shfl_xor_sync; lanes that left the kernel: [5]" in run.stderr.decode()), run.stderr.decode()

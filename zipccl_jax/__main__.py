@@ -1,4 +1,4 @@
-"""Command line: python -m zipccl_jax {bench codec|collectives|train|net, calibrate} [options]."""
+"""Command line: python -m zipccl_jax {selftest, bench codec|collectives|train|net, calibrate} [options]."""
 
 import argparse
 
@@ -42,6 +42,10 @@ def parser() -> argparse.ArgumentParser:
                    help="link rates each way, comma-separated (kbit/mbit/gbit; 'off': unshaped)")
     g.add_argument("--timeout", type=float, default=900, help="seconds each run of the processes may take")
     g.add_argument("--cleanup", action="store_true", help="only remove namespaces left by killed runs")
+    t = sub.add_parser("selftest", help="check the codec and every collective against the reference on the local "
+                                         "devices (the GPUs if any), time the codec, run autotune; a verdict")
+    t.add_argument("--elements", type=int, default=1 << 24, help="bfloat16 values for the timing")
+    t.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (median)")
     c = sub.add_parser("calibrate", help="measure the cost model's constants and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     return p
@@ -49,6 +53,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
+    if args.command == "selftest":
+        from . import selftest
+
+        raise SystemExit(selftest.main(args.elements, args.repeat))
     if args.command == "calibrate":
         from pathlib import Path
 
