@@ -53,7 +53,7 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kThreads = 128;                                   // most kernels: 4 warps
 constexpr int kDecodeThreads = zc::kGroupBlocks * zc::kSubstreams;  // a thread per sub-stream of a group
 constexpr int kThreadsPerSm = 2048;
-constexpr int kRun = 8;     // EncodeKernel: consecutive elements per lane between warp scans
+constexpr int kRun = 32;    // EncodeKernel: consecutive elements per lane (a warp scan per 1024)
 constexpr int kStage = 32;  // DecodeKernel: elements each thread decodes between coalesced stores
 constexpr unsigned long long kNoError = ~0ull;
 

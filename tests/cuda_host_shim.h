@@ -2,7 +2,7 @@
 // (-DZIPCCL_HOST_EMULATION) and run its kernels on the CPU the way a GPU
 // would; used by tests/cuda_emulation.cc.
 //
-// Every CUDA thread is a std::thread. A launch keeps `resident` CUDA blocks
+// Every CUDA thread is a std::thread (of a pool). A launch keeps `resident` CUDA blocks
 // running at once (each its threads and its own shared memory, filled with
 // garbage before every block), the rest of the grid following as blocks
 // finish, so ThreadSanitizer sees blocks race on global memory as they would
@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -199,6 +200,56 @@ inline void BlockBarrier(bool at_exit) {
        });
 }
 
+// The emulated device's threads, kept between launches (creating hundreds
+// of threads per launch would dominate the tests' time).
+class Pool {
+ public:
+  // Runs job(0) .. job(workers - 1), each on its own thread; returns when all have.
+  void Run(unsigned workers, std::function<void(unsigned)> job) {
+    std::unique_lock<std::mutex> lock(m_);
+    while (threads_.size() < workers) threads_.emplace_back([this, id = unsigned(threads_.size())] { Work(id); });
+    job_ = std::move(job);
+    active_ = remaining_ = workers;
+    ++gen_;
+    start_.notify_all();
+    done_.wait(lock, [&] { return remaining_ == 0; });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      quit_ = true;
+      start_.notify_all();
+    }
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  void Work(unsigned id) {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      start_.wait(lock, [&] { return quit_ || gen_ != seen; });
+      if (quit_) return;
+      seen = gen_;
+      if (id >= active_) continue;
+      const auto job = job_;
+      lock.unlock();
+      job(id);
+      lock.lock();
+      if (--remaining_ == 0) done_.notify_all();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable start_, done_;
+  std::vector<std::thread> threads_;
+  std::function<void(unsigned)> job_;
+  unsigned active_ = 0, remaining_ = 0;
+  uint64_t gen_ = 0;
+  bool quit_ = false;
+};
+
+inline Pool pool;
+
 template <typename Kernel, typename... Args>
 void Launch(const char* name, unsigned grid, unsigned threads, Kernel kernel, Args... args) {
   gridDim.x = grid;
@@ -207,19 +258,16 @@ void Launch(const char* name, unsigned grid, unsigned threads, Kernel kernel, Ar
   const unsigned r = std::min(resident, grid);
   std::vector<std::unique_ptr<Block>> blocks;
   for (unsigned i = 0; i < r; ++i) blocks.push_back(std::make_unique<Block>(threads));
-  std::vector<std::thread> pool;
-  for (unsigned i = 0; i < r; ++i)
-    for (unsigned t = 0; t < threads; ++t)
-      pool.emplace_back([&, i, t] {
-        block = blocks[i].get();
-        threadIdx.x = t;
-        for (unsigned id = i; id < grid; id += r) {
-          blockIdx.x = id;
-          kernel(args...);
-          BlockBarrier(true);
-        }
-      });
-  for (auto& th : pool) th.join();
+  pool.Run(r * threads, [&](unsigned worker) {
+    const unsigned i = worker / threads;
+    block = blocks[i].get();
+    threadIdx.x = worker % threads;
+    for (unsigned id = i; id < grid; id += r) {
+      blockIdx.x = id;
+      kernel(args...);
+      BlockBarrier(true);
+    }
+  });
   std::lock_guard<std::mutex> lock(counts_mutex);
   auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == name; });
   if (it == counts.end()) it = counts.insert(counts.end(), {name, Counts{}});
