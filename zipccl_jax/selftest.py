@@ -139,7 +139,7 @@ def time_codec(device, elements: int, repeat: int) -> dict[str, float]:
     return {"compress": gb / _median_seconds(jax.jit(compress), x, repeat=repeat),
             "decompress": gb / _median_seconds(jax.jit(decompress), c, repeat=repeat),
             "read+write pass": gb / _median_seconds(copy, x, repeat=repeat),
-            "ratio": float(c.ratio)}
+            "ratio": float(c.ratio())}
 
 
 def run_autotune(devices) -> tuple[str, object]:
