@@ -187,7 +187,7 @@ def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
     x = make(kind, n, dtype)
     stream = ref.compress(x)
     rng = np.random.default_rng(zlib.crc32(f"{np.dtype(dtype).name}-{kind}".encode()))
-    bad = [mutate(stream, rng) for _ in range(100)]
+    bad = [mutate(stream, rng) for _ in range(50)]
     replies = emulate(emulator, [decompress_request([b], dtype, n) for b in bad])
     rejected = 0
     for b, (err, out) in zip(bad, replies):
@@ -198,7 +198,7 @@ def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
             rejected += 1
         else:
             assert err == "" and out == expected, err
-    assert rejected > 10
+    assert rejected > 5
 
 
 def test_a_body_size_past_the_end_is_reported_as_truncated(emulator):
