@@ -2,19 +2,29 @@
 //
 // Every format decision is a shared function of zipccl_format.h (the same ones
 // the CPU codec's generic path runs), so the bytes match the CPU codec and the
-// numpy reference; this file only decides which thread runs what and where the
-// bytes go. Written for correctness and clarity first: one thread per 4096-
-// element block or per 16-block group, serial per-stream bookkeeping on
-// thread 0 of a CUDA block. Byte offsets are 64-bit (tensors may exceed 2 GiB).
+// numpy reference; this file only decides which threads run what and where
+// the bytes go. docs/GPU.md has the performance model of each kernel.
 //
-// compress:   EmaxKernel (thread/block) -> ChooseKernel (thread/group) ->
-//             EncodeKernel (thread/block, bodies to scratch) ->
-//             AssembleKernel (CUDA block/item). No host sync.
-// decompress: DecodeKernel (CUDA block/stream), then one sync to read the
-//             first device-side error.
-// accumulate: per row j, DecodeKernel + AccumulateKernel; then RoundKernel.
+// compress:   EmaxKernel (warp per 4096-element block) -> ChooseKernel (CUDA
+//             block per 16-block group: shared histograms, a warp per code) ->
+//             EncodeKernel (CUDA block per block, a warp per sub-stream, the
+//             body staged in shared memory) -> LayoutKernel (CUDA block per
+//             item: scans of table and body offsets) -> WriteKernel (CUDA block
+//             per block: descriptors, tables, bodies).
+// decompress: ValidateKernel (CUDA block per stream) -> DecodeKernel (CUDA
+//             block per group: decode tables in shared memory, a thread per
+//             sub-stream); the first error (lowest stream, block, sub-stream)
+//             lands in one device word that FinishDecode reads.
+// accumulate: per row j, the two decode kernels and AccumulateKernel; then
+//             RoundKernel.
+// Grids are sized from the device's SM count; kernels loop over their work.
+// Byte offsets are 64-bit (tensors may exceed 2 GiB).
 #ifndef ZIPCCL_HOST_EMULATION  // tests/cuda_host_shim.h stands in for it on the host
 #include <cuda_runtime.h>
+// A kernel's shared memory, one struct; the emulation gives each CUDA block its own.
+#define ZC_SHARED(Type, name) __shared__ Type name
+// Deliberately broken variants exist only in the host emulation's tests.
+#define ZC_INJECTED(k) false
 #endif
 
 #include <algorithm>
@@ -38,26 +48,134 @@ namespace zc = zipccl;
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxGrid = 65535;
-constexpr int64_t kDecodeSlots = 1024;  // DecodeKernel CUDA blocks, each with its own scratch
-static_assert(kDecodeSlots <= kMaxGrid, "DecodeKernel's grid must equal its slot count");
+constexpr int kWarp = 32;
+constexpr unsigned kFull = 0xFFFFFFFFu;
+constexpr int kThreads = 128;                                   // most kernels: 4 warps
+constexpr int kDecodeThreads = zc::kGroupBlocks * zc::kSubstreams;  // a thread per sub-stream of a group
+constexpr int kThreadsPerSm = 2048;
+constexpr int kRun = 32;    // EncodeKernel: consecutive elements per lane (a warp scan per 1024)
+constexpr int kStage = 32;  // DecodeKernel: elements each thread decodes between coalesced stores
+constexpr unsigned long long kNoError = ~0ull;
+
+template <typename T>
+__host__ __device__ T Min(T a, T b) {
+  return a < b ? a : b;
+}
+
+__device__ int Lane() { return threadIdx.x % kWarp; }
+__device__ int WarpId() { return threadIdx.x / kWarp; }
+
+template <typename T>
+__device__ T WarpSum(T v) {
+  for (int d = kWarp / 2; d > 0; d /= 2) v += __shfl_xor_sync(kFull, v, d);
+  return v;
+}
+
+template <typename T>
+__device__ T WarpMax(T v) {
+  for (int d = kWarp / 2; d > 0; d /= 2) {
+    const T o = __shfl_xor_sync(kFull, v, d);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+template <typename T>
+__device__ T WarpInclusiveScan(T v) {
+  for (int d = 1; d < kWarp; d *= 2) {
+    const T o = __shfl_up_sync(kFull, v, d);
+    if (Lane() >= d) v += o;
+  }
+  return v;
+}
+
+// Exclusive prefix sum of v over the CUDA block's threads (a multiple of 32);
+// *total receives the sum. sums: shared, one slot per warp. All threads call it.
+__device__ int64_t BlockExclusiveScan(int64_t v, int64_t* sums, int64_t* total) {
+  const int64_t inclusive = WarpInclusiveScan(v);
+  if (Lane() == kWarp - 1) sums[WarpId()] = inclusive;
+  __syncthreads();
+  int64_t before = 0, all = 0;
+  for (int w = 0; w < int(blockDim.x) / kWarp; ++w) {
+    before += w < WarpId() ? sums[w] : 0;
+    all += sums[w];
+  }
+  __syncthreads();  // sums is reused by the next call
+  *total = all;
+  return inclusive - v + before;
+}
 
 // Grid-stride loop of i over [0, n) across all threads of a launch.
 #define ZC_FOR_THREADS(i, n)                                                \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
+// Loop of unit over [0, n) by CUDA block: every thread of a block sees the
+// same units, so the body may hold __syncthreads.
+#define ZC_FOR_BLOCKS(unit, n) for (int64_t unit = blockIdx.x; unit < (n); unit += gridDim.x)
+
 // ---- compress ----
 
-// §7 step 1, thread per block of every item: refs[t] = the block's emax
-// (ChooseKernel then overwrites it with the chosen ref).
-__global__ void EmaxKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t total,
-                           uint32_t* refs) {
-  const int64_t eb = zc::layout_of(dtype).elem_bytes;
-  ZC_FOR_THREADS(t, total) {
+// §7 step 1, warp per block of every item: refs[t] = the block's emax
+// (ChooseKernel then overwrites it with the chosen ref). Lanes read
+// consecutive elements.
+__global__ void EmaxKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t total, uint32_t* refs) {
+  const zc::Layout lay = zc::layout_of(dtype);
+  const uint32_t all_ones = (1u << lay.exp_bits) - 1;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t t = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarp; t < total; t += warps) {
     const int64_t item = t / nb, b = t % nb;
-    refs[t] = zc::block_emax(dtype, x + (item * n + b * zc::kBlock) * eb, zc::block_count(n, b));
+    const uint8_t* in = x + (item * n + b * zc::kBlock) * lay.elem_bytes;
+    uint32_t emax = 0;
+    for (int i = Lane(); i < zc::block_count(n, b); i += kWarp) {
+      const uint32_t e = zc::exponent_of(zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay);
+      if (e < all_ones && e > emax) emax = e;
+    }
+    if (ZC_INJECTED(2) && Lane() == 5) return;  // a lane that skips the warp's shuffles: the emulation must catch it
+    emax = WarpMax(emax);
+    if (Lane() == 0) refs[t] = emax;
+  }
+}
+
+// A warp's working space for one Huffman code (§5.1).
+struct HuffmanScratch {
+  uint32_t counts[zc::kMaxSyms];  // flattened as code_lengths does
+  uint32_t weight[2 * zc::kMaxSyms];
+  uint16_t parent[2 * zc::kMaxSyms];
+  uint8_t leaf[zc::kMaxSyms];
+  uint8_t depth[2 * zc::kMaxSyms];
+};
+
+// code_lengths of zipccl_format.h by one warp: the lanes sort the used
+// symbols by (count, symbol) -- each finds its symbols' ranks --, lane 0 runs
+// the two-queue merge (huffman_tree_lengths) in shared memory, and the lanes
+// flatten the counts while a code is over 12 bits. lens: shared.
+__device__ void WarpCodeLengths(const uint32_t* counts, uint8_t* lens, int nsym, HuffmanScratch& ws) {
+  for (int s = Lane(); s < nsym; s += kWarp) ws.counts[s] = counts[s];
+  __syncwarp();
+  for (;;) {
+    int used = 0;
+    for (int s = Lane(); s < nsym; s += kWarp) {
+      const uint32_t c = ws.counts[s];
+      lens[s] = 0;
+      if (!c) continue;
+      int rank = 0;
+      for (int o = 0; o < nsym; ++o) {
+        const uint32_t co = ws.counts[o];
+        rank += co && (co < c || (co == c && o < s));
+      }
+      ws.leaf[rank] = uint8_t(s);
+      ++used;
+    }
+    used = WarpSum(used);
+    __syncwarp();  // the lanes' leaf and lens stores before lane 0 reads them
+    if (Lane() == 0) zc::huffman_tree_lengths(ws.counts, ws.leaf, used, lens, ws.weight, ws.parent, ws.depth);
+    __syncwarp();
+    int longest = 0;
+    for (int s = Lane(); s < nsym; s += kWarp) longest = lens[s] > longest ? lens[s] : longest;
+    if (WarpMax(longest) <= zc::kMaxCodeLen) return;
+    for (int s = Lane(); s < nsym; s += kWarp) ws.counts[s] = ws.counts[s] ? (ws.counts[s] + 1) >> 1 : 0;
+    __syncwarp();
   }
 }
 
@@ -69,155 +187,284 @@ struct PlaneScratch {
   uint16_t* codes;
 };
 
-__device__ zc::PlaneCodes GroupPlanes(PlaneScratch ps, int64_t gi) {
-  zc::PlaneCodes pc{};
-  pc.mask = ps.masks[gi];
-  for (int p = 0; p < zc::kMaxPlanes; ++p) {
-    pc.lens[p] = ps.lens + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms;
-    pc.codes[p] = ps.codes + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms;
-  }
-  return pc;
-}
+struct ChooseSmem {
+  uint32_t counts[zc::kCandidates][zc::kNumSyms];
+  uint32_t planes[2][zc::kMaxPlanes][zc::kPlaneSyms];  // [0]: every 8th element, [1]: all
+  uint8_t lens[zc::kCandidates][zc::kNumSyms];
+  uint8_t plens[zc::kMaxPlanes][zc::kPlaneSyms];
+  HuffmanScratch ws[kThreads / kWarp];
+  uint32_t gmax;
+  int best, mask;
+};
+static_assert(zc::kCandidates <= kThreads / kWarp && zc::kMaxPlanes < kThreads / kWarp,
+              "ChooseKernel: a warp per candidate code, per plane, and one for the choice");
 
-// §7 steps 2-3, thread per group of every item: refs (the group's largest
-// emax or each block's own) and sign coding (the candidate best_candidate
-// picks), code lengths and canonical codes, and the byte planes it codes.
-// Same steps as choose_group_generic and choose_all_planes in codec_cpu.cc.
-__global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng,
-                             int64_t total_groups, uint32_t* refs, uint8_t* lens, uint16_t* codes,
-                             PlaneScratch ps) {
-  const int64_t eb = zc::layout_of(dtype).elem_bytes;
-  ZC_FOR_THREADS(gi, total_groups) {
+// §7 steps 2-3, CUDA block per group of every item: the symbol counts of the
+// four candidates and the byte-plane counts in shared histograms (one pass
+// over the group's elements), a warp per candidate's code lengths, then the
+// planes' codes (warp p: plane p); refs, lengths, canonical codes and the
+// mask go to global scratch. Same choices as choose_group_generic and
+// choose_all_planes of codec_cpu.cc.
+__global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total_groups,
+                             uint32_t* refs, uint8_t* lens, uint16_t* codes, PlaneScratch ps) {
+  ZC_SHARED(ChooseSmem, sm);
+  const zc::Layout lay = zc::layout_of(dtype);
+  ZC_FOR_BLOCKS(gi, total_groups) {
     const int64_t item = gi / ng, b0 = (gi % ng) * zc::kGroupBlocks;
-    const int64_t b1 = b0 + zc::kGroupBlocks < nb ? b0 + zc::kGroupBlocks : nb;
-    const uint8_t* in = x + item * n * eb;
-    uint32_t* ref = refs + item * nb;
-    uint32_t gmax = 0;
-    for (int64_t b = b0; b < b1; ++b) gmax = ref[b] > gmax ? ref[b] : gmax;
-    uint32_t counts[zc::kCandidates][zc::kNumSyms] = {};
-    uint8_t cand[zc::kCandidates][zc::kNumSyms];
-    for (int c = 0; c < zc::kCandidates; ++c) {
-      for (int64_t b = b0; b < b1; ++b)
-        zc::add_symbol_counts(dtype, in + b * zc::kBlock * eb, zc::block_count(n, b), (c & 1) ? ref[b] : gmax,
-                              c >= 2, counts[c]);
-      zc::code_lengths(counts[c], cand[c]);
+    const int64_t first = b0 * zc::kBlock, count = Min<int64_t>(n - first, zc::kGroupBlocks * zc::kBlock);
+    const uint8_t* in = x + (item * n + first) * lay.elem_bytes;
+    uint32_t* ref = refs + item * nb + b0;
+    for (int i = threadIdx.x; i < zc::kCandidates * zc::kNumSyms; i += blockDim.x) (&sm.counts[0][0])[i] = 0;
+    for (int i = threadIdx.x; i < 2 * zc::kMaxPlanes * zc::kPlaneSyms; i += blockDim.x) (&sm.planes[0][0][0])[i] = 0;
+    if (threadIdx.x == 0) {
+      sm.gmax = 0;
+      for (int64_t b = 0; b < zc::num_blocks(count); ++b) sm.gmax = ref[b] > sm.gmax ? ref[b] : sm.gmax;
+      sm.mask = 0;
     }
-    const int best = zc::best_candidate(counts, cand, zc::layout_of(dtype).exp_bits);
-    if (!(best & 1))
-      for (int64_t b = b0; b < b1; ++b) ref[b] = gmax;
-    uint8_t* l = lens + gi * zc::kNumSyms;
-    for (int s = 0; s < zc::kNumSyms; ++s) l[s] = cand[best][s];
-    zc::canonical_codes(l, codes + gi * zc::kNumSyms);
-    const int64_t first = b0 * zc::kBlock, count = (n - first < zc::kGroupBlocks * int64_t(zc::kBlock))
-                                                        ? n - first : zc::kGroupBlocks * int64_t(zc::kBlock);
-    uint8_t(*plens)[zc::kPlaneSyms] = reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(ps.lens + gi * zc::kMaxPlanes * zc::kPlaneSyms);
-    ps.masks[gi] = zc::choose_planes(dtype, in + first * eb, count, plens) | (best >= 2 ? zc::kMaskSign : 0);
-    for (int p = 0; p < zc::kMaxPlanes; ++p)
-      if ((ps.masks[gi] >> p) & 1) zc::canonical_codes(plens[p], ps.codes + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms, zc::kPlaneSyms);
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+      const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), own = ref[i / zc::kBlock];
+      for (int c = 0; c < zc::kCandidates; ++c)
+        atomicAdd(&sm.counts[c][zc::symbol_of_element(v, lay, (c & 1) ? own : sm.gmax, c >= 2)], 1u);
+      for (int p = 0; p < lay.raw_bytes; ++p) {
+        const uint32_t byte = (v >> (8 * p)) & 0xFFu;
+        atomicAdd(&sm.planes[1][p][byte], 1u);
+        if (i % zc::kPlaneSampleStride == 0) atomicAdd(&sm.planes[0][p][byte], 1u);
+      }
+    }
+    __syncthreads();
+    if (WarpId() < zc::kCandidates) WarpCodeLengths(sm.counts[WarpId()], sm.lens[WarpId()], zc::kNumSyms, sm.ws[WarpId()]);
+    __syncthreads();
+    const int p = WarpId();  // §7 step 3, choose_planes: the sample first, all bytes if it pays
+    if (p < lay.raw_bytes) {
+      const int64_t ns = (count + zc::kPlaneSampleStride - 1) / zc::kPlaneSampleStride;
+      bool coded = false;
+      for (int pass = 0; pass < 2; ++pass) {
+        WarpCodeLengths(sm.planes[pass][p], sm.plens[p], zc::kPlaneSyms, sm.ws[p]);
+        uint64_t bits = 0;
+        for (int v = Lane(); v < zc::kPlaneSyms; v += kWarp) bits += uint64_t(sm.planes[pass][p][v]) * sm.plens[p][v];
+        bits = WarpSum(bits);
+        coded = pass ? bits + 8 * zc::kPlaneTableBytes < 8 * uint64_t(count) : zc::plane_sample_pays(bits, ns);
+        if (!coded) break;
+      }
+      if (coded && Lane() == 0) atomicOr(&sm.mask, 1 << p);
+    } else if (p == zc::kMaxPlanes && Lane() == 0) {
+      sm.best = zc::best_candidate(sm.counts, sm.lens, lay.exp_bits);
+    }
+    __syncthreads();
+    const int best = sm.best;
+    if (threadIdx.x < zc::kGroupBlocks && threadIdx.x < zc::num_blocks(count) && !(best & 1)) ref[threadIdx.x] = sm.gmax;
+    for (int s = threadIdx.x; s < zc::kNumSyms; s += blockDim.x) lens[gi * zc::kNumSyms + s] = sm.lens[best][s];
+    uint8_t* plens = ps.lens + gi * zc::kMaxPlanes * zc::kPlaneSyms;
+    for (int i = threadIdx.x; i < zc::kMaxPlanes * zc::kPlaneSyms; i += blockDim.x) plens[i] = (&sm.plens[0][0])[i];
+    // canonical codes: warp 0 the symbols', warp 1 + q plane q's (serial in one lane each)
+    if (Lane() == 0 && WarpId() == 0) {
+      zc::canonical_codes(sm.lens[best], codes + gi * zc::kNumSyms);
+      ps.masks[gi] = sm.mask | (best >= 2 ? zc::kMaskSign : 0);
+    } else if (Lane() == 0 && WarpId() <= zc::kMaxPlanes && ((sm.mask >> (WarpId() - 1)) & 1)) {
+      const int q = WarpId() - 1;
+      zc::canonical_codes(sm.plens[q], ps.codes + (gi * zc::kMaxPlanes + q) * zc::kPlaneSyms, zc::kPlaneSyms);
+    }
+    __syncthreads();  // the shared memory is reused by the next group
   }
 }
 
-// §7 step 4, thread per block: encodes into a fixed kBlock-element scratch
-// slot (bodies are packed once all sizes are known).
+// Appends bits at bit position pos of a body staged as 32-bit words in
+// shared memory (zeroed first); lanes write their elements' bits at once.
+struct SharedBitWriter {
+  uint32_t* words;
+  uint32_t pos;
+  __device__ void put(uint32_t value, int len) {
+    if (!len) return;
+    const uint32_t w = pos >> 5, sh = pos & 31;
+    atomicOr(&words[w], value << sh);
+    if (sh + len > 32) atomicOr(&words[w + 1], value >> (32 - sh));
+    pos += len;
+  }
+};
+
+__device__ void PutByte(uint32_t* words, uint32_t at, uint32_t byte) { atomicOr(&words[at >> 2], byte << (8 * (at & 3))); }
+
+struct EncodeSmem {
+  uint32_t words[zc::kBlock];  // a coded body is shorter than 4096 float32s
+  uint8_t lens[zc::kNumSyms];
+  uint16_t codes[zc::kNumSyms];
+  uint8_t plens[zc::kMaxPlanes][zc::kPlaneSyms];
+  uint16_t pcodes[zc::kMaxPlanes][zc::kPlaneSyms];
+  uint32_t stream_bits[zc::kSubstreams];
+};
+static_assert(zc::kSubstreams == kThreads / kWarp, "EncodeKernel: a warp per sub-stream");
+
+// §7 step 4, CUDA block per block of every item, warp k on sub-stream k:
+// the lanes size their elements (element_bits), warp sums give the
+// sub-streams' sizes and so the body's layout; a raw body is copied, a coded
+// one built in shared memory -- each lane puts the codes of kRun consecutive
+// elements at the offset a warp scan gives (put_element), their raw bytes and
+// extra bits at their fixed places -- and stored to bodies with 32-bit stores.
 __global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total,
                              const uint32_t* refs, const uint8_t* lens, const uint16_t* codes, PlaneScratch ps,
                              uint8_t* bodies, uint32_t* descs) {
-  const int64_t eb = zc::layout_of(dtype).elem_bytes;
-  ZC_FOR_THREADS(t, total) {
+  ZC_SHARED(EncodeSmem, sm);
+  const zc::Layout lay = zc::layout_of(dtype);
+  ZC_FOR_BLOCKS(t, total) {
     const int64_t item = t / nb, b = t % nb, gi = item * ng + b / zc::kGroupBlocks;
-    descs[t] = zc::encode_block(dtype, x + (item * n + b * zc::kBlock) * eb, zc::block_count(n, b), refs[t],
-                                lens + gi * zc::kNumSyms, codes + gi * zc::kNumSyms,
-                                bodies + t * zc::kBlock * eb, GroupPlanes(ps, gi));
+    const uint8_t* in = x + (item * n + b * zc::kBlock) * lay.elem_bytes;
+    uint8_t* body = bodies + t * zc::kBlock * lay.elem_bytes;
+    const int count = zc::block_count(n, b), q = zc::substream_len(count), k = WarpId();
+    const uint32_t ref = refs[t];
+    const int mask = ps.masks[gi];
+    for (int s = threadIdx.x; s < zc::kNumSyms; s += blockDim.x) {
+      sm.lens[s] = lens[gi * zc::kNumSyms + s];
+      sm.codes[s] = codes[gi * zc::kNumSyms + s];
+    }
+    for (int i = threadIdx.x; i < zc::kMaxPlanes * zc::kPlaneSyms; i += blockDim.x)
+      if ((mask >> (i / zc::kPlaneSyms)) & 1) {
+        (&sm.plens[0][0])[i] = ps.lens[gi * zc::kMaxPlanes * zc::kPlaneSyms + i];
+        (&sm.pcodes[0][0])[i] = ps.codes[gi * zc::kMaxPlanes * zc::kPlaneSyms + i];
+      }
+    __syncthreads();
+    const zc::PlaneCodes pc{mask, {sm.plens[0], sm.plens[1]}, {sm.pcodes[0], sm.pcodes[1]}, {}};
+    const int begin = k * q, end = Min(count, begin + q);
+    uint32_t bits = 0;
+    for (int i = begin + Lane(); i < end; i += kWarp)
+      bits += zc::element_bits(dtype, zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, sm.lens, pc);
+    bits = WarpSum(bits);
+    if (Lane() == 0) sm.stream_bits[k] = bits;
+    __syncthreads();
+    const zc::Layout st = zc::group_layout(lay, mask);
+    const uint32_t sizes_at = uint32_t(count) * st.raw_bytes + zc::extra_area_bytes(count, st);
+    uint32_t coded = sizes_at + zc::kSubstreamHeader, start = 0;  // start: sub-stream k's first byte
+    for (int j = 0; j < zc::kSubstreams; ++j) {
+      if (j == k) start = coded;
+      coded += (sm.stream_bits[j] + 7) / 8;
+    }
+    const uint32_t raw_block = uint32_t(count) * lay.elem_bytes;
+    if (coded >= raw_block) {
+      for (uint32_t i = threadIdx.x; i < raw_block; i += blockDim.x) body[i] = in[i];
+      if (threadIdx.x == 0) descs[t] = zc::make_descriptor(raw_block, 0, 0);
+    } else {
+      for (uint32_t w = threadIdx.x; w < (coded + 3) / 4; w += blockDim.x) sm.words[w] = 0;
+      if (!ZC_INJECTED(1)) __syncthreads();  // without it, a race the emulation must catch
+      if (Lane() == 0 && k + 1 < zc::kSubstreams) {  // §2: the sizes of sub-streams 0..2
+        const uint32_t bytes = (sm.stream_bits[k] + 7) / 8;
+        PutByte(sm.words, sizes_at + 2 * k, bytes & 0xFF);
+        PutByte(sm.words, sizes_at + 2 * k + 1, bytes >> 8);
+      }
+      const bool sign_coded = mask & zc::kMaskSign;
+      uint32_t done = 0;  // bits of sub-stream k put so far
+      for (int base = begin; base < end; base += kWarp * kRun) {  // lane l: elements base + kRun l ...
+        const int first = base + kRun * Lane(), last = Min(first + kRun, end);
+        uint32_t len = 0;
+        for (int i = first; i < last; ++i)
+          len += zc::element_bits(dtype, zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, sm.lens, pc);
+        const uint32_t after = WarpInclusiveScan(len);
+        SharedBitWriter w{sm.words, 8 * start + done + after - len};
+        for (int i = first; i < last; ++i) {
+          const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+          zc::put_element(dtype, v, ref, sm.lens, sm.codes, pc, w);
+          uint32_t top, extra;
+          uint8_t raw[zc::kMaxPlanes];
+          zc::split_element(dtype, v, &top, raw, &extra);
+          for (int p = 0, j = 0; p < lay.raw_bytes; ++p)
+            if (!((mask >> p) & 1)) PutByte(sm.words, i * st.raw_bytes + j++, raw[p]);
+          SharedBitWriter e{sm.words, 8 * uint32_t(count) * st.raw_bytes + uint32_t(i) * st.extra_bits};
+          e.put(extra >> sign_coded, st.extra_bits);
+        }
+        done += __shfl_sync(kFull, after, kWarp - 1);
+      }
+      __syncthreads();
+      uint32_t* out = reinterpret_cast<uint32_t*>(body);  // 4-aligned: slots are kBlock elements
+      for (uint32_t w = threadIdx.x; w < (coded + 3) / 4; w += blockDim.x) out[w] = sm.words[w];
+      if (threadIdx.x == 0) descs[t] = zc::make_descriptor(coded, ref, 1);
+    }
+    __syncthreads();  // the shared memory is reused by the next block
   }
 }
 
-// CUDA block per item: thread 0 places the group tables (§1), sizes the
-// coded form and picks STORED_RAW (§7 step 5); then all threads write
-// descriptors, plane masks, tables and bodies. table_at: [batch * ng] scratch.
-__global__ void AssembleKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t batch,
-                               const uint8_t* lens, PlaneScratch ps, const uint8_t* bodies, const uint32_t* descs,
-                               int64_t* table_at, uint8_t* payload, int64_t cap, uint32_t* sizes) {
-  __shared__ bool stored_raw;
-  __shared__ int flags;
-  __shared__ int64_t start;
-  const int64_t eb = zc::layout_of(dtype).elem_bytes;
-  for (int64_t item = blockIdx.x; item < batch; item += gridDim.x) {
-    const uint32_t* d = descs + item * nb;
-    const int* masks = ps.masks + item * ng;
-    int64_t* at = table_at + item * ng;
-    uint8_t* out = payload + item * cap;
+struct ScanSmem {
+  int64_t sums[kThreads / kWarp];
+};
+
+// §1 and §7 step 5, CUDA block per item: where each group's tables and each
+// block's body go (block-wide scans), whether the item is stored raw; writes
+// the header and the item's size.
+__global__ void LayoutKernel(int dtype, int64_t n, int64_t nb, int64_t ng, int64_t batch, const int* masks,
+                             const uint32_t* descs, int64_t* table_at, int64_t* body_at, uint8_t* stored_raw,
+                             uint8_t* payload, int64_t cap, uint32_t* sizes) {
+  ZC_SHARED(ScanSmem, sm);
+  ZC_FOR_BLOCKS(item, batch) {
+    int64_t pos = zc::tables_offset(nb, zc::kFlagMasks), total;  // §7 step 5: a coded stream has its masks
+    for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
+      const int64_t g = g0 + threadIdx.x;
+      const int64_t at = BlockExclusiveScan(g < ng ? zc::group_table_bytes(masks[item * ng + g]) : 0, sm.sums, &total);
+      if (g < ng) table_at[item * ng + g] = pos + at;
+      pos += total;
+    }
+    for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x) {
+      const int64_t b = b0 + threadIdx.x;
+      const int64_t at = BlockExclusiveScan(b < nb ? descs[item * nb + b] & 0xFFFFu : 0, sm.sums, &total);
+      if (b < nb) body_at[item * nb + b] = pos + at;
+      pos += total;
+    }
     if (threadIdx.x == 0) {
-      flags = zc::kFlagMasks;  // §7 step 5: a coded stream always has its masks
-      int64_t end = zc::tables_offset(nb, flags);
-      for (int64_t g = 0; g < ng; ++g) {
-        at[g] = end;
-        end += zc::group_table_bytes(masks[g]);
-      }
-      start = end;
-      for (int64_t b = 0; b < nb; ++b) end += d[b] & 0xFFFFu;
-      stored_raw = end - zc::kHeaderBytes >= n * eb;
-      zc::write_header(out, dtype, stored_raw ? zc::kFlagStoredRaw : flags, uint64_t(n));
-      sizes[item] = uint32_t(stored_raw ? zc::kHeaderBytes + n * eb : end);
+      const int64_t raw_bytes = n * zc::layout_of(dtype).elem_bytes;
+      stored_raw[item] = pos - zc::kHeaderBytes >= raw_bytes;
+      zc::write_header(payload + item * cap, dtype, stored_raw[item] ? zc::kFlagStoredRaw : zc::kFlagMasks, uint64_t(n));
+      sizes[item] = uint32_t(stored_raw[item] ? zc::kHeaderBytes + raw_bytes : pos);
     }
-    __syncthreads();
-    if (stored_raw) {
-      const uint8_t* src = x + item * n * eb;
-      for (int64_t i = threadIdx.x; i < n * eb; i += blockDim.x) out[zc::kHeaderBytes + i] = src[i];
-    } else {
-      for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) zc::store_u32(out + zc::kHeaderBytes + 4 * b, d[b]);
-      for (int64_t g = threadIdx.x; g < ng; g += blockDim.x) {
-        const zc::PlaneCodes pc = GroupPlanes(ps, item * ng + g);
-        out[zc::kHeaderBytes + 4 * nb + g] = uint8_t(pc.mask);
-        zc::pack_table(lens + (item * ng + g) * zc::kNumSyms, out + at[g]);
-        for (int p = 0, k = 0; p < zc::kMaxPlanes; ++p)
-          if ((pc.mask >> p) & 1) zc::pack_table(pc.lens[p], out + at[g] + zc::kTableBytes + zc::kPlaneTableBytes * k++, zc::kPlaneSyms);
-      }
-      int64_t off = start;  // every thread tracks the running body offset
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* src = bodies + (item * nb + b) * zc::kBlock * eb;
-        const int64_t size = d[b] & 0xFFFFu;
-        for (int64_t i = threadIdx.x; i < size; i += blockDim.x) out[off + i] = src[i];
-        off += size;
-      }
+  }
+}
+
+// CUDA block per block of every item: its descriptor, its group's mask and
+// tables (first block of a group), its body; or, in a stored-raw item, its
+// elements. Lanes store consecutive bytes.
+__global__ void WriteKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total,
+                            const uint8_t* lens, PlaneScratch ps, const uint8_t* bodies, const uint32_t* descs,
+                            const int64_t* table_at, const int64_t* body_at, const uint8_t* stored_raw,
+                            uint8_t* payload, int64_t cap) {
+  const int64_t eb = zc::layout_of(dtype).elem_bytes;
+  ZC_FOR_BLOCKS(t, total) {
+    const int64_t item = t / nb, b = t % nb;
+    uint8_t* out = payload + item * cap;
+    if (stored_raw[item]) {
+      const int64_t first = b * zc::kBlock * eb, bytes = zc::block_count(n, b) * eb;
+      for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) out[zc::kHeaderBytes + first + i] = x[item * n * eb + first + i];
+      continue;
     }
-    __syncthreads();  // stored_raw is rewritten for the next item
+    if (threadIdx.x == 0) zc::store_u32(out + zc::kHeaderBytes + 4 * b, descs[t]);
+    if (b % zc::kGroupBlocks == 0) {
+      const int64_t g = b / zc::kGroupBlocks, gi = item * ng + g;
+      const int mask = ps.masks[gi];
+      uint8_t* table = out + table_at[gi];
+      if (threadIdx.x == 0) out[zc::kHeaderBytes + 4 * nb + g] = uint8_t(mask);
+      // pack_table: thread 0 the symbols' table, thread 1 + p plane p's
+      const int p = threadIdx.x - 1;
+      if (threadIdx.x == 0) zc::pack_table(lens + gi * zc::kNumSyms, table);
+      else if (p < zc::kMaxPlanes && ((mask >> p) & 1))
+        zc::pack_table(ps.lens + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms,
+                       table + zc::kTableBytes + zc::kPlaneTableBytes * (p == 1 && (mask & 1)), zc::kPlaneSyms);
+    }
+    const uint8_t* src = bodies + t * zc::kBlock * eb;
+    uint8_t* dst = out + body_at[t];
+    for (int64_t i = threadIdx.x; i < (descs[t] & 0xFFFFu); i += blockDim.x) dst[i] = src[i];
   }
 }
 
 // ---- decompress ----
 
-// Scratch of one DecodeKernel CUDA block, reused by the streams it handles.
-struct DecodeSlot {
-  uint64_t* offsets;   // [nb] body offset of each block from the stream start
-  uint64_t* table_at;  // [ng] offset of each group's tables
-  uint8_t* has_lut;    // [ng] group has a coded block, so its tables were checked
-  uint16_t* luts;      // [ng * lut_stride] decode tables: the symbols', then each plane's
+// What ValidateKernel learns of each stream, for DecodeKernel.
+struct StreamInfo {
+  int8_t* state;       // [streams] -1 invalid, 0 coded, 1 stored raw
+  int64_t* body_at;    // [streams * nb] body offset of each block from the stream start
+  int64_t* table_at;   // [streams * ng] offset of each group's tables
+  uint8_t* table_ok;   // [streams * ng] the group's tables are valid (§5.3)
 };
 
-// Decode tables per group: one for the symbols and one per raw byte plane.
-__host__ __device__ inline int64_t LutStride(int dtype) {
-  return int64_t(1 + zc::layout_of(dtype).raw_bytes) * zc::kLutSize;
-}
-
-// Checks group tables at `at` with mask (§5.3-5.4); builds them into luts if
-// luts is not null. Returns a Status.
-__device__ int GroupTables(const uint8_t* at, int mask, uint16_t* luts) {
-  uint8_t lens[zc::kMaxSyms];
-  if (zc::unpack_table(at, lens) != zc::kOk) return zc::kErrTable;
-  if (luts) zc::build_lut(lens, luts);
-  at += zc::kTableBytes;
-  for (int p = 0; p < zc::kMaxPlanes; ++p) {
-    if (!((mask >> p) & 1)) continue;
-    if (zc::unpack_table(at, lens, zc::kPlaneSyms) != zc::kOk) return zc::kErrTable;
-    if (luts) zc::build_lut(lens, luts + (1 + p) * zc::kLutSize, zc::kPlaneSyms);
-    at += zc::kPlaneTableBytes;
-  }
-  return zc::kOk;
-}
-
-__device__ void ReportError(unsigned long long* err, int64_t stream, int status) {
-  // First error wins: (stream << 8) | status, 0 = none.
-  atomicCAS(err, 0ull, (static_cast<unsigned long long>(stream) << 8) | unsigned(status));
+// First error wins: the lowest (stream, block, sub-stream) -- the order a
+// serial decoder meets them in -- with its status, in one word; kNoError = none.
+__device__ void ReportError(unsigned long long* err, int64_t stream, int64_t block, int sub, int status) {
+  atomicMin(err, (static_cast<unsigned long long>(stream) << 40) |
+                     (static_cast<unsigned long long>(block * zc::kSubstreams + sub) << 8) | unsigned(status));
 }
 
 // Group g's plane mask in a coded stream with these header flags (§1).
@@ -225,90 +472,192 @@ __device__ int StreamMask(const uint8_t* in, int64_t nb, int flags, int64_t g) {
   return (flags & zc::kFlagMasks) ? in[zc::kHeaderBytes + 4 * nb + g] : 0;
 }
 
-// Checks a stream's header and tables and that its bodies fit in cap, and
-// fills the slot's offsets and has_lut. Per block it checks the group table
-// (coded blocks only), then the body bounds: the CPU codec's order. Mode,
-// body size and bitstream errors come from decode_block. Reads only [in, in + cap).
-__device__ int ValidateStream(int dtype, const uint8_t* in, int64_t cap, int64_t n, DecodeSlot slot,
-                              bool* stored_raw) {
-  int flags = 0, mask_bits = 0;
-  const int st = zc::check_header(in, uint64_t(cap), dtype, uint64_t(n), &flags, &mask_bits);
-  if (st != zc::kOk) return st;
-  *stored_raw = flags & zc::kFlagStoredRaw;
-  if (*stored_raw) return zc::max_stream_bytes(n, dtype) <= cap ? zc::kOk : zc::kErrTruncated;
-  const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  int64_t pos = zc::tables_offset(nb, flags);
-  if (pos > cap) return zc::kErrTruncated;
-  for (int64_t g = 0; g < ng; ++g) {
-    const int mask = StreamMask(in, nb, flags, g);
-    if (mask & ~mask_bits) return zc::kErrPlanes;
-    slot.has_lut[g] = 0;
-    slot.table_at[g] = uint64_t(pos);
-    pos += zc::group_table_bytes(mask);
-  }
-  if (pos > cap) return zc::kErrTruncated;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint32_t desc = zc::load_u32(in + zc::kHeaderBytes + 4 * b);
-    const int64_t g = b / zc::kGroupBlocks;
-    if ((desc >> 24) == 1 && !slot.has_lut[g]) {
-      if (GroupTables(in + slot.table_at[g], StreamMask(in, nb, flags, g), nullptr) != zc::kOk) return zc::kErrTable;
-      slot.has_lut[g] = 1;
-    }
-    const int64_t size = desc & 0xFFFFu;
-    if (size > cap - pos) return zc::kErrTruncated;
-    slot.offsets[b] = uint64_t(pos);
-    pos += size;
+// Checks group tables at `at` with mask (§5.3-5.4). Returns a Status.
+__device__ int GroupTablesStatus(const uint8_t* at, int mask) {
+  uint8_t lens[zc::kMaxSyms];
+  if (zc::unpack_table(at, lens) != zc::kOk) return zc::kErrTable;
+  at += zc::kTableBytes;
+  for (int p = 0; p < zc::kMaxPlanes; ++p) {
+    if (!((mask >> p) & 1)) continue;
+    if (zc::unpack_table(at, lens, zc::kPlaneSyms) != zc::kOk) return zc::kErrTable;
+    at += zc::kPlaneTableBytes;
   }
   return zc::kOk;
 }
 
-// CUDA block per stream: thread 0 validates it; the threads build the decode
-// tables of its groups, then decode its blocks. Stream s of this launch is
-// payload row s * row_stride + row_offset and decodes to out + s * n elements
-// (the accumulate handler uses the stride to pick row j of each item).
-__global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride,
-                             int64_t row_offset, int64_t nstreams, int64_t n, DecodeSlot slots,
-                             uint8_t* out, unsigned long long* err) {
-  __shared__ int state;  // -1 invalid, 0 coded, 1 stored raw
-  __shared__ int flags;
-  const int64_t eb = zc::layout_of(dtype).elem_bytes, nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  const int64_t stride = LutStride(dtype);
-  const DecodeSlot slot{slots.offsets + blockIdx.x * nb, slots.table_at + blockIdx.x * ng,
-                        slots.has_lut + blockIdx.x * ng, slots.luts + blockIdx.x * ng * stride};
-  for (int64_t s = blockIdx.x; s < nstreams; s += gridDim.x) {
+struct ValidateSmem {
+  int64_t sums[kThreads / kWarp];
+  unsigned long long first;  // (index << 8) | status of the first failure
+  int flags, mask_bits, status;
+};
+
+// CUDA block per stream: the header (thread 0), then the group masks and the
+// table offsets (a scan), the tables (thread per group), the body offsets (a
+// scan) and each block's checks -- its group's tables if it is coded, then
+// its bounds, the CPU codec's order; the first failing block in stream
+// order is the stream's error. Mode, body size and bitstream errors are
+// DecodeKernel's. Stream s is payload row s * row_stride + row_offset. Reads
+// only [row, row + cap).
+__global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride,
+                               int64_t row_offset, int64_t nstreams, int64_t n, StreamInfo info,
+                               unsigned long long* err) {
+  ZC_SHARED(ValidateSmem, sm);
+  const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
+  ZC_FOR_BLOCKS(s, nstreams) {
     const int64_t row = s * row_stride + row_offset;
     const uint8_t* in = payload + row * cap;
     if (threadIdx.x == 0) {
-      bool stored_raw = false;
-      const int st = ValidateStream(dtype, in, cap, n, slot, &stored_raw);
-      if (st != zc::kOk) ReportError(err, row, st);
-      state = st != zc::kOk ? -1 : stored_raw ? 1 : 0;
-      flags = st == zc::kOk ? in[6] : 0;
+      int st = zc::check_header(in, uint64_t(cap), dtype, uint64_t(n), &sm.flags, &sm.mask_bits);
+      if (st == zc::kOk && (sm.flags & zc::kFlagStoredRaw) && zc::max_stream_bytes(n, dtype) > cap) st = zc::kErrTruncated;
+      if (st == zc::kOk && !(sm.flags & zc::kFlagStoredRaw) && zc::tables_offset(nb, sm.flags) > cap)
+        st = zc::kErrTruncated;
+      sm.status = st;
+      sm.first = kNoError;
     }
     __syncthreads();
-    for (int64_t g = threadIdx.x; state == 0 && g < ng; g += blockDim.x) {
-      if (slot.has_lut[g])  // checked above
-        GroupTables(in + slot.table_at[g], StreamMask(in, nb, flags, g), slot.luts + g * stride);
-    }
-    __syncthreads();
-    for (int64_t b = threadIdx.x; state >= 0 && b < nb; b += blockDim.x) {
-      const int count = zc::block_count(n, b);
-      uint8_t* dst = out + (s * n + b * zc::kBlock) * eb;
-      if (state == 1) {
-        const uint8_t* src = in + zc::kHeaderBytes + b * zc::kBlock * eb;
-        for (int64_t i = 0; i < count * eb; ++i) dst[i] = src[i];
-        continue;
+    const bool coded = sm.status == zc::kOk && !(sm.flags & zc::kFlagStoredRaw);
+    if (coded) {
+      int64_t pos = zc::tables_offset(nb, sm.flags), total;
+      for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
+        const int64_t g = g0 + threadIdx.x;
+        const int mask = g < ng ? StreamMask(in, nb, sm.flags, g) : 0;
+        if (mask & ~sm.mask_bits) atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
+        const int64_t at = BlockExclusiveScan(g < ng ? zc::group_table_bytes(mask) : 0, sm.sums, &total);
+        if (g < ng) info.table_at[s * ng + g] = pos + at;
+        pos += total;
       }
-      const int64_t g = b / zc::kGroupBlocks;
-      const uint16_t* lut = slot.has_lut[g] ? slot.luts + g * stride : nullptr;
-      zc::PlaneCodes pc{};
-      pc.mask = StreamMask(in, nb, flags, g);
-      for (int p = 0; p < zc::kMaxPlanes; ++p) pc.luts[p] = lut ? lut + (1 + p) * zc::kLutSize : nullptr;
-      const int st = zc::decode_block(dtype, in + slot.offsets[b], zc::load_u32(in + zc::kHeaderBytes + 4 * b),
-                                      count, lut, dst, pc);
-      if (st != zc::kOk) ReportError(err, row, st);
+      if (threadIdx.x == 0 && sm.first == kNoError && pos > cap) sm.first = zc::kErrTruncated;
+      for (int64_t g = threadIdx.x; g < ng && pos <= cap; g += blockDim.x)
+        info.table_ok[s * ng + g] =
+            GroupTablesStatus(in + info.table_at[s * ng + g], StreamMask(in, nb, sm.flags, g)) == zc::kOk;
+      __syncthreads();
+      for (int64_t b0 = 0; b0 < nb && sm.first == kNoError; b0 += blockDim.x) {
+        const int64_t b = b0 + threadIdx.x;
+        const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
+        const int64_t at = pos + BlockExclusiveScan(desc & 0xFFFFu, sm.sums, &total);
+        if (b < nb) {
+          info.body_at[s * nb + b] = at;
+          const int st = (desc >> 24) == 1 && !info.table_ok[s * ng + b / zc::kGroupBlocks] ? zc::kErrTable
+                         : int64_t(desc & 0xFFFFu) > cap - at                               ? zc::kErrTruncated
+                                                                                           : zc::kOk;
+          if (st != zc::kOk) atomicMin(&sm.first, (static_cast<unsigned long long>(b) << 8) | unsigned(st));
+        }
+        pos += total;
+        __syncthreads();  // sm.first, for the loop condition
+      }
+      if (threadIdx.x == 0 && sm.first != kNoError) sm.status = int(sm.first & 0xFF);
     }
-    __syncthreads();  // state and the slot are reused by the next stream
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (sm.status != zc::kOk) ReportError(err, row, 0, 0, sm.status);
+      info.state[s] = sm.status != zc::kOk ? -1 : (sm.flags & zc::kFlagStoredRaw) ? 1 : 0;
+    }
+    __syncthreads();  // the shared memory is reused by the next stream
+  }
+}
+
+struct DecodeSmem {
+  uint16_t luts[1 + zc::kMaxPlanes][zc::kLutSize];  // the symbols', then each plane's
+  uint16_t codes[zc::kMaxSyms];
+  uint8_t lens[zc::kMaxSyms];
+  uint8_t stage[kDecodeThreads][kStage * 4];  // each thread's last kStage decoded elements
+  int64_t stage_at[kDecodeThreads];            // where in its block they go (bytes)
+  int stage_bytes[kDecodeThreads];
+};
+
+// build_lut of zipccl_format.h by a CUDA block, from a stored table: the
+// threads unpack the lengths and clear the table, one lane computes the
+// canonical codes, a thread per symbol fills its entries.
+__device__ void BlockBuildLut(const uint8_t* table, int nsym, uint16_t* lut, DecodeSmem& sm) {
+  for (int j = threadIdx.x; j < nsym / 2; j += blockDim.x) {
+    sm.lens[2 * j] = table[j] & 15;
+    sm.lens[2 * j + 1] = table[j] >> 4;
+  }
+  for (int w = threadIdx.x; w < zc::kLutSize; w += blockDim.x) lut[w] = 0;
+  __syncthreads();
+  if (threadIdx.x == 0) zc::canonical_codes(sm.lens, sm.codes, nsym);
+  __syncthreads();
+  for (int s = threadIdx.x; s < nsym; s += blockDim.x) {
+    const int len = sm.lens[s];
+    for (uint32_t fill = 0; len && fill < (1u << (zc::kMaxCodeLen - len)); ++fill)
+      lut[sm.codes[s] | (fill << len)] = uint16_t(s | (len << 8));
+  }
+  __syncthreads();
+}
+
+// CUDA block per group of every valid stream: builds the group's decode
+// tables in shared memory, then thread 4 j + k decodes sub-stream k of the
+// group's block j (decode_element), kStage elements at a time into shared
+// memory, from where the CUDA block stores them, lanes on consecutive bytes.
+// Raw bodies are copied, a quarter per thread; stored-raw streams by all.
+__global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride, int64_t row_offset,
+                             int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out, unsigned long long* err) {
+  ZC_SHARED(DecodeSmem, sm);
+  const zc::Layout lay = zc::layout_of(dtype);
+  const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
+  ZC_FOR_BLOCKS(unit, nstreams * ng) {
+    const int64_t s = unit / ng, g = unit % ng, row = s * row_stride + row_offset;
+    const uint8_t* in = payload + row * cap;
+    const int64_t first = g * zc::kGroupBlocks * zc::kBlock;
+    uint8_t* group_out = out + (s * n + first) * lay.elem_bytes;
+    if (info.state[s] < 0) continue;
+    if (info.state[s] == 1) {
+      const int64_t bytes = Min<int64_t>(n - first, zc::kGroupBlocks * zc::kBlock) * lay.elem_bytes;
+      for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) group_out[i] = in[zc::kHeaderBytes + first * lay.elem_bytes + i];
+      continue;
+    }
+    const int flags = in[6], mask = StreamMask(in, nb, flags, g);
+    const bool ok = info.table_ok[s * ng + g];
+    if (ok) {
+      const uint8_t* table = in + info.table_at[s * ng + g];
+      BlockBuildLut(table, zc::kNumSyms, sm.luts[0], sm);
+      table += zc::kTableBytes;
+      for (int p = 0; p < zc::kMaxPlanes; ++p) {
+        if (!((mask >> p) & 1)) continue;
+        BlockBuildLut(table, zc::kPlaneSyms, sm.luts[1 + p], sm);
+        table += zc::kPlaneTableBytes;
+      }
+    }
+    const int j = threadIdx.x / zc::kSubstreams, k = threadIdx.x % zc::kSubstreams;
+    const int64_t b = g * zc::kGroupBlocks + j;
+    const int count = b < nb ? zc::block_count(n, b) : 0, q = zc::substream_len(count);
+    const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
+    const uint8_t* body = b < nb ? in + info.body_at[s * nb + b] : in;
+    uint32_t bounds[zc::kSubstreams + 1] = {};
+    int st = zc::kOk;
+    bool coded = false;
+    if (b < nb && (desc >> 24) == 0) {  // a raw body
+      const uint32_t size = desc & 0xFFFFu, part = (size + zc::kSubstreams - 1) / zc::kSubstreams;
+      uint8_t* to = group_out + int64_t(j) * zc::kBlock * lay.elem_bytes;
+      if (size != uint32_t(count) * lay.elem_bytes) st = zc::kErrBlockSize;
+      for (uint32_t i = k * part; st == zc::kOk && i < Min(size, (k + 1) * part); ++i) to[i] = body[i];
+    } else if (b < nb && (desc >> 24) != 1) {
+      st = zc::kErrBlockMode;
+    } else if (b < nb) {
+      st = zc::locate_substreams(body, desc & 0xFFFFu, count, zc::group_layout(lay, mask), bounds);
+      if (st == zc::kOk && !ok) st = zc::kErrTable;
+      coded = st == zc::kOk;
+    }
+    const zc::PlaneCodes pc{mask, {}, {}, {sm.luts[1], sm.luts[2]}};
+    zc::BitReader r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
+    const int begin = k * q, end = Min(count, begin + q);
+    for (int i0 = 0; i0 < zc::kBlock / zc::kSubstreams; i0 += kStage) {  // the same rounds for every thread
+      int m = 0;
+      for (; coded && st == zc::kOk && m < kStage && begin + i0 + m < end; ++m)
+        st = zc::decode_element(dtype, body, count, begin + i0 + m, (desc >> 16) & 0xFFu, sm.luts[0], pc, r,
+                                sm.stage[threadIdx.x] + m * lay.elem_bytes);
+      sm.stage_bytes[threadIdx.x] = m * lay.elem_bytes;
+      sm.stage_at[threadIdx.x] = (int64_t(j) * zc::kBlock + begin + i0) * lay.elem_bytes;
+      __syncthreads();
+      const int row_bytes = kStage * lay.elem_bytes;  // thread t's elements are row t
+      for (int idx = threadIdx.x; idx < kDecodeThreads * row_bytes; idx += blockDim.x) {
+        const int t = idx / row_bytes, byte = idx % row_bytes;
+        if (byte < sm.stage_bytes[t]) group_out[sm.stage_at[t] + byte] = sm.stage[t][byte];
+      }
+      __syncthreads();
+    }
+    if (coded && st == zc::kOk && !r.finished()) st = zc::kErrTrailing;
+    if (st != zc::kOk) ReportError(err, row, b, k, st);
   }
 }
 
@@ -349,15 +698,19 @@ ffi::Error NoScratch() {
 #define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) kernel<<<grid, threads, 0, stream>>>(__VA_ARGS__)
 #endif
 
-// Launches kernel with kThreads threads per CUDA block, enough blocks for
-// `work` units of per_block each (capped; kernels loop), none if work == 0.
-#define ZC_LAUNCH(kernel, work, per_block, stream, ...)                                           \
-  do {                                                                                            \
-    if ((work) > 0) {                                                                             \
-      const int64_t g_ = std::min<int64_t>(((work) + (per_block) - 1) / (per_block), kMaxGrid);   \
-      ZC_LAUNCH_KERNEL(kernel, unsigned(g_), kThreads, stream, __VA_ARGS__);                      \
-      ZC_CUDA(cudaGetLastError());                                                                \
-    }                                                                                             \
+// Launches kernel on `threads`-thread CUDA blocks, as many as the device's
+// SMs hold at once (kThreadsPerSm each) or one per unit of work if fewer;
+// none if work == 0. Kernels loop over their work.
+#define ZC_LAUNCH(kernel, work, threads, stream, ...)                                                  \
+  do {                                                                                                 \
+    if ((work) > 0) {                                                                                  \
+      int device_ = 0, sms_ = 0;                                                                       \
+      ZC_CUDA(cudaGetDevice(&device_));                                                                \
+      ZC_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));                 \
+      const int64_t g_ = Min<int64_t>(work, int64_t(sms_) * (kThreadsPerSm / (threads)));               \
+      ZC_LAUNCH_KERNEL(kernel, unsigned(g_), threads, stream, __VA_ARGS__);                            \
+      ZC_CUDA(cudaGetLastError());                                                                     \
+    }                                                                                                  \
   } while (0)
 
 // Format dtype code of an XLA element type, 0 if unsupported.
@@ -387,23 +740,35 @@ T* Scratch(ffi::ScratchAllocator& scratch, int64_t count) {
   return p.has_value() ? static_cast<T*>(*p) : nullptr;
 }
 
-// Scratch for `slots` DecodeKernel blocks on streams of n elements.
-bool AllocSlots(ffi::ScratchAllocator& scratch, int64_t slots, int64_t n, int dtype, DecodeSlot* s) {
+// Scratch for what ValidateKernel learns of `streams` streams of n elements.
+bool AllocInfo(ffi::ScratchAllocator& scratch, int64_t streams, int64_t n, StreamInfo* info) {
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  s->offsets = Scratch<uint64_t>(scratch, slots * nb);
-  s->table_at = Scratch<uint64_t>(scratch, slots * ng);
-  s->has_lut = Scratch<uint8_t>(scratch, slots * ng);
-  s->luts = Scratch<uint16_t>(scratch, slots * ng * LutStride(dtype));
-  return s->offsets && s->table_at && s->has_lut && s->luts;
+  info->state = Scratch<int8_t>(scratch, streams);
+  info->body_at = Scratch<int64_t>(scratch, streams * nb);
+  info->table_at = Scratch<int64_t>(scratch, streams * ng);
+  info->table_ok = Scratch<uint8_t>(scratch, streams * ng);
+  return info->state && info->body_at && info->table_at && info->table_ok;
+}
+
+// Validates and decodes streams s = 0.. nstreams - 1 (payload rows s * row_stride + row_offset) into out.
+ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride,
+                        int64_t row_offset, int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out,
+                        unsigned long long* d_err) {
+  const int64_t ng = zc::num_groups(zc::num_blocks(n));
+  ZC_LAUNCH(ValidateKernel, nstreams, kThreads, stream, dtype, payload, cap, row_stride, row_offset, nstreams, n,
+            info, d_err);
+  ZC_LAUNCH(DecodeKernel, nstreams * ng, kDecodeThreads, stream, dtype, payload, cap, row_stride, row_offset,
+            nstreams, n, info, out, d_err);
+  return ffi::Error::Success();
 }
 
 // Waits for the stream and turns the first device-side error into kDataLoss.
 ffi::Error FinishDecode(cudaStream_t stream, const unsigned long long* d_err) {
-  unsigned long long err = 0;
+  unsigned long long err = kNoError;
   ZC_CUDA(cudaMemcpyAsync(&err, d_err, sizeof(err), cudaMemcpyDeviceToHost, stream));
   ZC_CUDA(cudaStreamSynchronize(stream));
-  if (err == 0) return ffi::Error::Success();
-  return ffi::Error(ffi::ErrorCode::kDataLoss, "zipccl: corrupt payload (stream " + std::to_string(err >> 8) +
+  if (err == kNoError) return ffi::Error::Success();
+  return ffi::Error(ffi::ErrorCode::kDataLoss, "zipccl: corrupt payload (stream " + std::to_string(err >> 40) +
                                                    "): " + zc::error_message(int(err & 0xFF)));
 }
 
@@ -428,17 +793,24 @@ ffi::Error Compress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Any
   uint8_t* bodies = Scratch<uint8_t>(scratch, total * zc::kBlock * eb);
   uint32_t* descs = Scratch<uint32_t>(scratch, total);
   int64_t* table_at = Scratch<int64_t>(scratch, total_groups);
+  int64_t* body_at = Scratch<int64_t>(scratch, total);
+  uint8_t* stored_raw = Scratch<uint8_t>(scratch, batch);
   const PlaneScratch ps{Scratch<int>(scratch, total_groups),
                         Scratch<uint8_t>(scratch, total_groups * zc::kMaxPlanes * zc::kPlaneSyms),
                         Scratch<uint16_t>(scratch, total_groups * zc::kMaxPlanes * zc::kPlaneSyms)};
-  if (!refs || !lens || !codes || !bodies || !descs || !table_at || !ps.masks || !ps.lens || !ps.codes)
+  if (!refs || !lens || !codes || !bodies || !descs || !table_at || !body_at || !stored_raw || !ps.masks ||
+      !ps.lens || !ps.codes)
     return NoScratch();
   const auto* in = static_cast<const uint8_t*>(x.untyped_data());
-  ZC_LAUNCH(EmaxKernel, total, kThreads, stream, dtype, in, n, nb, total, refs);
+  uint8_t* out = payload->typed_data();
+  ZC_LAUNCH(EmaxKernel, (total + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, dtype, in, n, nb, total,
+            refs);
   ZC_LAUNCH(ChooseKernel, total_groups, kThreads, stream, dtype, in, n, nb, ng, total_groups, refs, lens, codes, ps);
   ZC_LAUNCH(EncodeKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, refs, lens, codes, ps, bodies, descs);
-  ZC_LAUNCH(AssembleKernel, batch, 1, stream, dtype, in, n, nb, ng, batch, lens, ps, bodies, descs, table_at,
-            payload->typed_data(), cap, sizes->typed_data());
+  ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, ps.masks, descs, table_at, body_at,
+            stored_raw, out, cap, sizes->typed_data());
+  ZC_LAUNCH(WriteKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, lens, ps, bodies, descs, table_at,
+            body_at, stored_raw, out, cap);
   return ffi::Error::Success();
 }
 
@@ -451,14 +823,13 @@ ffi::Error Decompress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::B
   const int64_t cap = dims[dims.size() - 1], nstreams = Product(dims, 0, dims.size() - 1);
   if (int64_t(out->element_count()) != nstreams * n)
     return Invalid("decompress: output size disagrees with payload batch * item_elems");
-  const int64_t slots = std::min(nstreams, kDecodeSlots);
-  DecodeSlot slot;
+  StreamInfo info;
   auto* d_err = Scratch<unsigned long long>(scratch, 1);
-  if (!AllocSlots(scratch, slots, n, dtype, &slot) || !d_err) return NoScratch();
-  ZC_CUDA(cudaMemsetAsync(d_err, 0, sizeof(*d_err), stream));
-  ZC_LAUNCH(DecodeKernel, slots, 1, stream, dtype, payload.typed_data(), cap, 1, 0, nstreams, n, slot,
-            static_cast<uint8_t*>(out->untyped_data()), d_err);
-  return FinishDecode(stream, d_err);
+  if (!AllocInfo(scratch, nstreams, n, &info) || !d_err) return NoScratch();
+  ZC_CUDA(cudaMemsetAsync(d_err, 0xFF, sizeof(*d_err), stream));
+  const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, 1, 0, nstreams, n, info,
+                                           static_cast<uint8_t*>(out->untyped_data()), d_err);
+  return launched.failure() ? launched : FinishDecode(stream, d_err);
 }
 
 ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Buffer<ffi::U8> payload,
@@ -474,21 +845,21 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::ScratchAllocator scrat
   if (int64_t(out->element_count()) != (k > 0 ? count : 0))  // k == 0: nothing to sum, like the CPU codec
     return Invalid("accumulate: output size disagrees with payload batch * item_elems");
   if (k == 0 || count == 0) return ffi::Error::Success();  // out may be null when empty
-  const int64_t slots = std::min(batch, kDecodeSlots);
-  DecodeSlot slot;
+  StreamInfo info;
   auto* d_err = Scratch<unsigned long long>(scratch, 1);
   uint8_t* decoded = Scratch<uint8_t>(scratch, count * zc::layout_of(dtype).elem_bytes);
   // Sum straight into out when it is float32; otherwise into f32 scratch.
   float* acc = out_dtype == zc::kF32 ? static_cast<float*>(out->untyped_data()) : Scratch<float>(scratch, count);
-  if (!AllocSlots(scratch, slots, n, dtype, &slot) || !d_err || !decoded || !acc) return NoScratch();
-  ZC_CUDA(cudaMemsetAsync(d_err, 0, sizeof(*d_err), stream));
+  if (!AllocInfo(scratch, batch, n, &info) || !d_err || !decoded || !acc) return NoScratch();
+  ZC_CUDA(cudaMemsetAsync(d_err, 0xFF, sizeof(*d_err), stream));
   for (int64_t j = 0; j < k; ++j) {
-    ZC_LAUNCH(DecodeKernel, slots, 1, stream, dtype, payload.typed_data(), cap, k, j, batch, n, slot, decoded, d_err);
-    ZC_LAUNCH(AccumulateKernel, count, kThreads, stream, dtype, decoded, acc, count, j == 0);
+    const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, k, j, batch, n, info, decoded, d_err);
+    if (launched.failure()) return launched;
+    ZC_LAUNCH(AccumulateKernel, (count + kThreads - 1) / kThreads, kThreads, stream, dtype, decoded, acc, count, j == 0);
   }
   if (out_dtype != zc::kF32)
-    ZC_LAUNCH(RoundKernel, count, kThreads, stream, acc, out_dtype, static_cast<uint16_t*>(out->untyped_data()),
-              count);
+    ZC_LAUNCH(RoundKernel, (count + kThreads - 1) / kThreads, kThreads, stream, acc, out_dtype,
+              static_cast<uint16_t*>(out->untyped_data()), count);
   return FinishDecode(stream, d_err);
 }
 

@@ -230,20 +230,12 @@ ZC_HD void add_symbol_counts(int dtype, const uint8_t* in, int count, uint32_t r
     ++counts[symbol_of_element(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay, ref, sign_coded)];
 }
 
-// §5.1 step 1: deterministic two-queue Huffman code lengths (unlimited) of
-// an alphabet of nsym symbols.
-ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens, int nsym) {
-  uint8_t leaf[kMaxSyms];  // used symbols sorted by (count, symbol)
-  uint32_t weight[2 * kMaxSyms];
-  uint16_t parent[2 * kMaxSyms];
-  int n = 0;
-  for (int s = 0; s < nsym; ++s) {
-    lens[s] = 0;
-    if (!counts[s]) continue;
-    int j = n++;
-    for (; j > 0 && counts[leaf[j - 1]] > counts[s]; --j) leaf[j] = leaf[j - 1];
-    leaf[j] = uint8_t(s);
-  }
+// §5.1 step 1, after sorting: the two-queue Huffman code lengths of the n
+// used symbols leaf[0..n) sorted by (count, symbol), into lens (zeroed by the
+// caller). weight, parent and depth hold 2 * n - 1 entries; the CUDA codec
+// passes shared memory, so they are arguments.
+ZC_HD void huffman_tree_lengths(const uint32_t* counts, const uint8_t* leaf, int n, uint8_t* lens,
+                                uint32_t* weight, uint16_t* parent, uint8_t* depth) {
   if (n == 1) lens[leaf[0]] = 1;
   if (n < 2) return;
   for (int i = 0; i < n; ++i) weight[i] = counts[leaf[i]];
@@ -255,10 +247,27 @@ ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens, int nsym) {
     parent[pick[0]] = parent[pick[1]] = uint16_t(total);
     weight[total++] = weight[pick[0]] + weight[pick[1]];
   }
-  uint8_t depth[2 * kMaxSyms];
   depth[total - 1] = 0;
   for (int node = total - 2; node >= 0; --node) depth[node] = uint8_t(depth[parent[node]] + 1);
   for (int i = 0; i < n; ++i) lens[leaf[i]] = depth[i];
+}
+
+// §5.1 step 1: deterministic two-queue Huffman code lengths (unlimited) of
+// an alphabet of nsym symbols.
+ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens, int nsym) {
+  uint8_t leaf[kMaxSyms];  // used symbols sorted by (count, symbol)
+  uint32_t weight[2 * kMaxSyms];
+  uint16_t parent[2 * kMaxSyms];
+  uint8_t depth[2 * kMaxSyms];
+  int n = 0;
+  for (int s = 0; s < nsym; ++s) {
+    lens[s] = 0;
+    if (!counts[s]) continue;
+    int j = n++;
+    for (; j > 0 && counts[leaf[j - 1]] > counts[s]; --j) leaf[j] = leaf[j - 1];
+    leaf[j] = uint8_t(s);
+  }
+  huffman_tree_lengths(counts, leaf, n, lens, weight, parent, depth);
 }
 
 // §5.1: Huffman lengths, flattening the counts until no code is over 12 bits.
@@ -424,6 +433,24 @@ ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* 
   return bits;
 }
 
+// §7 step 4: puts the bits element x takes in its sub-stream (element_bits
+// of them) to w: its symbol's code, the escaped exponent (and sign), the codes
+// of its coded planes. Its raw bytes and extra bits go to their own areas.
+template <typename Writer>
+ZC_HD void put_element(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const uint16_t* codes,
+                       const PlaneCodes& pc, Writer& w) {
+  const Layout lay = layout_of(dtype);
+  const bool sign_coded = pc.mask & kMaskSign;
+  uint32_t t, extra;
+  uint8_t raw[kMaxPlanes];
+  const uint32_t e = split_element(dtype, x, &t, raw, &extra);
+  const int s = symbol_of_element(x, lay, ref, sign_coded);
+  w.put(codes[s], lens[s]);
+  if ((s >> kTopBits) == kClassEsc) w.put(e | (sign_coded ? (extra & 1) << lay.exp_bits : 0), lay.exp_bits + sign_coded);
+  for (int p = 0; p < lay.raw_bytes; ++p)
+    if ((pc.mask >> p) & 1) w.put(pc.codes[p][raw[p]], pc.lens[p][raw[p]]);
+}
+
 // §7 step 4: encodes one block of count elements (bytes at in) with its ref
 // and its group's codes into body, which has room for count * elem_bytes
 // bytes. Returns the block's descriptor.
@@ -457,16 +484,12 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t re
   for (int k = 0; k < kSubstreams; ++k) {
     for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
       const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+      put_element(dtype, x, ref, lens, codes, pc, w);
       uint32_t t, extra;
       uint8_t raw[kMaxPlanes];
-      const uint32_t e = split_element(dtype, x, &t, raw, &extra);
-      const int s = symbol_of_element(x, lay, ref, sign_coded);
-      w.put(codes[s], lens[s]);
-      if ((s >> kTopBits) == kClassEsc) w.put(e | (sign_coded ? (extra & 1) << lay.exp_bits : 0), st.exp_bits + sign_coded);
-      for (int p = 0, j = 0; p < lay.raw_bytes; ++p) {
-        if ((pc.mask >> p) & 1) w.put(pc.codes[p][raw[p]], pc.lens[p][raw[p]]);
-        else body[i * st.raw_bytes + j++] = raw[p];
-      }
+      split_element(dtype, x, &t, raw, &extra);
+      for (int p = 0, j = 0; p < lay.raw_bytes; ++p)
+        if (!((pc.mask >> p) & 1)) body[i * st.raw_bytes + j++] = raw[p];
       extras.put(extra >> sign_coded, st.extra_bits);
     }
     w.flush();
@@ -520,13 +543,67 @@ ZC_HD uint32_t load_extra(const uint8_t* area, int i, Layout lay) {
   return (two >> (bit & 7)) & ((1u << lay.extra_bits) - 1);
 }
 
+// §6: decodes element i of a coded block of count elements (body: the
+// block's body) from its sub-stream r into dst; lut and pc.luts: the group's
+// decode tables. Returns a Status.
+ZC_HD int decode_element(int dtype, const uint8_t* body, int count, int i, uint32_t ref, const uint16_t* lut,
+                         const PlaneCodes& pc, BitReader& r, uint8_t* dst) {
+  const Layout lay = layout_of(dtype), st = group_layout(lay, pc.mask);
+  const bool sign_coded = pc.mask & kMaskSign;
+  const uint16_t entry = lut[r.peek(kMaxCodeLen)];
+  if (!entry || !r.skip(entry >> 8)) return kErrBitstream;
+  int c = (entry & 0xFF) >> kTopBits;
+  uint32_t e = 0, sign = 0;
+  if (c == kClassEsc) {  // the exponent, then the sign if coded
+    e = r.peek(lay.exp_bits + sign_coded);
+    if (!r.skip(lay.exp_bits + sign_coded)) return kErrBitstream;
+    sign = e >> lay.exp_bits;
+    e &= (1u << lay.exp_bits) - 1;
+  } else {
+    if (sign_coded) {
+      sign = uint32_t(c) >> 4;
+      c &= 15;
+      if (c == 15) return kErrBitstream;  // §4.1: no sign-coded class
+    }
+    if (c != kClassZero) {
+      if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
+      e = ref - uint32_t(c - 1);
+    }
+  }
+  uint8_t raw[kMaxPlanes];
+  for (int p = 0, j = 0; p < lay.raw_bytes; ++p) {
+    if (!((pc.mask >> p) & 1)) {
+      raw[p] = body[i * st.raw_bytes + j++];
+      continue;
+    }
+    const uint16_t byte = pc.luts[p][r.peek(kMaxCodeLen)];
+    if (!byte || !r.skip(byte >> 8)) return kErrBitstream;
+    raw[p] = uint8_t(byte);
+  }
+  const uint32_t extra = load_extra(body + count * st.raw_bytes, i, st) << sign_coded | sign;
+  store_element(dst, join_element(dtype, e, entry & ((1u << kTopBits) - 1), raw, extra), lay.elem_bytes);
+  return kOk;
+}
+
+// §2: decodes sub-stream k of a coded block (body, count elements, its
+// sub-stream bounds from locate_substreams) into out. Returns a Status.
+ZC_HD int decode_substream(int dtype, const uint8_t* body, int count, int k, const uint32_t* bounds, uint32_t ref,
+                           const uint16_t* lut, const PlaneCodes& pc, uint8_t* out) {
+  const int q = substream_len(count);
+  BitReader r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
+  for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
+    const int status = decode_element(dtype, body, count, i, ref, lut, pc, r, out + i * layout_of(dtype).elem_bytes);
+    if (status != kOk) return status;
+  }
+  return r.finished() ? kOk : kErrTrailing;
+}
+
 // Decodes one block body into count elements at out; lut is the decode
 // table of the block's group (null if the group's table is invalid, which
 // only matters to coded blocks), pc.luts its plane tables. Returns a Status.
 ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count, const uint16_t* lut,
                        uint8_t* out, const PlaneCodes& pc = PlaneCodes{}) {
   const Layout lay = layout_of(dtype), st = group_layout(lay, pc.mask);
-  const bool sign_coded = pc.mask & kMaskSign;
   const uint32_t size = desc & 0xFFFFu, ref = (desc >> 16) & 0xFFu, mode = desc >> 24;
   if (mode == 0) {
     if (size != uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
@@ -535,50 +612,12 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
   }
   if (mode != 1) return kErrBlockMode;
   uint32_t bounds[kSubstreams + 1];
-  const int status = locate_substreams(body, size, count, st, bounds);
+  int status = locate_substreams(body, size, count, st, bounds);
   if (status != kOk) return status;
   if (!lut) return kErrTable;
-  const int q = substream_len(count);
-  for (int k = 0; k < kSubstreams; ++k) {
-    BitReader r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
-    for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-      const uint16_t entry = lut[r.peek(kMaxCodeLen)];
-      if (!entry || !r.skip(entry >> 8)) return kErrBitstream;
-      int c = (entry & 0xFF) >> kTopBits;
-      uint32_t e = 0, sign = 0;
-      if (c == kClassEsc) {  // the exponent, then the sign if coded
-        e = r.peek(lay.exp_bits + sign_coded);
-        if (!r.skip(lay.exp_bits + sign_coded)) return kErrBitstream;
-        sign = e >> lay.exp_bits;
-        e &= (1u << lay.exp_bits) - 1;
-      } else {
-        if (sign_coded) {
-          sign = uint32_t(c) >> 4;
-          c &= 15;
-          if (c == 15) return kErrBitstream;  // §4.1: no sign-coded class
-        }
-        if (c != kClassZero) {
-          if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
-          e = ref - uint32_t(c - 1);
-        }
-      }
-      uint8_t raw[kMaxPlanes];
-      for (int p = 0, j = 0; p < lay.raw_bytes; ++p) {
-        if (!((pc.mask >> p) & 1)) {
-          raw[p] = body[i * st.raw_bytes + j++];
-          continue;
-        }
-        const uint16_t byte = pc.luts[p][r.peek(kMaxCodeLen)];
-        if (!byte || !r.skip(byte >> 8)) return kErrBitstream;
-        raw[p] = uint8_t(byte);
-      }
-      const uint32_t extra = load_extra(body + count * st.raw_bytes, i, st) << sign_coded | sign;
-      store_element(out + i * lay.elem_bytes, join_element(dtype, e, entry & ((1u << kTopBits) - 1), raw, extra),
-                    lay.elem_bytes);
-    }
-    if (!r.finished()) return kErrTrailing;
-  }
-  return kOk;
+  for (int k = 0; k < kSubstreams && status == kOk; ++k)
+    status = decode_substream(dtype, body, count, k, bounds, ref, lut, pc, out);
+  return status;
 }
 
 // Header fields (FORMAT.md, "Stream header").

@@ -1,13 +1,15 @@
 // Runs the CUDA codec's handlers and kernels (ffi/zipccl_cuda.cu) on the
 // host, for tests/test_cuda_emulation.py:
-//   cuda_emulation THREADS MAX_GRID < requests > replies
+//   cuda_emulation SMS RESIDENT [INJECT] < requests > replies
 // The file is compiled whole with tests/cuda_host_shim.h in place of the
 // CUDA runtime, and the driver calls the real handlers (Compress, Decompress,
 // DecompressAccumulate) with XLA FFI buffers over host memory and a scratch
 // allocator that hands out exact-size blocks of garbage, so their argument
-// checks, scratch sizing and kernel order run as written. Every launch runs
-// with THREADS threads per block and at most MAX_GRID blocks, one block at a
-// time.
+// checks, scratch sizing and kernel order run as written. The emulated device
+// has SMS SMs (the handlers size their grids from it) and keeps RESIDENT CUDA
+// blocks running at once; INJECT (default 0) picks a deliberately broken
+// kernel variant (ZC_INJECTED in zipccl_cuda.cu) for the tests that must
+// catch it.
 //
 // A request is seven little-endian int64 (op, dtype, n, a, b, c, d) and
 // its input bytes:
@@ -17,6 +19,10 @@
 //                     Output: streams * n elements.
 //   op 2 accumulate:  a = batch, b = k, c = cap, d = output dtype; input the
 //                     [batch, k, cap] payload. Output: batch * n sums.
+// With ZIPCCL_EMU_COUNTS set, each kernel's counts (zc_emu::Counts) go to
+// stderr at the end, one line each: name launches threads warp_ops barriers
+// atomics.
+//
 // dtype is the format's code (1 bf16, 2 fp16, 3 fp32; any other: int32, which
 // the handlers refuse). A reply is int64 length + the handler's error message
 // ("" on success), then int64 length + the output bytes.
@@ -120,12 +126,13 @@ ffi::Error Serve(const int64_t* req, std::vector<uint8_t>* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: cuda_emulation THREADS MAX_GRID < requests > replies\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: cuda_emulation SMS RESIDENT [INJECT] < requests > replies\n");
     return 2;
   }
-  zc_emu_threads = unsigned(std::atoi(argv[1]));
-  zc_emu_max_grid = unsigned(std::atoi(argv[2]));
+  zc_emu::sms = std::atoi(argv[1]);
+  zc_emu::resident = unsigned(std::atoi(argv[2]));
+  zc_emu::inject = argc == 4 ? std::atoi(argv[3]) : 0;
   int64_t req[7];
   while (std::fread(req, sizeof(req), 1, stdin) == 1) {
     std::vector<uint8_t> out;
@@ -133,5 +140,10 @@ int main(int argc, char** argv) {
     Write(err.message().data(), int64_t(err.message().size()));
     Write(out.data(), int64_t(out.size()));
   }
+  if (std::getenv("ZIPCCL_EMU_COUNTS"))
+    for (const auto& [name, c] : zc_emu::counts)
+      std::fprintf(stderr, "%s %llu %llu %llu %llu %llu\n", name.c_str(), (unsigned long long)c.launches,
+                   (unsigned long long)c.threads, (unsigned long long)c.warp_ops, (unsigned long long)c.barriers,
+                   (unsigned long long)c.atomics);
   return 0;
 }

@@ -1,4 +1,4 @@
-"""Command line: python -m zipccl_jax {bench codec|collectives|train|net|wire, calibrate} [options]."""
+"""Command line: python -m zipccl_jax {selftest, bench codec|collectives|train|net|wire, calibrate} [options]."""
 
 import argparse
 
@@ -50,6 +50,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--captures", type=_ints, default=[1, 10, 30], help="LM steps whose gradients are taken")
     g.add_argument("--examples", default="examples", help="the directory of moe.py and fsdp.py")
     g.add_argument("--rungs", type=_ints, default=[16, 32], help="ladder sizes shown per family")
+    t = sub.add_parser("selftest", help="check the codec and every collective against the reference on the local "
+                                         "devices (the GPUs if any), time the codec, run autotune; a verdict")
+    t.add_argument("--elements", type=int, default=1 << 24, help="bfloat16 values for the timing")
+    t.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (median)")
     c = sub.add_parser("calibrate", help="autotune over this process's devices and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     return p
@@ -57,6 +61,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
+    if args.command == "selftest":
+        from . import selftest
+
+        raise SystemExit(selftest.main(args.elements, args.repeat))
     if args.command == "calibrate":
         from .autotune import main as calibrate
 

@@ -1,0 +1,195 @@
+"""`python -m zipccl_jax selftest`: the first thing to run on a new machine, GPU or not.
+
+On the local devices (the GPUs when JAX sees any, else the CPU devices) it checks:
+
+1. the codec against the numpy reference, byte for byte: streams of every dtype and several data
+   kinds and sizes, their decoding, the decoding of reference streams, the rejection of a corrupt one;
+2. every collective (zip_psum, zip_all_gather, zip_psum_scatter, zip_all_to_all, zip_ppermute, the
+   compressed path forced) on a mesh of all local devices, against results built from the inputs;
+3. the codec's speed next to a memory-bound pass over the same bytes (a jitted XOR that reads and
+   writes them), so its GB/s reads against what the device's memory can do;
+4. `zipccl_jax.autotune.autotune` over the local devices, when this build has it, and the plans the
+   strategy then makes for a few message sizes.
+
+It prints one line per check and a verdict, says what it could not check, and returns 1 if anything
+was wrong. Timings are wall-clock medians of jitted loops (block_until_ready), not CUDA events.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from . import _ffi, reference, strategy
+from .collectives import zip_all_gather, zip_all_to_all, zip_ppermute, zip_psum, zip_psum_scatter
+from .ops import Compressed, compress, decompress, stream_capacity
+
+DTYPES = (ml_dtypes.bfloat16, np.float16, np.float32)
+SIZES = (0, 1, 4095, 4097, 16 * 4096 + 1)  # empty, one element, partial and several blocks, two groups
+
+
+def _data(kind: str, n: int, dtype, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "gaussian":
+        return rng.standard_normal(n).astype(dtype)
+    if kind == "random_bits":
+        return rng.integers(0, 256, n * np.dtype(dtype).itemsize, np.uint8).view(dtype)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-45, 65504, 3.0e38], np.float32)
+    with np.errstate(over="ignore"):  # "specials": overflow to inf where the dtype is narrow
+        return np.resize(specials.astype(dtype), n)
+
+
+def _bits(x) -> bytes:
+    return np.asarray(x).view(np.uint8).tobytes()
+
+
+def _decodes_to(c: Compressed, x: np.ndarray) -> bool:
+    try:
+        return _bits(jax.jit(decompress)(c)) == _bits(x)
+    except Exception:  # noqa: BLE001 -- XLA wraps the handler's error in its own exception types
+        return False
+
+
+def check_codec(device) -> list[str]:
+    """The codec on `device` against the reference; returns what went wrong."""
+    wrong = []
+    cases = [(kind, n) for kind in ("gaussian", "random_bits", "specials") for n in SIZES[3:]]
+    cases += [("gaussian", n) for n in SIZES[:3]]
+    for dtype in DTYPES:
+        for seed, (kind, n) in enumerate(cases):
+            name = f"{np.dtype(dtype).name} {kind} n={n}"
+            x = _data(kind, n, dtype, seed)
+            c = jax.jit(compress)(jax.device_put(x, device))
+            expected = reference.compress(x)
+            if _bits(c.payload)[: int(c.nbytes)] != expected:
+                wrong.append(f"{name}: stream differs from the reference")
+            if not _decodes_to(c, x):
+                wrong.append(f"{name}: does not decode to its input")
+            padded = np.zeros(max(stream_capacity(n, dtype), len(expected)), np.uint8)
+            padded[: len(expected)] = np.frombuffer(expected, np.uint8)
+            if not _decodes_to(Compressed(jax.device_put(padded, device), len(expected), x.shape, np.dtype(dtype)), x):
+                wrong.append(f"{name}: the reference's stream does not decode to the input")
+    c = compress(jax.device_put(_data("gaussian", 9000, np.float32, 0), device))
+    bad = np.asarray(c.payload).copy()
+    bad[16 + 3] = 9  # block 0's mode
+    try:
+        jax.block_until_ready(decompress(Compressed(jax.device_put(bad, device), c.nbytes, c.shape, c.dtype)))
+        wrong.append("a corrupt payload was accepted")
+    except Exception as e:  # noqa: BLE001
+        if "zipccl: corrupt payload" not in str(e):
+            wrong.append(f"a corrupt payload was rejected with an unclear error: {e}")
+    return wrong
+
+
+def check_collectives(devices) -> list[str]:
+    """Every collective, compressed path forced, on a mesh of `devices`; returns what went wrong."""
+    n, dtype, m = len(devices), ml_dtypes.bfloat16, 4 * 4096 + 7
+    mesh = jax.make_mesh((n,), ("d",), devices=devices)
+    x = np.stack([_data("gaussian", n * m, dtype, i) for i in range(n)])  # device i holds x[i]
+    xs = jax.device_put(x, NamedSharding(mesh, P("d")))
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    chunks = x.reshape(n, n, m)  # [device, chunk, m]
+    total = reference.accumulate(list(x), np.dtype(dtype)).reshape(n, m)
+    expected = {  # from the inputs: XLA's own collectives are not a bit reference on every platform
+        "zip_psum": (lambda a: zip_psum(a, "d", strategy="compressed"), np.stack([total.reshape(-1)] * n)),
+        "zip_all_gather": (lambda a: zip_all_gather(a, "d", tiled=True, strategy="compressed"),
+                           np.stack([x.reshape(-1)] * n)),
+        "zip_psum_scatter": (lambda a: zip_psum_scatter(a, "d", tiled=True, strategy="compressed"), total),
+        "zip_all_to_all": (lambda a: zip_all_to_all(a, "d", 0, 0, tiled=True, strategy="compressed"),
+                           chunks.transpose(1, 0, 2).reshape(n, n * m)),
+        "zip_ppermute": (lambda a: zip_ppermute(a, "d", perm, strategy="compressed"), np.roll(x, 1, axis=0)),
+    }
+    wrong = []
+    for name, (fn, want) in expected.items():
+        run = jax.jit(jax.shard_map(lambda a, fn=fn: fn(a[0])[None], mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+        try:
+            got = np.asarray(run(xs))
+        except Exception as e:  # noqa: BLE001 -- reported, not raised: the other checks still run
+            wrong.append(f"{name}: raised {type(e).__name__}: {str(e)[:200]}")
+            continue
+        if _bits(got) != _bits(want):
+            wrong.append(f"{name}: result differs from the one built from the inputs")
+    return wrong
+
+
+def _median_seconds(fn, *args, repeat: int) -> float:
+    jax.block_until_ready(fn(*args))  # compile and warm up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def time_codec(device, elements: int, repeat: int) -> dict[str, float]:
+    """GB/s (of raw input bytes) of compress, decompress and a read+write pass over the same bytes."""
+    x = jax.device_put(_data("gaussian", elements, ml_dtypes.bfloat16, 0), device)
+    c = jax.jit(compress)(x)
+    copy = jax.jit(lambda a: (a.view(jnp.uint16) ^ jnp.uint16(1)).view(a.dtype))
+    gb = x.size * x.dtype.itemsize / 1e9
+    return {"compress": gb / _median_seconds(jax.jit(compress), x, repeat=repeat),
+            "decompress": gb / _median_seconds(jax.jit(decompress), c, repeat=repeat),
+            "read+write pass": gb / _median_seconds(copy, x, repeat=repeat),
+            "ratio": float(c.ratio())}
+
+
+def run_autotune(devices) -> tuple[str, object]:
+    """Calls zipccl_jax.autotune.autotune on a mesh of `devices` if this build has it."""
+    try:
+        autotune = importlib.import_module("zipccl_jax.autotune")
+    except ImportError:
+        return "not in this build (zipccl_jax.autotune); the strategy uses its stored or default profile", None
+    mesh = jax.make_mesh((len(devices),), ("d",), devices=devices)
+    return "measured and installed", autotune.autotune(mesh)
+
+
+def main(elements: int = 1 << 24, repeat: int = 5) -> int:
+    """Runs every check, prints the report; returns 0 if all were correct, else 1."""
+    platforms = _ffi.register()
+    gpus = [d for d in jax.local_devices() if d.platform == "gpu"]
+    devices = gpus or jax.local_devices()
+    where = f"{len(devices)} {devices[0].platform} device(s) ({devices[0].device_kind})"
+    print(f"zipccl_jax selftest on {where}; codecs registered for: {', '.join(platforms)}")
+    not_checked = []
+    if not gpus:
+        not_checked.append("the CUDA codec: JAX sees no GPU here, so only the CPU half ran")
+    elif "CUDA" not in platforms:
+        print("FAIL: JAX sees GPUs but zipccl_jax was built without its CUDA codec (no nvcc at install time?)")
+        return 1
+    wrong = []
+    for d in gpus or devices[:1]:  # every GPU; one CPU device stands for all (the same code, the same cores)
+        problems = check_codec(d)
+        print(f"codec on {d}: {'correct' if not problems else 'WRONG'}")
+        wrong += [f"codec on {d}: {p}" for p in problems]
+    if len(devices) > 1:
+        problems = check_collectives(devices)
+        print(f"collectives on {len(devices)} devices: {'correct' if not problems else 'WRONG'}")
+        wrong += problems
+    else:
+        not_checked.append("collectives across devices: one local device (they were not run)")
+    speed = time_codec(devices[0], elements, repeat)
+    print(f"speed on {devices[0]} ({elements} bfloat16 Gaussians, ratio {speed['ratio']:.3f}): "
+          f"compress {speed['compress']:.1f} GB/s, decompress {speed['decompress']:.1f} GB/s, "
+          f"read+write pass {speed['read+write pass']:.1f} GB/s")
+    how, _ = run_autotune(devices)
+    print(f"autotune: {how}")
+    for size in (64 << 10, 16 << 20):
+        plan = strategy.plan("psum", size, ml_dtypes.bfloat16, max(len(devices), 2))
+        print(f"strategy: psum of {size >> 10} KiB bfloat16 over {plan.axis_size} devices -> "
+              f"{'compressed' if plan.compress else 'raw'} {plan.algorithm} ({plan.reason})")
+    not_checked.append("links between hosts: run it under jax.distributed for those")
+    for line in wrong:
+        print(f"WRONG: {line}")
+    for line in not_checked:
+        print(f"not checked: {line}")
+    print("verdict: " + ("correct" if not wrong else f"{len(wrong)} problem(s), see WRONG above"))
+    return 1 if wrong else 0
