@@ -24,8 +24,6 @@ from jax import lax
 from .. import ops, reference, strategy
 from ..dtypes import DTYPE_CODES
 
-RAW_GATHER_PIECES = 8  # slices of a raw-rung all_gather (a memory bound, see _gather_bits)
-
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -98,20 +96,16 @@ def streams(rows: jax.Array, compress: bool):
     return ops.compress_items(rows) if compress else raw_streams(rows)
 
 
-def sized_transfer(payload, nbytes, axes: Axes, send, decode, compress: bool, rungs_from, *, raw=None,
-                   max_rung=None):
+def sized_transfer(payload, nbytes, axes: Axes, send, decode, compress: bool, rungs_from, *, raw=None):
     """Sends payload [..., cap] streams with the smallest ladder rung that all
     devices' streams fit, then decodes. Returns (decoded, bytes per stream sent).
     rungs_from: the ladder (fractions of the raw size). raw: (function of no
     argument giving what decode would, bytes per stream it sends), run instead
-    of the top rung: moving the operand's own bits, it needs no sliced copy of
-    the payload. max_rung: no compressed rung above this many bytes (a memory
-    bound; larger streams take the top rung)."""
+    of the top rung: it moves the operand's own bits, without a stream header."""
     cap = payload.shape[-1]
     if not compress:
         return decode(send(payload)), f32(cap)
     rungs = strategy.capacities(cap, cap - reference.HEADER_BYTES, rungs_from)
-    rungs = tuple(r for r in rungs[:-1] if max_rung is None or r <= max_rung) + rungs[-1:]
     need = lax.pmax(jnp.max(nbytes), axes.names, **axes.kw())  # the same on every device: a safe predicate
     index = jnp.sum(need > jnp.asarray(rungs[:-1], jnp.uint32)).astype(jnp.int32)
     branches = [functools.partial(lambda p, c: decode(send(p[..., :c])), c=c) for c in rungs]
@@ -122,30 +116,15 @@ def sized_transfer(payload, nbytes, axes: Axes, send, decode, compress: bool, ru
     return lax.switch(index, branches, payload), jnp.asarray(sent, jnp.float32)[index]
 
 
-def gather_rows(part, axes: Axes, compress: bool, rungs_from, *, max_rung=None):
+def gather_rows(part, axes: Axes, compress: bool, rungs_from):
     """part [m] on each device -> [n, m], the devices' parts in rank order.
     The top rung gathers part's bits as they are."""
     payload, nbytes = streams(part[None], compress)
     send = lambda p: lax.all_gather(p[0], axes.names, axis=0, tiled=False, **axes.kw())  # noqa: E731
     decode = lambda r: ops.decompress_items(r, m=part.size, dtype=part.dtype)  # noqa: E731
-    raw = (lambda: _gather_bits(part, axes), part.size * part.dtype.itemsize)
-    return sized_transfer(payload, nbytes, axes, send, decode, compress, rungs_from, raw=raw, max_rung=max_rung)
-
-
-def _gather_bits(part, axes: Axes, pieces: int = RAW_GATHER_PIECES):
-    """part [m] -> [n, m]: the parts' own bits, gathered a slice of columns at
-    a time (in a loop, so one slice is in flight) into the result: XLA:CPU
-    gathers 16-bit floats as integers and converts them by a copy, which is
-    then 1/pieces of the result."""
-    m = part.size
-    k = next(k for k in range(min(pieces, m), 0, -1) if m % k == 0)
-    width = m // k
-
-    def piece(i, out):
-        cols = lax.dynamic_slice(part, (i * width,), (width,))
-        got = bitwise(lambda t: lax.all_gather(t, axes.names, axis=0, tiled=False, **axes.kw()), cols)
-        return lax.dynamic_update_slice(out, got, (0, i * width))
-    return lax.fori_loop(0, k, piece, jnp.zeros((axes.size, m), part.dtype))
+    raw = (lambda: bitwise(lambda a: lax.all_gather(a, axes.names, axis=0, tiled=False, **axes.kw()), part),
+           part.size * part.dtype.itemsize)
+    return sized_transfer(payload, nbytes, axes, send, decode, compress, rungs_from, raw=raw)
 
 
 def reduce_scatter_rows(rows, axes: Axes, compress: bool, rungs_from):

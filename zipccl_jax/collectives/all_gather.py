@@ -19,8 +19,6 @@ from . import _rewrite
 from ._mirror import Options, mirror
 from ._transfer import Axes, Stats, bitwise, f32, gather_rows, ladder, plan
 
-MEMORY_BOUND = 1.1  # extra device memory, as a multiple of the output
-
 
 def _lower(info, x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_index_groups=None):
     axes = Axes.of(axis_name, axis_index_groups)
@@ -29,19 +27,11 @@ def _lower(info, x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_i
     if not plan("all_gather", x, axes, info).compress or not info.options.compress:
         out = bitwise(lambda a: lax.all_gather(a, axes.names, axis=dim, tiled=tiled, **axes.kw()), x)
         return [out], raw, raw
-    rows, sent = gather_rows(x.reshape(-1), axes, True, ladder(axes, info), max_rung=_max_rung(x, n))
+    rows, sent = gather_rows(x.reshape(-1), axes, True, ladder(axes, info))
     out = jnp.moveaxis(rows.reshape(n, *x.shape), 0, dim)
     if tiled:
         out = out.reshape(*x.shape[:dim], n * x.shape[dim], *x.shape[dim + 1:])
     return [out], sent * (n - 1), raw
-
-
-def _max_rung(x, n):
-    """The largest compressed rung (bytes per stream) that keeps the extra
-    memory within MEMORY_BOUND x the output: the payload (one worst-case
-    stream), the slice sent and the n streams received."""
-    message = x.size * x.dtype.itemsize
-    return int((MEMORY_BOUND * n * message - message - 64) / (n + 1))
 
 
 def _gathered_dims(params):
