@@ -89,7 +89,7 @@ def test_ladder_loss_and_rungs_needed(case):
     effs = {k: wire.evaluate(case, wire.Scheme("g", wire.geometric(k, "bfloat16"), True))["own efficiency"]
             for k in (4, 64)}
     assert effs[4] < effs[64] <= exact
-    assert exact - effs[64] < 0.01
+    assert exact - effs[64] < 0.015  # 0.0107 with format v2 (sign-coded groups)
     needed = wire.rungs_needed("geometric", case, [case])
     assert needed is not None and 4 < needed <= wire.MAX_RUNGS
 

@@ -183,7 +183,7 @@ def main(elements: int = 1 << 24, repeat: int = 5) -> int:
     how, _ = run_autotune(devices)
     print(f"autotune: {how}")
     for size in (64 << 10, 16 << 20):
-        plan = strategy.plan("psum", size, ml_dtypes.bfloat16, max(len(devices), 2))
+        plan = strategy.plan("psum", size, ml_dtypes.bfloat16, ("devices",), max(len(devices), 2))
         print(f"strategy: psum of {size >> 10} KiB bfloat16 over {plan.axis_size} devices -> "
               f"{'compressed' if plan.compress else 'raw'} {plan.algorithm} ({plan.reason})")
     not_checked.append("links between hosts: run it under jax.distributed for those")
