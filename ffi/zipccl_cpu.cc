@@ -1,13 +1,20 @@
 // CPU codec: the XLA FFI handlers for platform "cpu".
 //
-// Handlers only unpack buffers and loop over batch items; the stream coder is
-// in codec_cpu.h and the block coder in the shared zipccl_format.h.
+// Handlers only unpack buffers and loop over batch items or rows; the stream
+// coder is in codec_cpu.h and the block coder in the shared zipccl_format.h.
+// The public ops (compress, decompress, decompress_accumulate) take batches
+// of items at the worst-case capacity; the collectives' ops (stream_sizes,
+// encode_rows, decode_rows, decode_accumulate_rows) cut one flat array into
+// rows (zipccl_rows.h) and move them at a rung's capacity, one buffer per
+// destination, so that no worst-case payload exists (docs/DESIGN.md, Memory).
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "codec_cpu.h"
+#include "zipccl_rows.h"
 #include "xla/ffi/api/ffi.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -123,6 +130,192 @@ ffi::Error DecompressAccumulate(ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::A
   return ffi::Error::Success();
 }
 
+// ---- the collectives' row ops ----
+
+// Uninitialised bytes for one call (a vector would zero, touching every
+// page); glibc serves repeated sizes from its heap after the first call.
+std::unique_ptr<uint8_t[]> scratch_bytes(int64_t bytes) {
+  return std::unique_ptr<uint8_t[]>(new uint8_t[size_t(bytes > 0 ? bytes : 1)]);
+}
+
+// The exact length of the stream compress_stream writes for the n elements
+// at in. For now it compresses into scratch (max_stream_bytes(n) bytes) and
+// keeps the length; an analysis-only count from the codec replaces it here.
+int64_t stream_length(int dtype, const uint8_t* in, int64_t n, uint8_t* scratch) {
+  return zipccl::compress_stream(dtype, in, n, scratch);
+}
+
+// Writes the stream of the n elements at in to out[0, cap) and zeros the
+// rest of the row; returns its length, or -1 when it is longer than cap.
+// compress_stream may write up to max_stream_bytes(n) (a block's body is
+// built in place), so a smaller row is coded in scratch and copied.
+int64_t compress_bounded(int dtype, const uint8_t* in, int64_t n, uint8_t* out, int64_t cap, uint8_t* scratch) {
+  const bool direct = cap >= zipccl::max_stream_bytes(n, dtype);
+  const int64_t len = zipccl::compress_stream(dtype, in, n, direct ? out : scratch);
+  if (len > cap) return -1;
+  if (!direct) std::memcpy(out, scratch, size_t(len));
+  std::memset(out + len, 0, size_t(cap - len));
+  return len;
+}
+
+// Row j's m elements, contiguous: in place when the row is one run of the
+// array, else gathered (padding zeroed) into buf.
+const uint8_t* row_elements(const zipccl::RowLayout& l, int64_t j, const uint8_t* x, int es, uint8_t* buf) {
+  if (l.contiguous(j)) return x + j * l.m * es;
+  for (int64_t r = 0; r < l.runs(); ++r) {
+    int64_t at, src, count;
+    l.run(j, r, &at, &src, &count);
+    if (count) std::memcpy(buf + at * es, x + src * es, size_t(count * es));
+    std::memset(buf + (at + count) * es, 0, size_t((l.run_length(r) - count) * es));
+  }
+  return buf;
+}
+
+// Puts row j's decoded m elements (at row) back where row_elements took them from.
+void put_row(const zipccl::RowLayout& l, int64_t j, const uint8_t* row, int es, uint8_t* x) {
+  for (int64_t r = 0; r < l.runs(); ++r) {
+    int64_t at, src, count;
+    l.run(j, r, &at, &src, &count);
+    if (count) std::memcpy(x + src * es, row + at * es, size_t(count * es));
+  }
+}
+
+ffi::Error bad_rows(const std::string& what) { return ffi::Error::InvalidArgument("zipccl: " + what); }
+
+ffi::Error check_stream_limit(int64_t m, int dtype) {
+  if (zipccl::max_stream_bytes(m, dtype) > int64_t(UINT32_MAX))
+    return bad_rows("a row's stream could exceed 4 GiB: use more rows");
+  return ffi::Error::Success();
+}
+
+// sizes[j] = the length of row j's stream (the size pass before the consensus).
+ffi::Error StreamSizes(ffi::AnyBuffer x, ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t unit) {
+  const int dtype = dtype_code(x.element_type());
+  if (!dtype) return bad_dtype(x.element_type());
+  const auto l = zipccl::RowLayout::of(int64_t(x.element_count()), int64_t(sizes->element_count()), unit);
+  if (l.rows == 0 && l.size > 0) return bad_rows("stream_sizes needs at least one row");
+  if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
+  const int es = zipccl::layout_of(dtype).elem_bytes;
+  const auto* in = static_cast<const uint8_t*>(x.untyped_data());
+  auto gathered = scratch_bytes(l.m * es), stream = scratch_bytes(zipccl::max_stream_bytes(l.m, dtype));
+  for (int64_t j = 0; j < l.rows; ++j)
+    sizes->typed_data()[j] =
+        uint32_t(stream_length(dtype, row_elements(l, j, in, es, gathered.get()), l.m, stream.get()));
+  return ffi::Error::Success();
+}
+
+// The rows' streams at capacity cap (the outputs' last dimension), the
+// outputs holding consecutive rows; raw: STORED_RAW streams (FORMAT.md §1),
+// the uncompressed path through the same transfer.
+ffi::Error EncodeRows(ffi::AnyBuffer x, ffi::RemainingRets outs, int64_t rows, int64_t unit, bool raw) {
+  const int dtype = dtype_code(x.element_type());
+  if (!dtype) return bad_dtype(x.element_type());
+  const auto l = zipccl::RowLayout::of(int64_t(x.element_count()), rows, unit);
+  if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
+  const int es = zipccl::layout_of(dtype).elem_bytes;
+  std::vector<ffi::Result<ffi::Buffer<ffi::U8>>> bufs;
+  int64_t cap = -1, total = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    auto b = outs.get<ffi::Buffer<ffi::U8>>(i);
+    if (b.has_error()) return b.error();
+    const int64_t c = last_dim((*b)->dimensions());
+    if (cap >= 0 && c != cap) return bad_rows("encode_rows outputs differ in capacity");
+    cap = c;
+    total += c ? int64_t((*b)->element_count()) / c : 0;
+    bufs.push_back(*b);
+  }
+  if (total != rows || rows == 0) return bad_rows("encode_rows outputs do not hold the rows");
+  if (raw && cap < zipccl::max_stream_bytes(l.m, dtype)) return bad_rows("encode_rows: raw streams need their full capacity");
+  const auto* in = static_cast<const uint8_t*>(x.untyped_data());
+  auto gathered = scratch_bytes(l.m * es);
+  auto stream = scratch_bytes(raw ? 0 : zipccl::max_stream_bytes(l.m, dtype));
+  int64_t j = 0;
+  for (auto& b : bufs) {
+    for (uint8_t* row = b->typed_data(); row < b->typed_data() + b->element_count(); row += cap, ++j) {
+      const uint8_t* elems = row_elements(l, j, in, es, gathered.get());
+      if (raw) {
+        zipccl::write_header(row, dtype, zipccl::kFlagStoredRaw, uint64_t(l.m));
+        std::memcpy(row + zipccl::kHeaderBytes, elems, size_t(l.m * es));
+        std::memset(row + zipccl::kHeaderBytes + l.m * es, 0, size_t(cap - zipccl::max_stream_bytes(l.m, dtype)));
+      } else if (compress_bounded(dtype, elems, l.m, row, cap, stream.get()) < 0) {
+        return ffi::Error::Internal("zipccl: row " + std::to_string(j) + "'s stream is longer than the capacity " +
+                                    std::to_string(cap) + " its size pass agreed on");
+      }
+    }
+  }
+  return ffi::Error::Success();
+}
+
+// The received parts as one list of rows (each part [..., cap]).
+struct Rows {
+  std::vector<const uint8_t*> row;
+  int64_t cap = 0;
+};
+
+ffi::ErrorOr<Rows> rows_of(ffi::RemainingArgs parts) {
+  Rows r;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto b = parts.get<ffi::Buffer<ffi::U8>>(i);
+    if (b.has_error()) return ffi::Unexpected(b.error());
+    const int64_t c = last_dim(b->dimensions());
+    if ((i && c != r.cap) || c <= 0) return ffi::Unexpected(bad_rows("received parts differ in capacity"));
+    r.cap = c;
+    for (int64_t at = 0; at < int64_t(b->element_count()); at += c) r.row.push_back(b->typed_data() + at);
+  }
+  return r;
+}
+
+// Decodes the parts' rows into out (a flat array), each where
+// encode_rows took it from; padding is dropped.
+ffi::Error DecodeRows(ffi::RemainingArgs parts, ffi::Result<ffi::AnyBuffer> out, int64_t unit) {
+  const int dtype = dtype_code(out->element_type());
+  if (!dtype) return bad_dtype(out->element_type());
+  auto rows = rows_of(parts);
+  if (rows.has_error()) return rows.error();
+  const auto l = zipccl::RowLayout::of(int64_t(out->element_count()), int64_t(rows->row.size()), unit);
+  if (l.rows == 0 && l.size > 0) return bad_rows("decode_rows needs at least one row");
+  const int es = zipccl::layout_of(dtype).elem_bytes;
+  auto* dst = static_cast<uint8_t*>(out->untyped_data());
+  auto row = scratch_bytes(l.m * es);
+  for (int64_t j = 0; j < l.rows; ++j) {
+    const bool in_place = l.contiguous(j);
+    uint8_t* to = in_place ? dst + j * l.m * es : row.get();
+    const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, l.m, to);
+    if (status != zipccl::kOk) return corrupt(j, status);
+    if (!in_place) put_row(l, j, to, es, dst);
+  }
+  return ffi::Error::Success();
+}
+
+// Sums the parts' rows (streams of out's element count) in row order in
+// float32 into out (FORMAT.md §8), rounded once to out's dtype.
+ffi::Error DecodeAccumulateRows(ffi::RemainingArgs parts, ffi::Result<ffi::AnyBuffer> out, int32_t dtype) {
+  const int out_dtype = dtype_code(out->element_type());
+  if (!out_dtype) return bad_dtype(out->element_type());
+  if (dtype < zipccl::kBF16 || dtype > zipccl::kF32 || (out_dtype != dtype && out_dtype != zipccl::kF32))
+    return ffi::Error::InvalidArgument("zipccl: accumulate output must be the input dtype or float32");
+  auto rows = rows_of(parts);
+  if (rows.has_error()) return rows.error();
+  const int64_t m = int64_t(out->element_count());
+  if (rows->row.empty()) return bad_rows("decode_accumulate_rows needs at least one row");
+  const int es = zipccl::layout_of(dtype).elem_bytes, out_bytes = zipccl::layout_of(out_dtype).elem_bytes;
+  std::vector<float> acc(static_cast<size_t>(m));
+  auto row = scratch_bytes(m * es);
+  const ExactSubnormals exact;
+  for (size_t j = 0; j < rows->row.size(); ++j) {
+    const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, m, row.get());
+    if (status != zipccl::kOk) return corrupt(int64_t(j), status);
+    for (int64_t i = 0; i < m; ++i) {
+      const float v = zipccl::element_to_f32(dtype, zipccl::load_element(row.get() + i * es, es));
+      acc[i] = j == 0 ? v : acc[i] + v;
+    }
+  }
+  auto* o = static_cast<uint8_t*>(out->untyped_data());
+  for (int64_t i = 0; i < m; ++i)
+    zipccl::store_element(o + i * out_bytes, zipccl::f32_to_element(out_dtype, acc[i]), out_bytes);
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclCompressCpu, Compress,
@@ -143,4 +336,30 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCpu, DecompressAccumulat
                                   .Arg<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<int64_t>("item_elems")
+                                  .Attr<int32_t>("dtype"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclStreamSizesCpu, StreamSizes,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("unit"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclEncodeRowsCpu, EncodeRows,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("unit")
+                                  .Attr<bool>("raw"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeRowsCpu, DecodeRows,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("unit"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCpu, DecodeAccumulateRows,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Attr<int32_t>("dtype"));

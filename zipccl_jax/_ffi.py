@@ -7,7 +7,8 @@ import importlib
 
 import jax
 
-TARGETS = ("zipccl_compress", "zipccl_decompress", "zipccl_decompress_accumulate")
+TARGETS = ("zipccl_compress", "zipccl_decompress", "zipccl_decompress_accumulate", "zipccl_stream_sizes",
+           "zipccl_encode_rows", "zipccl_decode_rows", "zipccl_decode_accumulate_rows")
 
 
 @functools.cache

@@ -155,3 +155,65 @@ def compress_chunks(x: jax.Array, num_chunks: int) -> Compressed:
     if num_chunks < 1 or x.size % num_chunks:
         raise ValueError(f"zipccl: {x.size} elements do not split into {num_chunks} equal chunks")
     return compress(x.reshape(num_chunks, x.size // num_chunks), batch_dims=1)
+
+
+# ---------------------------------------------------------------------------
+# The collectives' row ops: a flat array cut into rows, one stream each
+# (reference.row_order says which elements a row holds), moved at a rung's
+# capacity. They run inside a collective's lowering (plain types, one
+# device's data), so they need no batching or partitioning rules.
+
+
+def row_elems(size: int, rows: int) -> int:
+    """Elements per row of a flat array of `size` elements cut into `rows`."""
+    return -(-size // rows) if rows else 0
+
+
+def stream_sizes(x: jax.Array, rows: int, *, unit: int = 0) -> jax.Array:
+    """The exact length of each row's stream (the size pass): uint32 [rows]."""
+    _ffi.register()
+    _check_row_stream(x, rows)
+    call = jax.ffi.ffi_call("zipccl_stream_sizes", _result(x, (rows,), jnp.uint32))
+    return call(x.reshape(-1), unit=np.int64(unit))
+
+
+def encode_rows(x: jax.Array, rows: int, capacity: int, *, outputs: int = 1, unit: int = 0,
+                raw: bool = False) -> list[jax.Array]:
+    """Each row's stream in a row of `capacity` bytes (zero past its end),
+    the rows split over `outputs` uint8 arrays [rows / outputs, capacity].
+    Every stream must fit (stream_sizes, agreed before): a longer one is an
+    error. raw=True writes STORED_RAW streams (capacity: the full one)."""
+    _ffi.register()
+    _check_row_stream(x, rows)
+    if rows % outputs:
+        raise ValueError(f"zipccl: {rows} rows do not split into {outputs} outputs")
+    shape = (rows // outputs, capacity)
+    call = jax.ffi.ffi_call("zipccl_encode_rows", [_result(x, shape, jnp.uint8)] * outputs)
+    return list(call(x.reshape(-1), rows=np.int64(rows), unit=np.int64(unit), raw=np.bool_(raw)))
+
+
+def decode_rows(parts, size: int, dtype, *, unit: int = 0) -> jax.Array:
+    """Inverse of encode_rows: the rows of the uint8 parts ([r_i, capacity]
+    each, in row order) decoded into a flat array of `size` elements."""
+    _ffi.register()
+    dtype = np.dtype(dtype_name(dtype))
+    call = jax.ffi.ffi_call("zipccl_decode_rows", _result(parts[0], (size,), dtype))
+    return call(*parts, unit=np.int64(unit))
+
+
+def decode_accumulate_rows(parts, m: int, dtype) -> jax.Array:
+    """The rows of the parts (streams of m elements) decoded and summed in
+    row order in float32, rounded once to dtype (FORMAT.md §8): [m]."""
+    _ffi.register()
+    dtype = np.dtype(dtype_name(dtype))
+    call = jax.ffi.ffi_call("zipccl_decode_accumulate_rows", _result(parts[0], (m,), dtype))
+    return call(*parts, dtype=np.int32(DTYPE_CODES[dtype.name]))
+
+
+def _check_row_stream(x, rows):
+    dtype_name(x.dtype)
+    m = row_elems(x.size, rows)
+    if stream_capacity(m, x.dtype) > MAX_STREAM_BYTES:
+        raise ValueError(f"zipccl: a row of {m} {np.dtype(x.dtype).name} elements could take "
+                         f"{stream_capacity(m, x.dtype)} bytes, over the {MAX_STREAM_BYTES} a stream's uint32 "
+                         "length can count")

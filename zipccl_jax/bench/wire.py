@@ -106,13 +106,9 @@ def chunk_order(size: int, n: int, interleave: bool, unit: int | None = None) ->
     chunk j is [j * size / n, (j + 1) * size / n) of the result. Interleaved,
     chunk j holds the units (default: zip_psum's, psum.interleave_unit) j,
     j + n, j + 2n, ... of the largest prefix that is a multiple of n units,
-    then its contiguous share of the rest."""
-    if not interleave:
-        return np.arange(size)
-    unit = unit or interleave_unit(size, n)
-    main = size // (n * unit) * (n * unit)
-    units = np.arange(main).reshape(-1, n, unit).transpose(1, 0, 2).reshape(n, -1)
-    return np.concatenate([units, np.arange(main, size).reshape(n, -1)], axis=1).reshape(-1)
+    then its contiguous share of the rest: reference.row_order, the layout
+    the codec's handlers read and write."""
+    return reference.row_order(size, n, (unit or interleave_unit(size, n)) if interleave else 0).reshape(-1)
 
 
 def psum_phases(flat: np.ndarray, interleave: bool) -> list[Phase]:

@@ -11,9 +11,10 @@ A bucket the plan compresses is summed in float32 in rank order
 of axes, the listed order within an axis_index_group) in one kernel, and
 rounded once to the dtype, on every device, by either algorithm:
 - reduce_scatter+all_gather: the bucket cut into n chunks (interleaved: chunk
-  j takes blocks, or code-table groups, j, j + n, ...), compressed,
-  all_to_all, fused decode-and-accumulate, then each device's reduced chunk
-  compressed and all-gathered;
+  j takes blocks, or code-table groups, j, j + n, ..., read in place by the
+  codec), compressed, all_to_all, fused decode-and-accumulate, then each
+  device's reduced chunk compressed, all-gathered and decoded back into
+  place;
 - all_gather+local_reduce: every device's bucket all-gathered compressed and
   summed locally (fewer steps, for small axes or high latency).
 compress=False runs the same algorithm without the codec (the same bits).
@@ -33,7 +34,7 @@ from .. import ops, reference
 from ..dtypes import is_compressible
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Stats, f32, gather_rows, ladder, plan, reduce_scatter_rows, streams, sized_transfer
+from ._transfer import Axes, Rows, Stats, f32, gather_rows, ladder, plan, reduce_scatter_rows, sized_transfer
 
 INTERLEAVE_GROUPS = 4  # code-table groups per chunk from which the layout interleaves whole groups
 
@@ -95,45 +96,26 @@ def _psum_flat(flat, group: Axes, info):
         return lax.psum(wide, group.names, **group.kw()).astype(flat.dtype), raw, raw
     compress, rungs = info.options.compress, ladder(group, info)
     if decision.algorithm == "all_gather+local_reduce":
-        payload, nbytes = streams(flat[None], compress)
-        send = lambda p: lax.all_gather(p[0], group.names, axis=0, tiled=False, **group.kw())  # noqa: E731
-        decode = lambda r: ops.decompress_accumulate(r, m=flat.size, dtype=flat.dtype)  # noqa: E731
-        total, per_stream = sized_transfer(payload, nbytes, group, send, decode, compress, rungs)
+        send = lambda outs: [lax.all_gather(outs[0][0], group.names, axis=0, tiled=False, **group.kw())]  # noqa: E731
+        decode = lambda parts: ops.decode_accumulate_rows(parts, flat.size, flat.dtype)  # noqa: E731
+        total, per_stream = sized_transfer(Rows(flat, 1), group, send, decode, compress, rungs)
         return total, per_stream * (n - 1), f32(flat.size * itemsize * (n - 1))
-    rows = _interleave(jnp.pad(flat, (0, -flat.size % n)), n)
+    rows = Rows(flat, n, interleave_unit(n * ops.row_elems(flat.size, n), n))
     part, sent_rs = reduce_scatter_rows(rows, group, compress, rungs)
-    gathered, sent_ag = gather_rows(part, group, compress, rungs)
-    raw = f32(2 * rows.shape[1] * itemsize * (n - 1))
-    return _deinterleave(gathered)[:flat.size], (sent_rs + sent_ag) * (n - 1), raw
+    total, sent_ag = gather_rows(part, group, compress, rungs, size=flat.size, unit=rows.unit, raw=False)
+    return total, (sent_rs + sent_ag) * (n - 1), f32(2 * rows.m * itemsize * (n - 1))
 
 
 def interleave_unit(size: int, n: int) -> int:
-    """The unit of the reduce-scatter's chunk layout for a bucket of `size`
-    values: a code-table group when every chunk holds INTERLEAVE_GROUPS of
-    them (a group keeps one leaf's statistics), else a block."""
+    """The unit of the reduce-scatter's chunk layout (reference.row_order) for
+    a bucket of `size` values (padded to a multiple of n): a code-table group
+    when every chunk holds INTERLEAVE_GROUPS of them (a group keeps one leaf's
+    statistics), else a block. Every chunk then mixes all the bucket's
+    leaves, so the n streams (sent at the size of the largest) compress
+    alike (docs/BENCHMARKS.md, wire bytes); the codec reads the units in
+    place (no copy of the bucket)."""
     group = reference.GROUP_BLOCKS * reference.BLOCK
     return group if size >= n * group * INTERLEAVE_GROUPS else reference.BLOCK
-
-
-def _interleave(padded, n):
-    """padded [size] (a multiple of n) -> the reduce-scatter's rows [n, size / n]:
-    row j holds the units j, j + n, j + 2n, ... of the largest prefix that is
-    a multiple of n units, then its contiguous share of the rest. Every row
-    then mixes all the bucket's leaves, so the n streams (sent at the size of
-    the largest) compress alike (docs/BENCHMARKS.md, wire bytes)."""
-    unit = interleave_unit(padded.size, n)
-    main = padded.size // (n * unit) * (n * unit)
-    head = padded[:main].reshape(-1, n, unit).transpose(1, 0, 2).reshape(n, -1)
-    return jnp.concatenate([head, padded[main:].reshape(n, -1)], axis=1)
-
-
-def _deinterleave(rows):
-    """_interleave's inverse: rows [n, m] -> [n * m]."""
-    n, m = rows.shape
-    unit = interleave_unit(n * m, n)
-    main = n * m // (n * unit) * unit  # per row
-    head = rows[:, :main].reshape(n, -1, unit).transpose(1, 0, 2).reshape(-1)
-    return jnp.concatenate([head, rows[:, main:].reshape(-1)])
 
 
 for _prim in (lax_parallel.psum_p, lax_parallel.psum_invariant_p, lax_parallel.unreduced_psum_p):
