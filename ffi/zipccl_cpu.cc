@@ -7,6 +7,7 @@
 // encode_rows, decode_rows, decode_accumulate_rows) cut one flat array into
 // rows (zipccl_rows.h) and move them at a rung's capacity, one buffer per
 // destination, so that no worst-case payload exists (docs/DESIGN.md, Memory).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -158,25 +159,83 @@ int64_t compress_bounded(int dtype, const uint8_t* in, int64_t n, uint8_t* out, 
   return len;
 }
 
-// Row j's m elements, contiguous: in place when the row is one run of the
-// array, else gathered (padding zeroed) into buf.
-const uint8_t* row_elements(const zipccl::RowLayout& l, int64_t j, const uint8_t* x, int es, uint8_t* buf) {
-  if (l.contiguous(j)) return x + j * l.m * es;
+// The flat array the row ops cut: one or more buffers (a bucket's leaves)
+// end to end, never joined in memory. Byte: const uint8_t or uint8_t.
+template <typename Byte>
+struct Leaves {
+  std::vector<Byte*> data;
+  std::vector<int64_t> end;  // cumulative element counts
+  int es = 0;
+
+  int64_t size() const { return end.empty() ? 0 : end.back(); }
+
+  // Calls f(leaf bytes, offset within [0, count), elements) for the pieces
+  // of elements [at, at + count), which lie within the array.
+  template <typename F>
+  void pieces(int64_t at, int64_t count, F f) const {
+    size_t i = size_t(std::upper_bound(end.begin(), end.end(), at) - end.begin());
+    for (int64_t done = 0; done < count; ++i) {
+      const int64_t begin = i ? end[i - 1] : 0, take = std::min(count - done, end[i] - (at + done));
+      f(data[i] + (at + done - begin) * es, done, take);
+      done += take;
+    }
+  }
+
+  // Elements [at, at + count) as one pointer when one leaf holds them all, else null.
+  Byte* span(int64_t at, int64_t count) const {
+    Byte* p = nullptr;
+    int pieces_seen = 0;
+    pieces(at, count, [&](Byte* q, int64_t, int64_t) { p = q, ++pieces_seen; });
+    return pieces_seen == 1 ? p : nullptr;
+  }
+};
+
+// The leaves of one dtype from the buffers a handler gets; a dtype error
+// for any other, or for leaves that differ.
+template <typename Byte, typename Get>
+ffi::ErrorOr<Leaves<Byte>> leaves_of(size_t count, int* dtype, Get get) {
+  Leaves<Byte> l;
+  for (size_t i = 0; i < count; ++i) {
+    auto b = get(i);
+    if (b.has_error()) return ffi::Unexpected(b.error());
+    const int d = dtype_code(b->element_type());
+    if (!d) return ffi::Unexpected(bad_dtype(b->element_type()));
+    if (i && d != *dtype) return ffi::Unexpected(ffi::Error::InvalidArgument("zipccl: the leaves differ in dtype"));
+    *dtype = d;
+    l.data.push_back(static_cast<Byte*>(b->untyped_data()));
+    l.end.push_back(l.size() + int64_t(b->element_count()));
+  }
+  if (count == 0) return ffi::Unexpected(ffi::Error::InvalidArgument("zipccl: the row ops need an array"));
+  l.es = zipccl::layout_of(*dtype).elem_bytes;
+  return l;
+}
+
+// Row j's m elements, contiguous: in place when one leaf holds the row as
+// one run, else gathered (padding zeroed) into buf.
+const uint8_t* row_elements(const zipccl::RowLayout& l, int64_t j, const Leaves<const uint8_t>& x, uint8_t* buf) {
+  if (l.contiguous(j))
+    if (const uint8_t* p = x.span(j * l.m, l.m)) return p;
+  const int es = x.es;
   for (int64_t r = 0; r < l.runs(); ++r) {
     int64_t at, src, count;
     l.run(j, r, &at, &src, &count);
-    if (count) std::memcpy(buf + at * es, x + src * es, size_t(count * es));
+    x.pieces(src, count, [&](const uint8_t* p, int64_t done, int64_t n) {
+      std::memcpy(buf + (at + done) * es, p, size_t(n * es));
+    });
     std::memset(buf + (at + count) * es, 0, size_t((l.run_length(r) - count) * es));
   }
   return buf;
 }
 
 // Puts row j's decoded m elements (at row) back where row_elements took them from.
-void put_row(const zipccl::RowLayout& l, int64_t j, const uint8_t* row, int es, uint8_t* x) {
+void put_row(const zipccl::RowLayout& l, int64_t j, const uint8_t* row, const Leaves<uint8_t>& x) {
+  const int es = x.es;
   for (int64_t r = 0; r < l.runs(); ++r) {
     int64_t at, src, count;
     l.run(j, r, &at, &src, &count);
-    if (count) std::memcpy(x + src * es, row + at * es, size_t(count * es));
+    x.pieces(src, count, [&](uint8_t* p, int64_t done, int64_t n) {
+      std::memcpy(p, row + (at + done) * es, size_t(n * es));
+    });
   }
 }
 
@@ -188,31 +247,42 @@ ffi::Error check_stream_limit(int64_t m, int dtype) {
   return ffi::Error::Success();
 }
 
+ffi::ErrorOr<Leaves<const uint8_t>> input_leaves(const ffi::RemainingArgs& args, int* dtype) {
+  return leaves_of<const uint8_t>(args.size(), dtype, [&](size_t i) { return args.get<ffi::AnyBuffer>(i); });
+}
+
+ffi::ErrorOr<Leaves<uint8_t>> output_leaves(const ffi::RemainingRets& rets, int* dtype) {
+  return leaves_of<uint8_t>(rets.size(), dtype, [&](size_t i) -> ffi::ErrorOr<ffi::AnyBuffer> {
+    auto r = rets.get<ffi::AnyBuffer>(i);
+    if (r.has_error()) return ffi::Unexpected(r.error());
+    return **r;
+  });
+}
+
 // sizes[j] = the length of row j's stream (the size pass before the consensus).
-ffi::Error StreamSizes(ffi::AnyBuffer x, ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t unit) {
-  const int dtype = dtype_code(x.element_type());
-  if (!dtype) return bad_dtype(x.element_type());
-  const auto l = zipccl::RowLayout::of(int64_t(x.element_count()), int64_t(sizes->element_count()), unit);
-  if (l.rows == 0 && l.size > 0) return bad_rows("stream_sizes needs at least one row");
+ffi::Error StreamSizes(ffi::RemainingArgs args, ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t unit) {
+  int dtype = 0;
+  auto x = input_leaves(args, &dtype);
+  if (x.has_error()) return x.error();
+  const auto l = zipccl::RowLayout::of(x->size(), int64_t(sizes->element_count()), unit);
+  if (l.rows == 0) return bad_rows("stream_sizes needs at least one row");
   if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
-  const int es = zipccl::layout_of(dtype).elem_bytes;
-  const auto* in = static_cast<const uint8_t*>(x.untyped_data());
-  auto gathered = scratch_bytes(l.m * es), stream = scratch_bytes(zipccl::max_stream_bytes(l.m, dtype));
+  auto gathered = scratch_bytes(l.m * x->es), stream = scratch_bytes(zipccl::max_stream_bytes(l.m, dtype));
   for (int64_t j = 0; j < l.rows; ++j)
-    sizes->typed_data()[j] =
-        uint32_t(stream_length(dtype, row_elements(l, j, in, es, gathered.get()), l.m, stream.get()));
+    sizes->typed_data()[j] = uint32_t(stream_length(dtype, row_elements(l, j, *x, gathered.get()), l.m, stream.get()));
   return ffi::Error::Success();
 }
 
 // The rows' streams at capacity cap (the outputs' last dimension), the
 // outputs holding consecutive rows; raw: STORED_RAW streams (FORMAT.md §1),
 // the uncompressed path through the same transfer.
-ffi::Error EncodeRows(ffi::AnyBuffer x, ffi::RemainingRets outs, int64_t rows, int64_t unit, bool raw) {
-  const int dtype = dtype_code(x.element_type());
-  if (!dtype) return bad_dtype(x.element_type());
-  const auto l = zipccl::RowLayout::of(int64_t(x.element_count()), rows, unit);
+ffi::Error EncodeRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t rows, int64_t unit, bool raw) {
+  int dtype = 0;
+  auto x = input_leaves(args, &dtype);
+  if (x.has_error()) return x.error();
+  const auto l = zipccl::RowLayout::of(x->size(), rows, unit);
   if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
-  const int es = zipccl::layout_of(dtype).elem_bytes;
+  const int es = x->es;
   std::vector<ffi::Result<ffi::Buffer<ffi::U8>>> bufs;
   int64_t cap = -1, total = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -226,13 +296,12 @@ ffi::Error EncodeRows(ffi::AnyBuffer x, ffi::RemainingRets outs, int64_t rows, i
   }
   if (total != rows || rows == 0) return bad_rows("encode_rows outputs do not hold the rows");
   if (raw && cap < zipccl::max_stream_bytes(l.m, dtype)) return bad_rows("encode_rows: raw streams need their full capacity");
-  const auto* in = static_cast<const uint8_t*>(x.untyped_data());
   auto gathered = scratch_bytes(l.m * es);
   auto stream = scratch_bytes(raw ? 0 : zipccl::max_stream_bytes(l.m, dtype));
   int64_t j = 0;
   for (auto& b : bufs) {
     for (uint8_t* row = b->typed_data(); row < b->typed_data() + b->element_count(); row += cap, ++j) {
-      const uint8_t* elems = row_elements(l, j, in, es, gathered.get());
+      const uint8_t* elems = row_elements(l, j, *x, gathered.get());
       if (raw) {
         zipccl::write_header(row, dtype, zipccl::kFlagStoredRaw, uint64_t(l.m));
         std::memcpy(row + zipccl::kHeaderBytes, elems, size_t(l.m * es));
@@ -265,40 +334,41 @@ ffi::ErrorOr<Rows> rows_of(ffi::RemainingArgs parts) {
   return r;
 }
 
-// Decodes the parts' rows into out (a flat array), each where
-// encode_rows took it from; padding is dropped.
-ffi::Error DecodeRows(ffi::RemainingArgs parts, ffi::Result<ffi::AnyBuffer> out, int64_t unit) {
-  const int dtype = dtype_code(out->element_type());
-  if (!dtype) return bad_dtype(out->element_type());
+// Decodes the parts' rows into the outs (the leaves of one flat array),
+// each row where encode_rows took it from; padding is dropped.
+ffi::Error DecodeRows(ffi::RemainingArgs parts, ffi::RemainingRets outs, int64_t unit) {
+  int dtype = 0;
+  auto x = output_leaves(outs, &dtype);
+  if (x.has_error()) return x.error();
   auto rows = rows_of(parts);
   if (rows.has_error()) return rows.error();
-  const auto l = zipccl::RowLayout::of(int64_t(out->element_count()), int64_t(rows->row.size()), unit);
-  if (l.rows == 0 && l.size > 0) return bad_rows("decode_rows needs at least one row");
-  const int es = zipccl::layout_of(dtype).elem_bytes;
-  auto* dst = static_cast<uint8_t*>(out->untyped_data());
-  auto row = scratch_bytes(l.m * es);
+  const auto l = zipccl::RowLayout::of(x->size(), int64_t(rows->row.size()), unit);
+  if (l.rows == 0) return bad_rows("decode_rows needs at least one row");
+  auto row = scratch_bytes(l.m * x->es);
   for (int64_t j = 0; j < l.rows; ++j) {
-    const bool in_place = l.contiguous(j);
-    uint8_t* to = in_place ? dst + j * l.m * es : row.get();
+    uint8_t* in_place = l.contiguous(j) ? x->span(j * l.m, l.m) : nullptr;
+    uint8_t* to = in_place ? in_place : row.get();
     const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, l.m, to);
     if (status != zipccl::kOk) return corrupt(j, status);
-    if (!in_place) put_row(l, j, to, es, dst);
+    if (!in_place) put_row(l, j, to, *x);
   }
   return ffi::Error::Success();
 }
 
-// Sums the parts' rows (streams of out's element count) in row order in
-// float32 into out (FORMAT.md §8), rounded once to out's dtype.
-ffi::Error DecodeAccumulateRows(ffi::RemainingArgs parts, ffi::Result<ffi::AnyBuffer> out, int32_t dtype) {
-  const int out_dtype = dtype_code(out->element_type());
-  if (!out_dtype) return bad_dtype(out->element_type());
+// Sums the parts' rows in row order in float32 (FORMAT.md §8) and rounds
+// the sums once into the outs (float32 or the streams' dtype; the leaves of
+// one flat array of the streams' length).
+ffi::Error DecodeAccumulateRows(ffi::RemainingArgs parts, ffi::RemainingRets outs, int32_t dtype) {
+  int out_dtype = 0;
+  auto x = output_leaves(outs, &out_dtype);
+  if (x.has_error()) return x.error();
   if (dtype < zipccl::kBF16 || dtype > zipccl::kF32 || (out_dtype != dtype && out_dtype != zipccl::kF32))
     return ffi::Error::InvalidArgument("zipccl: accumulate output must be the input dtype or float32");
   auto rows = rows_of(parts);
   if (rows.has_error()) return rows.error();
-  const int64_t m = int64_t(out->element_count());
+  const int64_t m = x->size();
   if (rows->row.empty()) return bad_rows("decode_accumulate_rows needs at least one row");
-  const int es = zipccl::layout_of(dtype).elem_bytes, out_bytes = zipccl::layout_of(out_dtype).elem_bytes;
+  const int es = zipccl::layout_of(dtype).elem_bytes;
   std::vector<float> acc(static_cast<size_t>(m));
   auto row = scratch_bytes(m * es);
   const ExactSubnormals exact;
@@ -310,9 +380,10 @@ ffi::Error DecodeAccumulateRows(ffi::RemainingArgs parts, ffi::Result<ffi::AnyBu
       acc[i] = j == 0 ? v : acc[i] + v;
     }
   }
-  auto* o = static_cast<uint8_t*>(out->untyped_data());
-  for (int64_t i = 0; i < m; ++i)
-    zipccl::store_element(o + i * out_bytes, zipccl::f32_to_element(out_dtype, acc[i]), out_bytes);
+  x->pieces(0, m, [&](uint8_t* o, int64_t done, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      zipccl::store_element(o + i * x->es, zipccl::f32_to_element(out_dtype, acc[done + i]), x->es);
+  });
   return ffi::Error::Success();
 }
 
@@ -340,13 +411,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCpu, DecompressAccumulat
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclStreamSizesCpu, StreamSizes,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
+                                  .RemainingArgs()
                                   .Ret<ffi::Buffer<ffi::U32>>()
                                   .Attr<int64_t>("unit"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclEncodeRowsCpu, EncodeRows,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
+                                  .RemainingArgs()
                                   .RemainingRets()
                                   .Attr<int64_t>("rows")
                                   .Attr<int64_t>("unit")
@@ -355,11 +426,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclEncodeRowsCpu, EncodeRows,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeRowsCpu, DecodeRows,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()
-                                  .Ret<ffi::AnyBuffer>()
+                                  .RemainingRets()
                                   .Attr<int64_t>("unit"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCpu, DecodeAccumulateRows,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()
-                                  .Ret<ffi::AnyBuffer>()
+                                  .RemainingRets()
                                   .Attr<int32_t>("dtype"));

@@ -66,7 +66,7 @@ def test_library_layout_is_the_simulated_one_and_inverts(size):
     rows = reference.cut_rows(x, N, unit)
     for j, s in enumerate(streams):  # STORED_RAW streams carry the rows' elements
         assert reference.decompress(np.asarray(s[0]).tobytes(), np.float32, m).tobytes() == rows[j].tobytes()
-    back = jax.jit(lambda *p: ops.decode_rows(p, size, np.float32, unit=unit))(*streams)
+    (back,) = jax.jit(lambda *p: ops.decode_rows(p, (size,), np.float32, unit=unit))(*streams)
     assert np.asarray(back).tobytes() == x.tobytes()
 
 

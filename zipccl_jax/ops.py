@@ -158,9 +158,10 @@ def compress_chunks(x: jax.Array, num_chunks: int) -> Compressed:
 
 
 # ---------------------------------------------------------------------------
-# The collectives' row ops: a flat array cut into rows, one stream each
-# (reference.row_order says which elements a row holds), moved at a rung's
-# capacity. They run inside a collective's lowering (plain types, one
+# The collectives' row ops: a flat array -- one or more arrays ("leaves", a
+# bucket's, end to end, never joined in memory) -- cut into rows, one stream
+# each (reference.row_order says which elements a row holds), moved at a
+# rung's capacity. They run inside a collective's lowering (plain types, one
 # device's data), so they need no batching or partitioning rules.
 
 
@@ -169,51 +170,57 @@ def row_elems(size: int, rows: int) -> int:
     return -(-size // rows) if rows else 0
 
 
-def stream_sizes(x: jax.Array, rows: int, *, unit: int = 0) -> jax.Array:
+def stream_sizes(leaves, rows: int, *, unit: int = 0) -> jax.Array:
     """The exact length of each row's stream (the size pass): uint32 [rows]."""
     _ffi.register()
-    _check_row_stream(x, rows)
-    call = jax.ffi.ffi_call("zipccl_stream_sizes", _result(x, (rows,), jnp.uint32))
-    return call(x.reshape(-1), unit=np.int64(unit))
+    leaves = _check_leaves(leaves, rows)
+    call = jax.ffi.ffi_call("zipccl_stream_sizes", _result(leaves[0], (rows,), jnp.uint32))
+    return call(*leaves, unit=np.int64(unit))
 
 
-def encode_rows(x: jax.Array, rows: int, capacity: int, *, outputs: int = 1, unit: int = 0,
+def encode_rows(leaves, rows: int, capacity: int, *, outputs: int = 1, unit: int = 0,
                 raw: bool = False) -> list[jax.Array]:
     """Each row's stream in a row of `capacity` bytes (zero past its end),
     the rows split over `outputs` uint8 arrays [rows / outputs, capacity].
     Every stream must fit (stream_sizes, agreed before): a longer one is an
     error. raw=True writes STORED_RAW streams (capacity: the full one)."""
     _ffi.register()
-    _check_row_stream(x, rows)
+    leaves = _check_leaves(leaves, rows)
     if rows % outputs:
         raise ValueError(f"zipccl: {rows} rows do not split into {outputs} outputs")
     shape = (rows // outputs, capacity)
-    call = jax.ffi.ffi_call("zipccl_encode_rows", [_result(x, shape, jnp.uint8)] * outputs)
-    return list(call(x.reshape(-1), rows=np.int64(rows), unit=np.int64(unit), raw=np.bool_(raw)))
+    call = jax.ffi.ffi_call("zipccl_encode_rows", [_result(leaves[0], shape, jnp.uint8)] * outputs)
+    return list(call(*leaves, rows=np.int64(rows), unit=np.int64(unit), raw=np.bool_(raw)))
 
 
-def decode_rows(parts, size: int, dtype, *, unit: int = 0) -> jax.Array:
+def decode_rows(parts, sizes, dtype, *, unit: int = 0) -> list[jax.Array]:
     """Inverse of encode_rows: the rows of the uint8 parts ([r_i, capacity]
-    each, in row order) decoded into a flat array of `size` elements."""
+    each, in row order) decoded into flat leaves of `sizes` elements."""
     _ffi.register()
     dtype = np.dtype(dtype_name(dtype))
-    call = jax.ffi.ffi_call("zipccl_decode_rows", _result(parts[0], (size,), dtype))
-    return call(*parts, unit=np.int64(unit))
+    call = jax.ffi.ffi_call("zipccl_decode_rows", [_result(parts[0], (size,), dtype) for size in sizes])
+    return list(call(*parts, unit=np.int64(unit)))
 
 
-def decode_accumulate_rows(parts, m: int, dtype) -> jax.Array:
-    """The rows of the parts (streams of m elements) decoded and summed in
-    row order in float32, rounded once to dtype (FORMAT.md §8): [m]."""
+def decode_accumulate_rows(parts, sizes, dtype) -> list[jax.Array]:
+    """The rows of the parts (streams of sum(sizes) elements) decoded and
+    summed in row order in float32, rounded once to dtype (FORMAT.md §8),
+    into flat leaves of `sizes` elements end to end."""
     _ffi.register()
     dtype = np.dtype(dtype_name(dtype))
-    call = jax.ffi.ffi_call("zipccl_decode_accumulate_rows", _result(parts[0], (m,), dtype))
-    return call(*parts, dtype=np.int32(DTYPE_CODES[dtype.name]))
+    call = jax.ffi.ffi_call("zipccl_decode_accumulate_rows", [_result(parts[0], (size,), dtype) for size in sizes])
+    return list(call(*parts, dtype=np.int32(DTYPE_CODES[dtype.name])))
 
 
-def _check_row_stream(x, rows):
-    dtype_name(x.dtype)
-    m = row_elems(x.size, rows)
-    if stream_capacity(m, x.dtype) > MAX_STREAM_BYTES:
-        raise ValueError(f"zipccl: a row of {m} {np.dtype(x.dtype).name} elements could take "
-                         f"{stream_capacity(m, x.dtype)} bytes, over the {MAX_STREAM_BYTES} a stream's uint32 "
-                         "length can count")
+def _check_leaves(leaves, rows) -> list:
+    leaves = [leaves] if hasattr(leaves, "shape") else leaves  # one array, or a sequence of them
+    leaves = [x.reshape(-1) for x in leaves]
+    if not leaves or len({x.dtype for x in leaves}) != 1 or rows < 1:
+        raise ValueError("zipccl: the row ops take one or more arrays of one dtype and at least one row")
+    dtype_name(leaves[0].dtype)
+    m = row_elems(sum(x.size for x in leaves), rows)
+    if stream_capacity(m, leaves[0].dtype) > MAX_STREAM_BYTES:
+        raise ValueError(f"zipccl: a row of {m} {np.dtype(leaves[0].dtype).name} elements could take "
+                         f"{stream_capacity(m, leaves[0].dtype)} bytes, over the {MAX_STREAM_BYTES} a stream's "
+                         "uint32 length can count")
+    return leaves

@@ -83,23 +83,32 @@ def bitwise(collective, x):
 
 @dataclasses.dataclass(frozen=True)
 class Rows:
-    """A flat array cut into k rows, one stream each, as reference.row_order
-    lays them out (unit 0: contiguous; unit > 0: zip_psum's interleaved
-    chunks). The codec reads the rows from the array and decode_rows puts
-    them back: no copy of the array is made for the layout."""
+    """A flat array -- one or more leaves of one dtype end to end, never
+    joined in memory -- cut into k rows, one stream each, as
+    reference.row_order lays them out (unit 0: contiguous; unit > 0:
+    zip_psum's interleaved chunks). The codec reads the rows in place and
+    decode_rows writes them back in place."""
 
-    flat: jax.Array
+    leaves: tuple
     k: int
     unit: int = 0
 
     @property
+    def size(self) -> int:
+        return sum(x.size for x in self.leaves)
+
+    @property
+    def dtype(self):
+        return self.leaves[0].dtype
+
+    @property
     def m(self) -> int:
-        return ops.row_elems(self.flat.size, self.k)
+        return ops.row_elems(self.size, self.k)
 
     @property
     def capacity(self) -> int:
         """A stream's worst case: raw plus the header."""
-        return ops.stream_capacity(self.m, self.flat.dtype)
+        return ops.stream_capacity(self.m, self.dtype)
 
 
 def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, rungs_from, *, raw=None):
@@ -116,17 +125,17 @@ def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, rungs_f
     send(outs: k uint8 [1, c] arrays) -> the received parts (a list of uint8
     [r, c]); decode(parts) -> the result. The top rung (and compress=False)
     sends STORED_RAW streams through the same send and decode, or runs
-    raw = (function of the flat array giving what decode would, bytes per
-    stream it sends): the operand's own bits, without a stream header."""
+    raw = (function of the leaves giving what decode would, bytes per stream
+    it sends): the operand's own bits, without a stream header."""
     cap = rows.capacity
 
-    def move(flat, c, stored_raw=False):
-        return decode(send(ops.encode_rows(flat, rows.k, c, outputs=rows.k, unit=rows.unit, raw=stored_raw)))
+    def move(*leaves, c, stored_raw=False):
+        return decode(send(ops.encode_rows(leaves, rows.k, c, outputs=rows.k, unit=rows.unit, raw=stored_raw)))
 
     if not compress:
-        return move(rows.flat, cap, True), f32(cap)
+        return move(*rows.leaves, c=cap, stored_raw=True), f32(cap)
     rungs = strategy.capacities(cap, cap - reference.HEADER_BYTES, rungs_from)
-    sizes = ops.stream_sizes(rows.flat, rows.k, unit=rows.unit)
+    sizes = ops.stream_sizes(rows.leaves, rows.k, unit=rows.unit)
     need = lax.pmax(jnp.max(sizes), axes.names, **axes.kw())  # the same on every device: a safe predicate
     index = jnp.sum(need > jnp.asarray(rungs[:-1], jnp.uint32)).astype(jnp.int32)
     branches = [functools.partial(move, c=c) for c in rungs[:-1]]
@@ -136,21 +145,21 @@ def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, rungs_f
     else:
         branches.append(raw[0])
         sent[-1] = raw[1]
-    return lax.switch(index, branches, rows.flat), jnp.asarray(sent, jnp.float32)[index]
+    return lax.switch(index, branches, *rows.leaves), jnp.asarray(sent, jnp.float32)[index]
 
 
-def gather_rows(part, axes: Axes, compress: bool, rungs_from, *, size=None, unit=0, raw=True):
+def gather_rows(part, axes: Axes, compress: bool, rungs_from, *, sizes=None, unit=0, raw=True):
     """part [m] on each device -> the devices' parts in rank order, as the
-    rows of a flat array of `size` elements (default n m: [n, m] flattened;
-    reference.row_order with `unit` places them, dropping padding). raw:
-    the top rung gathers part's bits as they are (else STORED_RAW streams)."""
-    n = axes.size
-    size = n * part.size if size is None else size
+    rows of a flat array: leaves of `sizes` elements (default one of n m:
+    [n, m] flattened; reference.row_order with `unit` places the rows,
+    dropping padding). Returns (the leaves, bytes per stream sent). raw: the
+    top rung gathers part's bits as they are (else STORED_RAW streams)."""
+    sizes = (axes.size * part.size,) if sizes is None else sizes
     send = lambda outs: [lax.all_gather(outs[0][0], axes.names, axis=0, tiled=False, **axes.kw())]  # noqa: E731
-    decode = lambda parts: ops.decode_rows(parts, size, part.dtype, unit=unit)  # noqa: E731
-    gather = lambda p: bitwise(lambda a: lax.all_gather(a, axes.names, axis=0, tiled=True, **axes.kw()), p)  # noqa: E731
+    decode = lambda parts: ops.decode_rows(parts, sizes, part.dtype, unit=unit)  # noqa: E731
+    gather = lambda p: [bitwise(lambda a: lax.all_gather(a, axes.names, axis=0, tiled=True, **axes.kw()), p)]  # noqa: E731
     top = (gather, part.size * part.dtype.itemsize) if raw else None
-    return sized_transfer(Rows(part, 1), axes, send, decode, compress, rungs_from, raw=top)
+    return sized_transfer(Rows((part,), 1), axes, send, decode, compress, rungs_from, raw=top)
 
 
 def exchange(outs, axes: Axes):
@@ -162,6 +171,7 @@ def exchange(outs, axes: Axes):
 
 
 def reduce_scatter_rows(rows: Rows, axes: Axes, compress: bool, rungs_from):
-    """rows (k = n) on each device -> this device's row of the rank-ordered sum."""
-    decode = lambda parts: ops.decode_accumulate_rows(parts, rows.m, rows.flat.dtype)  # noqa: E731
+    """rows (k = n) on each device -> ([this device's row of the rank-ordered
+    sum], bytes per stream sent)."""
+    decode = lambda parts: ops.decode_accumulate_rows(parts, (rows.m,), rows.dtype)  # noqa: E731
     return sized_transfer(rows, axes, lambda outs: exchange(outs, axes), decode, compress, rungs_from)

@@ -30,11 +30,11 @@ def _lower(info, x, *, split_axis, concat_axis, axis_name, tiled, axis_index_gro
         return [out], raw, raw
     moved = jnp.moveaxis(x, split_axis, 0)
     chunk_shape = (x.shape[split_axis] // n, *moved.shape[1:])
-    decode = lambda parts: ops.decode_rows(parts, x.size, x.dtype)  # noqa: E731
-    bits = lambda flat: bitwise(lambda a: lax.all_to_all(a, axes.names, 0, 0, tiled=True, **axes.kw()),  # noqa: E731
-                                flat.reshape(n, -1)).reshape(-1)
-    rows, sent = sized_transfer(Rows(moved.reshape(-1), n), axes, lambda outs: exchange(outs, axes), decode, True,
-                                ladder(axes, info), raw=(bits, x.size * x.dtype.itemsize // n))
+    decode = lambda parts: ops.decode_rows(parts, (x.size,), x.dtype)  # noqa: E731
+    bits = lambda a: [bitwise(lambda b: lax.all_to_all(b, axes.names, 0, 0, tiled=True, **axes.kw()),  # noqa: E731
+                              a.reshape(n, -1)).reshape(-1)]
+    (rows,), sent = sized_transfer(Rows((moved,), n), axes, lambda outs: exchange(outs, axes), decode, True,
+                                   ladder(axes, info), raw=(bits, x.size * x.dtype.itemsize // n))
     # rows[j]: source j's chunk for this device, shaped like x with split_axis cut
     chunks = jnp.moveaxis(rows.reshape(n, *chunk_shape), 1, split_axis + 1)
     out = jnp.moveaxis(chunks, 0, concat_axis)

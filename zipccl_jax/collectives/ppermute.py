@@ -27,12 +27,12 @@ def _lower(info, x, *, axis_name, perm):
     receives = jnp.isin(lax.axis_index(axes.names), jnp.asarray([d for _, d in perm] or [-1]))
 
     def decode(parts):
-        return lax.cond(receives, lambda p: ops.decode_rows([p], x.size, x.dtype),
-                        lambda p: jnp.zeros((x.size,), x.dtype), parts[0])
+        return lax.cond(receives, lambda p: ops.decode_rows([p], (x.size,), x.dtype),
+                        lambda p: [jnp.zeros((x.size,), x.dtype)], parts[0])
 
     send = lambda outs: [lax.ppermute(outs[0], axes.names, perm)]  # noqa: E731
-    bits = (lambda flat: bitwise(lambda a: lax.ppermute(a, axes.names, perm), flat), x.size * x.dtype.itemsize)
-    out, sent = sized_transfer(Rows(x.reshape(-1), 1), axes, send, decode, True, ladder(axes, info), raw=bits)
+    bits = (lambda a: [bitwise(lambda b: lax.ppermute(b, axes.names, perm), a).reshape(-1)], x.size * x.dtype.itemsize)
+    (out,), sent = sized_transfer(Rows((x,), 1), axes, send, decode, True, ladder(axes, info), raw=bits)
     return [out.reshape(x.shape)], sent, raw
 
 

@@ -26,6 +26,7 @@ shard_map).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jax._src.lax import parallel as lax_parallel
@@ -56,13 +57,10 @@ def _lower(info, *xs, axes, axis_index_groups=None):
             wire, raw = wire + nbytes, raw + nbytes
     for bucket in _buckets([xs[i] for i in floats], info.options.bucket_bytes):
         idx = [floats[j] for j in bucket]
-        flat = jnp.concatenate([xs[i].reshape(-1) for i in idx]) if len(idx) > 1 else xs[idx[0]].reshape(-1)
-        total, w, r = _psum_flat(flat, group, info)
+        totals, w, r = _psum_bucket(tuple(xs[i].reshape(-1) for i in idx), group, info)
         wire, raw = wire + w, raw + r
-        offset = 0
-        for i in idx:
-            outs[i] = total[offset:offset + xs[i].size].reshape(xs[i].shape)
-            offset += xs[i].size
+        for i, total in zip(idx, totals):
+            outs[i] = total.reshape(xs[i].shape)
     return outs, wire, raw
 
 
@@ -86,24 +84,29 @@ def _buckets(leaves, bucket_bytes):
     return buckets
 
 
-def _psum_flat(flat, group: Axes, info):
-    """psum of one flat float array by the planned algorithm: (sum, wire, raw)."""
-    n, itemsize = group.size, flat.dtype.itemsize
-    decision = plan("psum", flat, group, info)
+def _psum_bucket(leaves: tuple, group: Axes, info):
+    """psum of a bucket (flat leaves of one float dtype, summed as one array
+    that is never joined in memory) by the planned algorithm:
+    (the summed leaves, wire, raw)."""
+    n, dtype = group.size, leaves[0].dtype
+    size = sum(x.size for x in leaves)
+    nbytes = size * dtype.itemsize
+    decision = plan("psum", jax.ShapeDtypeStruct((size,), dtype), group, info)
     if not decision.compress:
-        wide = flat.astype(jnp.float32) if info.platform == "cpu" else flat
-        raw = f32(2 * flat.size * itemsize * (n - 1) / n)
-        return lax.psum(wide, group.names, **group.kw()).astype(flat.dtype), raw, raw
+        wide = [x.astype(jnp.float32) for x in leaves] if info.platform == "cpu" else list(leaves)
+        raw = f32(2 * nbytes * (n - 1) / n)
+        return [t.astype(dtype) for t in lax.psum(wide, group.names, **group.kw())], raw, raw
     compress, rungs = info.options.compress, ladder(group, info)
+    sizes = tuple(x.size for x in leaves)
     if decision.algorithm == "all_gather+local_reduce":
         send = lambda outs: [lax.all_gather(outs[0][0], group.names, axis=0, tiled=False, **group.kw())]  # noqa: E731
-        decode = lambda parts: ops.decode_accumulate_rows(parts, flat.size, flat.dtype)  # noqa: E731
-        total, per_stream = sized_transfer(Rows(flat, 1), group, send, decode, compress, rungs)
-        return total, per_stream * (n - 1), f32(flat.size * itemsize * (n - 1))
-    rows = Rows(flat, n, interleave_unit(n * ops.row_elems(flat.size, n), n))
-    part, sent_rs = reduce_scatter_rows(rows, group, compress, rungs)
-    total, sent_ag = gather_rows(part, group, compress, rungs, size=flat.size, unit=rows.unit, raw=False)
-    return total, (sent_rs + sent_ag) * (n - 1), f32(2 * rows.m * itemsize * (n - 1))
+        decode = lambda parts: ops.decode_accumulate_rows(parts, sizes, dtype)  # noqa: E731
+        totals, per_stream = sized_transfer(Rows(leaves, 1), group, send, decode, compress, rungs)
+        return totals, per_stream * (n - 1), f32(nbytes * (n - 1))
+    rows = Rows(leaves, n, interleave_unit(n * ops.row_elems(size, n), n))
+    (part,), sent_rs = reduce_scatter_rows(rows, group, compress, rungs)
+    totals, sent_ag = gather_rows(part, group, compress, rungs, sizes=sizes, unit=rows.unit, raw=False)
+    return totals, (sent_rs + sent_ag) * (n - 1), f32(2 * rows.m * dtype.itemsize * (n - 1))
 
 
 def interleave_unit(size: int, n: int) -> int:

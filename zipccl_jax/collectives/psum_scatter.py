@@ -32,7 +32,7 @@ def _lower(info, x, *, scatter_dimension, axis_name, axis_size, tiled, axis_inde
         out = lax.psum_scatter(wide, axes.names, scatter_dimension=dim, tiled=tiled, **axes.kw())
         return [out.astype(x.dtype)], raw, raw
     moved = jnp.moveaxis(x, dim, 0)
-    part, sent = reduce_scatter_rows(Rows(moved.reshape(-1), n), axes, info.options.compress, ladder(axes, info))
+    (part,), sent = reduce_scatter_rows(Rows((moved,), n), axes, info.options.compress, ladder(axes, info))
     part = jnp.moveaxis(part.reshape(x.shape[dim] // n, *moved.shape[1:]), 0, dim)
     if not tiled:
         part = part.reshape(*x.shape[:dim], *x.shape[dim + 1:])
