@@ -1,0 +1,89 @@
+"""The collectives' row ops (ops.stream_sizes, encode_rows, decode_rows,
+decode_accumulate_rows; ffi/zipccl_cpu.cc) against the numpy reference: a
+bucket's leaves cut into rows (reference.row_order: contiguous or interleaved,
+zero-padded), each row's stream at a rung's capacity, byte for byte."""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from zipccl_jax import ops
+from zipccl_jax import reference as ref
+from zipccl_jax.dtypes import DTYPE_CODES
+from test_reference import make
+
+DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
+K = 4
+# (leaf sizes, unit): one leaf split evenly; leaves that end mid-row and mid-unit, interleaved by blocks with
+# padding; interleaved by code-table groups; a row shorter than a unit (all of it the contiguous rest)
+LAYOUTS = [((K * 3 * ref.BLOCK,), 0), ((5000, 1, 3 * ref.BLOCK + 17, 0, 9000), ref.BLOCK),
+           ((K * 2 * ref.GROUP_BLOCKS * ref.BLOCK + 3,), ref.GROUP_BLOCKS * ref.BLOCK), ((1000, 999), ref.BLOCK)]
+KINDS = ["gauss", "random_bits", "specials_in_gauss", "skewed_signs"]
+
+
+def leaves_of(sizes, dtype, seed=0):
+    """Leaves of mixed kinds (a random_bits stretch makes some rows store raw)."""
+    kinds = KINDS * len(sizes)
+    return [make(kinds[i], n, dtype, seed=seed + i) if n else np.zeros(0, dtype) for i, n in enumerate(sizes)]
+
+
+def ids(p):
+    return f"{len(p[0])}leaves-unit{p[1]}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=ids)
+def test_rows_round_trip_at_the_agreed_capacity_byte_for_byte(dtype, layout):
+    sizes, unit = layout
+    leaves = leaves_of(sizes, dtype)
+    flat = np.concatenate(leaves)
+    rows = ref.cut_rows(flat, K, unit)
+    m = rows.shape[1]
+    streams = [ref.compress(r) for r in rows]
+    got_sizes = jax.jit(lambda *x: ops.stream_sizes(x, K, unit=unit))(*leaves)
+    assert np.asarray(got_sizes).tolist() == [len(s) for s in streams] == ref.stream_sizes(flat, K, unit).tolist()
+    cap = max(map(len, streams)) + 5  # the agreed rung: the largest stream fits, the others are zero-padded
+    outs = jax.jit(lambda *x: ops.encode_rows(x, K, cap, outputs=2, unit=unit))(*leaves)
+    assert [o.shape for o in outs] == [(K // 2, cap)] * 2
+    payload = np.concatenate([np.asarray(o) for o in outs])
+    for row, s in zip(payload, streams):
+        assert row.tobytes() == s + bytes(cap - len(s))
+    # decoded into leaves of other sizes than the sender's (the same flat array): rows are placed, not leaves
+    back = jax.jit(lambda *p: ops.decode_rows(p, (7, flat.size - 7), dtype, unit=unit))(*outs)
+    assert np.concatenate([np.asarray(b) for b in back]).tobytes() == flat.tobytes()
+    sums = jax.jit(lambda *p: ops.decode_accumulate_rows(p, (m - 1, 1), dtype))(*outs)
+    assert np.concatenate([np.asarray(s) for s in sums]).tobytes() == ref.accumulate(list(rows), dtype).tobytes()
+    raw = jax.jit(lambda *x: ops.encode_rows(x, K, ref.max_stream_bytes(m, dtype), outputs=K, unit=unit,
+                                             raw=True))(*leaves)
+    for j, o in enumerate(raw):
+        assert o.tobytes() == ref.header(DTYPE_CODES[np.dtype(dtype).name], ref.FLAG_STORED_RAW, m) + rows[j].tobytes()
+
+
+def test_a_stream_longer_than_the_capacity_is_refused():
+    x = make("random_bits", 3 * ref.BLOCK, np.float32)
+    with pytest.raises(Exception, match=r"row 0's stream is longer than the capacity 1000 its size pass agreed on"):
+        jax.block_until_ready(jax.jit(lambda a: ops.encode_rows(a, 1, 1000))(x))
+
+
+def test_a_corrupt_row_is_named():
+    x = make("gauss", 2 * ref.BLOCK, np.float32)
+    cap = ref.max_stream_bytes(ref.BLOCK, np.float32)
+    outs = [np.array(o) for o in jax.jit(lambda a: ops.encode_rows(a, 2, cap, outputs=2))(x)]
+    outs[1][0, 20] ^= 0xFF  # row 1, block 0's descriptor
+    for op in (lambda *p: ops.decode_rows(p, (x.size,), np.float32), lambda *p: ops.decode_accumulate_rows(
+            p, (ref.BLOCK,), np.float32)):
+        with pytest.raises(Exception, match=r"zipccl: corrupt payload \(stream 1\)"):
+            jax.block_until_ready(jax.jit(op)(*outs))
+
+
+def test_bad_arguments_get_clear_errors():
+    x = jnp.zeros(8, jnp.float32)
+    with pytest.raises(ValueError, match="one dtype"):
+        ops.stream_sizes([x, x.astype(jnp.bfloat16)], 2)
+    with pytest.raises(ValueError, match="do not split into 3 outputs"):
+        ops.encode_rows(x, 4, 64, outputs=3)
+    parts = [jnp.zeros((1, 64), jnp.uint8), jnp.zeros((1, 80), jnp.uint8)]
+    with pytest.raises(Exception, match="received parts differ in capacity"):
+        jax.block_until_ready(jax.jit(lambda *p: ops.decode_rows(p, (8,), jnp.float32))(*parts))
