@@ -12,6 +12,10 @@ namespace nb = nanobind;
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclCompressCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecompressCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclStreamSizesCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclEncodeRowsCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecodeRowsCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCuda);
 
 NB_MODULE(_zipccl_cuda, m) {
   m.def("registrations", []() {
@@ -20,6 +24,10 @@ NB_MODULE(_zipccl_cuda, m) {
     d["zipccl_decompress"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecompressCuda));
     d["zipccl_decompress_accumulate"] =
         nb::capsule(reinterpret_cast<void*>(ZipcclDecompressAccumulateCuda));
+    d["zipccl_stream_sizes"] = nb::capsule(reinterpret_cast<void*>(ZipcclStreamSizesCuda));
+    d["zipccl_encode_rows"] = nb::capsule(reinterpret_cast<void*>(ZipcclEncodeRowsCuda));
+    d["zipccl_decode_rows"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecodeRowsCuda));
+    d["zipccl_decode_accumulate_rows"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecodeAccumulateRowsCuda));
     return d;
   });
 }

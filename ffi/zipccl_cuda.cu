@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 // The XLA FFI headers trip nvcc and gcc warnings (no return after an
 // exhaustive switch, always_inline on templates); they are not ours to fix.
@@ -42,6 +43,7 @@
 #pragma GCC diagnostic pop
 #pragma nv_diagnostic pop
 #include "zipccl_format.h"
+#include "zipccl_rows.h"
 
 namespace ffi = xla::ffi;
 namespace zc = zipccl;
@@ -677,6 +679,63 @@ __global__ void RoundKernel(const float* acc, int out_dtype, uint16_t* out, int6
   ZC_FOR_THREADS(i, count) out[i] = uint16_t(zc::f32_to_element(out_dtype, acc[i]));
 }
 
+// ---- the collectives' rows (zipccl_rows.h) ----
+
+// Up to kSpanLeaves leaves of a flat array: its elements [begin, begin + end[count - 1]).
+constexpr int kSpanLeaves = 16;
+struct LeafSpan {
+  uint8_t* data[kSpanLeaves];
+  int64_t end[kSpanLeaves];  // cumulative element counts from begin
+  int64_t begin;
+  int count;
+};
+
+// Moves the span's elements to their places in rows ([k, m], contiguous;
+// to_rows) or back from them: thread per element.
+__global__ void RowsKernel(zc::RowLayout l, LeafSpan span, int eb, uint8_t* rows, bool to_rows) {
+  ZC_FOR_THREADS(e, span.end[span.count - 1]) {
+    int leaf = 0;
+    while (e >= span.end[leaf]) ++leaf;
+    int64_t j, i;
+    l.locate(span.begin + e, &j, &i);
+    uint8_t* row = rows + (j * l.m + i) * eb;
+    uint8_t* x = span.data[leaf] + (e - (leaf ? span.end[leaf - 1] : 0)) * eb;
+    for (int b = 0; b < eb; ++b) {
+      if (to_rows) row[b] = x[b];
+      else x[b] = row[b];
+    }
+  }
+}
+
+// rows streams (lengths in sizes) from payload (a row every `pitch` bytes)
+// into out at `cap` bytes a row, zeros after each stream. A stream longer
+// than cap cannot be chosen by the size consensus; were it, it is cut and
+// its decoder reports it truncated.
+__global__ void CopyRowsKernel(const uint8_t* payload, int64_t pitch, const uint32_t* sizes, int64_t rows,
+                               uint8_t* out, int64_t cap) {
+  ZC_FOR_THREADS(e, rows * cap) {
+    const int64_t r = e / cap, b = e % cap;
+    out[e] = b < int64_t(sizes[r]) ? payload[r * pitch + b] : 0;
+  }
+}
+
+// STORED_RAW streams (FORMAT.md §1) of rows of m elements (contiguous at
+// in) into out at `cap` bytes a row, zeros after each.
+__global__ void RawRowsKernel(int dtype, const uint8_t* in, int64_t m, int64_t rows, uint8_t* out, int64_t cap) {
+  const int64_t body = m * zc::layout_of(dtype).elem_bytes;
+  ZC_FOR_THREADS(e, rows * cap) {
+    const int64_t r = e / cap, b = e % cap;
+    if (b == 0) zc::write_header(out + r * cap, dtype, zc::kFlagStoredRaw, uint64_t(m));
+    else if (b >= zc::kHeaderBytes) out[e] = b - zc::kHeaderBytes < body ? in[r * body + b - zc::kHeaderBytes] : 0;
+  }
+}
+
+// The float32 sums into out as out_dtype (float32, or rounded to a 16-bit dtype).
+__global__ void StoreSumsKernel(const float* acc, int out_dtype, uint8_t* out, int64_t count) {
+  const int eb = zc::layout_of(out_dtype).elem_bytes;
+  ZC_FOR_THREADS(i, count) zc::store_element(out + i * eb, zc::f32_to_element(out_dtype, acc[i]), eb);
+}
+
 // ---- host side ----
 
 ffi::Error Invalid(const std::string& msg) { return ffi::Error(ffi::ErrorCode::kInvalidArgument, "zipccl: " + msg); }
@@ -772,19 +831,12 @@ ffi::Error FinishDecode(cudaStream_t stream, const unsigned long long* d_err) {
                                                    "): " + zc::error_message(int(err & 0xFF)));
 }
 
-ffi::Error Compress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
-                    ffi::Result<ffi::Buffer<ffi::U8>> payload, ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t n) {
-  const int dtype = DTypeCode(x.element_type());
-  if (dtype == 0) return Unsupported(x.element_type());
-  const auto dims = payload->dimensions();
-  if (dims.size() < 1 || n < 0) return Invalid("compress: bad payload rank or item_elems");
-  const int64_t cap = dims[dims.size() - 1], batch = Product(dims, 0, dims.size() - 1);
-  if (int64_t(x.element_count()) != batch * n || int64_t(sizes->element_count()) != batch)
-    return Invalid("compress: input, payload and sizes shapes disagree with item_elems");
-  const int64_t max_bytes = zc::max_stream_bytes(n, dtype);
-  if (cap < max_bytes || max_bytes > int64_t(UINT32_MAX))
-    return Invalid("compress: payload capacity " + std::to_string(cap) + " is below " + std::to_string(max_bytes) +
-                   " or a stream exceeds 4 GiB");
+// Compresses `batch` items of n elements at in into rows of `cap` bytes of
+// out (a row holds at least the header), the lengths into sizes. write =
+// false stops after the layout: the header and the lengths only (the size
+// pass; out then needs only the headers' 16 bytes per row).
+ffi::Error LaunchCompress(cudaStream_t stream, ffi::ScratchAllocator& scratch, int dtype, const uint8_t* in, int64_t n,
+                          int64_t batch, uint8_t* out, int64_t cap, uint32_t* sizes, bool write) {
   const int64_t eb = zc::layout_of(dtype).elem_bytes, nb = zc::num_blocks(n), ng = zc::num_groups(nb);
   const int64_t total = batch * nb, total_groups = batch * ng;
   uint32_t* refs = Scratch<uint32_t>(scratch, total);
@@ -801,17 +853,33 @@ ffi::Error Compress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Any
   if (!refs || !lens || !codes || !bodies || !descs || !table_at || !body_at || !stored_raw || !ps.masks ||
       !ps.lens || !ps.codes)
     return NoScratch();
-  const auto* in = static_cast<const uint8_t*>(x.untyped_data());
-  uint8_t* out = payload->typed_data();
   ZC_LAUNCH(EmaxKernel, (total + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, dtype, in, n, nb, total,
             refs);
   ZC_LAUNCH(ChooseKernel, total_groups, kThreads, stream, dtype, in, n, nb, ng, total_groups, refs, lens, codes, ps);
   ZC_LAUNCH(EncodeKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, refs, lens, codes, ps, bodies, descs);
   ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, ps.masks, descs, table_at, body_at,
-            stored_raw, out, cap, sizes->typed_data());
-  ZC_LAUNCH(WriteKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, lens, ps, bodies, descs, table_at,
-            body_at, stored_raw, out, cap);
+            stored_raw, out, cap, sizes);
+  if (write)
+    ZC_LAUNCH(WriteKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, lens, ps, bodies, descs, table_at,
+              body_at, stored_raw, out, cap);
   return ffi::Error::Success();
+}
+
+ffi::Error Compress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
+                    ffi::Result<ffi::Buffer<ffi::U8>> payload, ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t n) {
+  const int dtype = DTypeCode(x.element_type());
+  if (dtype == 0) return Unsupported(x.element_type());
+  const auto dims = payload->dimensions();
+  if (dims.size() < 1 || n < 0) return Invalid("compress: bad payload rank or item_elems");
+  const int64_t cap = dims[dims.size() - 1], batch = Product(dims, 0, dims.size() - 1);
+  if (int64_t(x.element_count()) != batch * n || int64_t(sizes->element_count()) != batch)
+    return Invalid("compress: input, payload and sizes shapes disagree with item_elems");
+  const int64_t max_bytes = zc::max_stream_bytes(n, dtype);
+  if (cap < max_bytes || max_bytes > int64_t(UINT32_MAX))
+    return Invalid("compress: payload capacity " + std::to_string(cap) + " is below " + std::to_string(max_bytes) +
+                   " or a stream exceeds 4 GiB");
+  return LaunchCompress(stream, scratch, dtype, static_cast<const uint8_t*>(x.untyped_data()), n, batch,
+                        payload->typed_data(), cap, sizes->typed_data(), true);
 }
 
 ffi::Error Decompress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Buffer<ffi::U8> payload,
@@ -863,6 +931,248 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::ScratchAllocator scrat
   return FinishDecode(stream, d_err);
 }
 
+// ---- the collectives' row ops: see zipccl_cpu.cc for what each computes ----
+
+// The leaves of a flat array: a handler's variadic buffers, of one dtype.
+struct LeafList {
+  std::vector<uint8_t*> data;
+  std::vector<int64_t> size;
+  int dtype = 0;
+  int64_t total = 0;
+};
+
+template <typename Get>
+ffi::ErrorOr<LeafList> Leaves(size_t count, Get get) {
+  LeafList l;
+  for (size_t i = 0; i < count; ++i) {
+    auto b = get(i);
+    if (b.has_error()) return ffi::Unexpected(b.error());
+    const int d = DTypeCode(b->element_type());
+    if (d == 0) return ffi::Unexpected(Unsupported(b->element_type()));
+    if (i && d != l.dtype) return ffi::Unexpected(Invalid("the leaves differ in dtype"));
+    l.dtype = d;
+    l.data.push_back(static_cast<uint8_t*>(b->untyped_data()));
+    l.size.push_back(int64_t(b->element_count()));
+    l.total += l.size.back();
+  }
+  if (count == 0) return ffi::Unexpected(Invalid("the row ops need an array"));
+  return l;
+}
+
+ffi::ErrorOr<LeafList> ArgLeaves(const ffi::RemainingArgs& args) {
+  return Leaves(args.size(), [&](size_t i) { return args.get<ffi::AnyBuffer>(i); });
+}
+
+ffi::ErrorOr<LeafList> RetLeaves(const ffi::RemainingRets& rets) {
+  return Leaves(rets.size(), [&](size_t i) -> ffi::ErrorOr<ffi::AnyBuffer> {
+    auto r = rets.get<ffi::AnyBuffer>(i);
+    if (r.has_error()) return ffi::Unexpected(r.error());
+    return **r;
+  });
+}
+
+// Whether the rows are the one leaf as it lies: [k, m] with no padding.
+bool InPlace(const zc::RowLayout& l, const LeafList& leaves) {
+  return leaves.data.size() == 1 && (l.unit == 0 || l.main == 0) && l.size == l.rows * l.m;
+}
+
+// Moves elements between the leaves and rows ([k, m], contiguous): RowsKernel per span of leaves.
+ffi::Error MoveRows(cudaStream_t stream, const zc::RowLayout& l, const LeafList& leaves, uint8_t* rows, bool to_rows) {
+  const int eb = zc::layout_of(leaves.dtype).elem_bytes;
+  int64_t begin = 0;
+  for (size_t first = 0; first < leaves.data.size(); first += kSpanLeaves) {
+    LeafSpan span{};
+    span.begin = begin;
+    for (size_t i = first; i < leaves.data.size() && span.count < kSpanLeaves; ++i, ++span.count) {
+      span.data[span.count] = leaves.data[i];
+      span.end[span.count] = (span.count ? span.end[span.count - 1] : 0) + leaves.size[i];
+    }
+    const int64_t n = span.end[span.count - 1];
+    ZC_LAUNCH(RowsKernel, (n + kThreads - 1) / kThreads, kThreads, stream, l, span, eb, rows, to_rows);
+    begin += n;
+  }
+  return ffi::Error::Success();
+}
+
+// The rows' elements, [k, m] contiguous: the leaf itself, or gathered into
+// scratch (padding zeroed). Null when scratch runs out.
+uint8_t* RowsIn(cudaStream_t stream, ffi::ScratchAllocator& scratch, const zc::RowLayout& l, const LeafList& leaves,
+                ffi::Error* err) {
+  if (InPlace(l, leaves)) return leaves.data[0];
+  const int64_t bytes = l.rows * l.m * zc::layout_of(leaves.dtype).elem_bytes;
+  uint8_t* rows = Scratch<uint8_t>(scratch, bytes);
+  if (!rows) return *err = NoScratch(), nullptr;
+  if (l.size < l.rows * l.m && cudaMemsetAsync(rows, 0, size_t(bytes), stream) != cudaSuccess)
+    return *err = Invalid("cudaMemsetAsync failed"), nullptr;
+  *err = MoveRows(stream, l, leaves, rows, true);
+  return err->failure() ? nullptr : rows;
+}
+
+ffi::Error CheckRows(const zc::RowLayout& l, int dtype) {
+  if (l.rows < 1) return Invalid("the row ops need at least one row");
+  if (zc::max_stream_bytes(l.m, dtype) > int64_t(UINT32_MAX)) return Invalid("a row's stream could exceed 4 GiB");
+  return ffi::Error::Success();
+}
+
+ffi::Error StreamSizes(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::RemainingArgs args,
+                       ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t unit) {
+  auto leaves = ArgLeaves(args);
+  if (leaves.has_error()) return leaves.error();
+  const auto l = zc::RowLayout::of(leaves->total, int64_t(sizes->element_count()), unit);
+  if (auto e = CheckRows(l, leaves->dtype); e.failure()) return e;
+  ffi::Error err = ffi::Error::Success();
+  const uint8_t* in = RowsIn(stream, scratch, l, *leaves, &err);
+  uint8_t* headers = Scratch<uint8_t>(scratch, l.rows * zc::kHeaderBytes);
+  if (!in) return err;
+  if (!headers) return NoScratch();
+  return LaunchCompress(stream, scratch, leaves->dtype, in, l.m, l.rows, headers, zc::kHeaderBytes,
+                        sizes->typed_data(), false);
+}
+
+// The outputs of encode_rows, or the received parts: buffers of whole rows of one capacity.
+struct RowBuffers {
+  std::vector<uint8_t*> data;
+  std::vector<int64_t> first;  // the first row of each
+  std::vector<int64_t> rows;
+  int64_t cap = -1, total = 0;
+
+  template <typename Dims>
+  bool Add(uint8_t* p, const Dims& dims, int64_t elements) {
+    const int64_t c = dims.size() ? dims[dims.size() - 1] : 0;
+    if (c <= 0 || (cap >= 0 && c != cap)) return false;
+    cap = c;
+    data.push_back(p);
+    first.push_back(total);
+    rows.push_back(elements / c);
+    total += elements / c;
+    return true;
+  }
+};
+
+ffi::Error EncodeRows(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::RemainingArgs args,
+                      ffi::RemainingRets outs, int64_t rows, int64_t unit, bool raw) {
+  auto leaves = ArgLeaves(args);
+  if (leaves.has_error()) return leaves.error();
+  const int dtype = leaves->dtype;
+  const auto l = zc::RowLayout::of(leaves->total, rows, unit);
+  if (auto e = CheckRows(l, dtype); e.failure()) return e;
+  RowBuffers out;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    auto b = outs.get<ffi::Buffer<ffi::U8>>(i);
+    if (b.has_error()) return b.error();
+    if (!out.Add((*b)->typed_data(), (*b)->dimensions(), int64_t((*b)->element_count())))
+      return Invalid("encode_rows outputs differ in capacity");
+  }
+  if (out.total != rows) return Invalid("encode_rows outputs do not hold the rows");
+  const int64_t max_bytes = zc::max_stream_bytes(l.m, dtype), eb = zc::layout_of(dtype).elem_bytes;
+  if (raw && out.cap < max_bytes) return Invalid("encode_rows: raw streams need their full capacity");
+  ffi::Error err = ffi::Error::Success();
+  const uint8_t* in = RowsIn(stream, scratch, l, *leaves, &err);
+  if (!in) return err;
+  uint8_t* payload = raw ? nullptr : Scratch<uint8_t>(scratch, rows * max_bytes);
+  uint32_t* lengths = raw ? nullptr : Scratch<uint32_t>(scratch, rows);
+  if (!raw && (!payload || !lengths)) return NoScratch();
+  if (!raw && (err = LaunchCompress(stream, scratch, dtype, in, l.m, rows, payload, max_bytes, lengths, true)).failure())
+    return err;
+  for (size_t o = 0; o < out.data.size(); ++o) {
+    const int64_t first = out.first[o], n = out.rows[o];
+    if (raw)
+      ZC_LAUNCH(RawRowsKernel, (n * out.cap + kThreads - 1) / kThreads, kThreads, stream, dtype, in + first * l.m * eb,
+                l.m, n, out.data[o], out.cap);
+    else
+      ZC_LAUNCH(CopyRowsKernel, (n * out.cap + kThreads - 1) / kThreads, kThreads, stream, payload + first * max_bytes,
+                max_bytes, lengths + first, n, out.data[o], out.cap);
+  }
+  return ffi::Error::Success();
+}
+
+ffi::ErrorOr<RowBuffers> Parts(const ffi::RemainingArgs& parts) {
+  RowBuffers r;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto b = parts.get<ffi::Buffer<ffi::U8>>(i);
+    if (b.has_error()) return ffi::Unexpected(b.error());
+    if (!r.Add(b->typed_data(), b->dimensions(), int64_t(b->element_count())))
+      return ffi::Unexpected(Invalid("received parts differ in capacity"));
+  }
+  return r;
+}
+
+// Waits for the stream; the first of `count` error words (word w: streams
+// from row base[w]) becomes kDataLoss naming the row.
+ffi::Error FinishDecodeRows(cudaStream_t stream, const unsigned long long* d_err, const std::vector<int64_t>& base) {
+  std::vector<unsigned long long> err(base.size(), kNoError);
+  ZC_CUDA(cudaMemcpyAsync(err.data(), d_err, err.size() * sizeof(err[0]), cudaMemcpyDeviceToHost, stream));
+  ZC_CUDA(cudaStreamSynchronize(stream));
+  for (size_t w = 0; w < err.size(); ++w)
+    if (err[w] != kNoError)
+      return ffi::Error(ffi::ErrorCode::kDataLoss, "zipccl: corrupt payload (stream " +
+                                                       std::to_string(base[w] + int64_t(err[w] >> 40)) +
+                                                       "): " + zc::error_message(int(err[w] & 0xFF)));
+  return ffi::Error::Success();
+}
+
+ffi::Error DecodeRows(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::RemainingArgs args,
+                      ffi::RemainingRets outs, int64_t unit) {
+  auto leaves = RetLeaves(outs);
+  if (leaves.has_error()) return leaves.error();
+  auto parts = Parts(args);
+  if (parts.has_error()) return parts.error();
+  const int dtype = leaves->dtype;
+  const auto l = zc::RowLayout::of(leaves->total, parts->total, unit);
+  if (auto e = CheckRows(l, dtype); e.failure()) return e;
+  const int64_t eb = zc::layout_of(dtype).elem_bytes;
+  const bool direct = InPlace(l, *leaves);
+  uint8_t* rows = direct ? leaves->data[0] : Scratch<uint8_t>(scratch, l.rows * l.m * eb);
+  auto* d_err = Scratch<unsigned long long>(scratch, int64_t(parts->data.size()));
+  StreamInfo info;
+  if (!rows || !d_err || !AllocInfo(scratch, *std::max_element(parts->rows.begin(), parts->rows.end()), l.m, &info))
+    return NoScratch();
+  ZC_CUDA(cudaMemsetAsync(d_err, 0xFF, parts->data.size() * sizeof(*d_err), stream));
+  for (size_t p = 0; p < parts->data.size(); ++p) {
+    const ffi::Error launched = LaunchDecode(stream, dtype, parts->data[p], parts->cap, 1, 0, parts->rows[p], l.m, info,
+                                             rows + parts->first[p] * l.m * eb, d_err + p);
+    if (launched.failure()) return launched;
+  }
+  if (!direct)
+    if (const ffi::Error moved = MoveRows(stream, l, *leaves, rows, false); moved.failure()) return moved;
+  return FinishDecodeRows(stream, d_err, parts->first);
+}
+
+ffi::Error DecodeAccumulateRows(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::RemainingArgs args,
+                                ffi::RemainingRets outs, int32_t dtype) {
+  if (dtype < zc::kBF16 || dtype > zc::kF32) return Invalid("accumulate: bad dtype code");
+  auto leaves = RetLeaves(outs);
+  if (leaves.has_error()) return leaves.error();
+  if (leaves->dtype != dtype && leaves->dtype != zc::kF32)
+    return Invalid("accumulate: output dtype must be the payload dtype or float32");
+  auto parts = Parts(args);
+  if (parts.has_error()) return parts.error();
+  if (parts->total < 1) return Invalid("accumulate: needs at least one row");
+  const int64_t m = leaves->total;
+  uint8_t* decoded = Scratch<uint8_t>(scratch, m * zc::layout_of(dtype).elem_bytes);
+  float* acc = Scratch<float>(scratch, m);
+  auto* d_err = Scratch<unsigned long long>(scratch, parts->total);
+  StreamInfo info;
+  if (!decoded || !acc || !d_err || !AllocInfo(scratch, 1, m, &info)) return NoScratch();
+  ZC_CUDA(cudaMemsetAsync(d_err, 0xFF, size_t(parts->total) * sizeof(*d_err), stream));
+  std::vector<int64_t> base(size_t(parts->total), 0);  // one word per row: stream 0 of its launch
+  for (size_t p = 0; p < parts->data.size(); ++p) {
+    for (int64_t r = 0; r < parts->rows[p]; ++r) {
+      const int64_t j = parts->first[p] + r;
+      base[size_t(j)] = j;
+      const ffi::Error launched =
+          LaunchDecode(stream, dtype, parts->data[p], parts->cap, 1, r, 1, m, info, decoded, d_err + j);
+      if (launched.failure()) return launched;
+      ZC_LAUNCH(AccumulateKernel, (m + kThreads - 1) / kThreads, kThreads, stream, dtype, decoded, acc, m, j == 0);
+    }
+  }
+  int64_t at = 0;
+  for (size_t i = 0; i < leaves->data.size(); at += leaves->size[i++])
+    ZC_LAUNCH(StoreSumsKernel, (leaves->size[i] + kThreads - 1) / kThreads, kThreads, stream, acc + at,
+              leaves->dtype, leaves->data[i], leaves->size[i]);
+  return FinishDecodeRows(stream, d_err, base);
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclCompressCuda, Compress,
@@ -889,4 +1199,38 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCuda, DecompressAccumula
                                   .Arg<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<int64_t>("item_elems")
+                                  .Attr<int32_t>("dtype"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclStreamSizesCuda, StreamSizes,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .RemainingArgs()
+                                  .Ret<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("unit"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclEncodeRowsCuda, EncodeRows,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("unit")
+                                  .Attr<bool>("raw"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeRowsCuda, DecodeRows,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("unit"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCuda, DecodeAccumulateRows,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
                                   .Attr<int32_t>("dtype"));

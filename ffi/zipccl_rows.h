@@ -62,6 +62,19 @@ struct RowLayout {
 
   // The run length before clipping (for padding).
   ZC_HD int64_t run_length(int64_t r) const { return r < runs() - 1 ? unit : m - main; }
+
+  // The inverse: where element src (< size) of the array sits, row *j at *i.
+  ZC_HD void locate(int64_t src, int64_t* j, int64_t* i) const {
+    if (src < rows * main) {  // the interleaved prefix: unit u = t rows + j
+      const int64_t u = src / unit;
+      *j = u % rows;
+      *i = u / rows * unit + src % unit;
+    } else {
+      const int64_t rest = m - main, s = src - rows * main;
+      *j = s / rest;
+      *i = main + s % rest;
+    }
+  }
 };
 
 }  // namespace zipccl

@@ -3,7 +3,8 @@
 //   cuda_emulation SMS RESIDENT [INJECT] < requests > replies
 // The file is compiled whole with tests/cuda_host_shim.h in place of the
 // CUDA runtime, and the driver calls the real handlers (Compress, Decompress,
-// DecompressAccumulate) with XLA FFI buffers over host memory and a scratch
+// DecompressAccumulate, and the collectives' row ops) with XLA FFI buffers
+// over host memory and a scratch
 // allocator that hands out exact-size blocks of garbage, so their argument
 // checks, scratch sizing and kernel order run as written. The emulated device
 // has SMS SMs (the handlers size their grids from it) and keeps RESIDENT CUDA
@@ -19,6 +20,16 @@
 //                     Output: streams * n elements.
 //   op 2 accumulate:  a = batch, b = k, c = cap, d = output dtype; input the
 //                     [batch, k, cap] payload. Output: batch * n sums.
+// The collectives' row ops (zipccl_rows.h): n elements in c leaves (leaf i
+// holds elements [i n / c, (i + 1) n / c)) cut into a rows with b = unit; the
+// row buffers (outputs or received parts) hold a / P rows each, P = d >> 32,
+// of cap = d & 0xFFFFFFFF bytes:
+//   op 3 stream_sizes: input n elements. Output: a uint32 sizes.
+//   op 4 encode_rows, op 5 the same with raw: input n elements. Output: the
+//                     buffers' bytes, a * cap in all.
+//   op 6 decode_rows: input the [a, cap] payload. Output: n elements.
+//   op 7 decode_accumulate_rows: n = elements per row, b = the output dtype
+//                     (no unit); input the [a, cap] payload. Output: n sums.
 // With ZIPCCL_EMU_COUNTS set, each kernel's counts (zc_emu::Counts) go to
 // stderr at the end, one line each: name launches threads warp_ops barriers
 // atomics.
@@ -89,6 +100,56 @@ void Write(const void* data, int64_t bytes) {
   if (bytes) std::fwrite(data, 1, size_t(bytes), stdout);
 }
 
+// Variadic buffers of one kind, for RemainingArgs / RemainingRets.
+struct BufferList {
+  std::vector<HostBuffer> buffers;
+  std::vector<void*> pointers;
+  std::vector<int> types;  // XLA_FFI_ArgType_BUFFER == XLA_FFI_RetType_BUFFER == 1
+  XLA_FFI_Args args{};
+  XLA_FFI_Rets rets{};
+
+  void Finish() {
+    for (auto& b : buffers) pointers.push_back(&b.view), types.push_back(1);
+    args = {XLA_FFI_Args_STRUCT_SIZE, nullptr, int64_t(pointers.size()),
+            reinterpret_cast<XLA_FFI_ArgType*>(types.data()), pointers.data()};
+    rets = {XLA_FFI_Rets_STRUCT_SIZE, nullptr, int64_t(pointers.size()),
+            reinterpret_cast<XLA_FFI_RetType*>(types.data()), pointers.data()};
+  }
+  std::vector<uint8_t> Bytes() const {
+    std::vector<uint8_t> all;
+    for (const auto& b : buffers) all.insert(all.end(), b.bytes.begin(), b.bytes.end());
+    return all;
+  }
+};
+
+// n elements of `type` in `count` leaves (leaf i: elements [i n / count, (i + 1) n / count)), from data or garbage.
+BufferList LeafBuffers(ffi::DataType type, int64_t n, int64_t count, const std::vector<uint8_t>* data) {
+  BufferList l;
+  const int64_t eb = int64_t(ffi::ByteWidth(type));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t begin = i * n / count, end = (i + 1) * n / count;
+    if (data) l.buffers.emplace_back(type, std::vector<int64_t>{end - begin},
+                                     std::vector<uint8_t>(data->begin() + begin * eb, data->begin() + end * eb));
+    else l.buffers.emplace_back(type, std::vector<int64_t>{end - begin});
+  }
+  l.Finish();
+  return l;
+}
+
+// `rows` rows of cap bytes in `count` buffers [rows / count, cap], from data or garbage.
+BufferList RowBufferList(int64_t rows, int64_t cap, int64_t count, const std::vector<uint8_t>* data) {
+  BufferList l;
+  const int64_t each = rows / count;
+  for (int64_t i = 0; i < count; ++i) {
+    if (data) l.buffers.emplace_back(ffi::DataType::U8, std::vector<int64_t>{each, cap},
+                                     std::vector<uint8_t>(data->begin() + i * each * cap,
+                                                          data->begin() + (i + 1) * each * cap));
+    else l.buffers.emplace_back(ffi::DataType::U8, std::vector<int64_t>{each, cap});
+  }
+  l.Finish();
+  return l;
+}
+
 // Runs one request; returns the handler's error and sets *out.
 ffi::Error Serve(const int64_t* req, std::vector<uint8_t>* out) {
   XLA_FFI_Api api{};
@@ -113,6 +174,32 @@ ffi::Error Serve(const int64_t* req, std::vector<uint8_t>* out) {
     HostBuffer y(type, {a * n});
     err = Decompress(stream, std::move(scratch), ffi::Buffer<ffi::U8>(&payload.view), ffi::AnyBuffer(&y.view), n);
     *out = y.bytes;
+  } else if (op >= 3) {
+    const int64_t d = req[6], cap = d & 0xFFFFFFFF, parts = d >> 32;
+    if (op == 3) {
+      const auto data = Read(size_t(n * eb));
+      BufferList x = LeafBuffers(type, n, c, &data);
+      HostBuffer sizes(ffi::DataType::U32, {a});
+      err = StreamSizes(stream, std::move(scratch), ffi::RemainingArgs(&x.args, 0), ffi::Buffer<ffi::U32>(&sizes.view), b);
+      *out = sizes.bytes;
+    } else if (op == 4 || op == 5) {
+      const auto data = Read(size_t(n * eb));
+      BufferList x = LeafBuffers(type, n, c, &data), outs = RowBufferList(a, cap, parts, nullptr);
+      err = EncodeRows(stream, std::move(scratch), ffi::RemainingArgs(&x.args, 0), ffi::RemainingRets(&outs.rets, 0), a,
+                       b, op == 5);
+      *out = outs.Bytes();
+    } else if (op == 6) {
+      const auto data = Read(size_t(a * cap));
+      BufferList in = RowBufferList(a, cap, parts, &data), y = LeafBuffers(type, n, c, nullptr);
+      err = DecodeRows(stream, std::move(scratch), ffi::RemainingArgs(&in.args, 0), ffi::RemainingRets(&y.rets, 0), b);
+      *out = y.Bytes();
+    } else {
+      const auto data = Read(size_t(a * cap));
+      BufferList in = RowBufferList(a, cap, parts, &data), y = LeafBuffers(XlaType(b), n, c, nullptr);
+      err = DecodeAccumulateRows(stream, std::move(scratch), ffi::RemainingArgs(&in.args, 0),
+                                 ffi::RemainingRets(&y.rets, 0), int32_t(dtype));
+      *out = y.Bytes();
+    }
   } else {
     HostBuffer payload(ffi::DataType::U8, {a, b, c}, Read(size_t(a * b * c)));
     HostBuffer y(XlaType(req[6]), {b > 0 ? a * n : 0});

@@ -256,15 +256,23 @@ def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
 def test_threads_and_blocks_do_not_race(tsan_emulator):
     """ThreadSanitizer over four SMs, three CUDA blocks at once: what one thread writes and another
     reads is ordered by __syncthreads, a warp intrinsic or a kernel boundary, and the results stay bit
-    exact."""
+    exact (the codec's handlers and the collectives' row ops)."""
     dtype, n, k = np.float32, 65537, 2
     items, streams = items_of(dtype, n)[:4], streams_of(dtype, n)[:4]
     cap = ref.max_stream_bytes(n, dtype)
     rows = decompress_request(streams, dtype, n, cap)
     payload = np.frombuffer(rows[1], np.uint8).reshape(2, k, cap)
-    (c_err, c_out), (d_err, d_out), (a_err, a_out) = emulate(
-        tsan_emulator, [compress_request(items), rows, accumulate_request(payload, dtype, n, dtype)], (4, 3))
-    assert (c_err, d_err, a_err) == ("", "", "")
+    flat = items.reshape(-1)[: 4 * n - 5]  # the row ops: interleaved rows of three leaves, padded
+    cut = ref.cut_rows(flat, 4, ref.BLOCK)
+    row_streams = [ref.compress(r) for r in cut]
+    row_cap = max(map(len, row_streams))
+    (c_err, c_out), (d_err, d_out), (a_err, a_out), (e_err, e_out), (r_err, r_out) = emulate(
+        tsan_emulator, [compress_request(items), rows, accumulate_request(payload, dtype, n, dtype),
+                        row_request(ENCODE_OP, dtype, flat.size, 4, ref.BLOCK, 3, 2, row_cap, flat.tobytes()),
+                        row_request(DECODE_ROWS_OP, dtype, flat.size, 4, ref.BLOCK, 3, 4, row_cap,
+                                    b"".join(s + bytes(row_cap - len(s)) for s in row_streams))], (4, 3))
+    assert (c_err, d_err, a_err, e_err, r_err) == ("", "", "", "", "")
+    assert e_out == b"".join(s + bytes(row_cap - len(s)) for s in row_streams) and r_out == flat.tobytes()
     sizes = np.frombuffer(c_out[:16], np.uint32)
     got = np.frombuffer(c_out[16:], np.uint8).reshape(4, cap)
     assert [r[:s].tobytes() for r, s in zip(got, sizes)] == streams
@@ -287,3 +295,69 @@ def test_a_lane_that_skips_a_warp_intrinsic_is_reported(emulator):
     run = run_emulator(emulator, [compress_request(items_of(np.float32, 4097)[:1])], (1, 1), inject=2)
     assert run.returncode == 3
     assert ("wait at __shfl_xor_sync; lanes that left the kernel: [5]" in run.stderr.decode()), run.stderr.decode()
+
+
+# ---------------------------------------------------------------------------- the collectives' row ops
+
+SIZES_OP, ENCODE_OP, ENCODE_RAW_OP, DECODE_ROWS_OP, ACCUMULATE_ROWS_OP = 3, 4, 5, 6, 7
+# (elements, rows, unit, leaves, buffers): contiguous rows in one leaf and in 20 leaves (more than a kernel
+# takes at once), interleaved blocks with padding, a row shorter than its unit
+ROW_LAYOUTS = [(4 * 4100, 4, 0, 1, 2), (4 * 4100, 4, 0, 20, 4), (2 * 4 * ref.BLOCK + 4 * 300 + 3, 4, ref.BLOCK, 3, 1),
+               (2 * 1000, 2, ref.BLOCK, 2, 2)]
+
+
+def flat_of(dtype, size, seed):
+    """Mixed kinds end to end: Gaussian, random bits (a stored-raw row), specials."""
+    parts = [make(k, size // 3 + 1, dtype, seed=seed + i) for i, k in enumerate(["gauss", "random_bits", "specials"])]
+    return np.concatenate(parts)[:size]
+
+
+def row_request(op, dtype, size, rows, unit, leaves, buffers=1, cap=0, body=b""):
+    return (op, CODES[np.dtype(dtype)], size, rows, unit, leaves, (buffers << 32) | cap), body
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"sms{l[0]}_resident{l[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_row_ops_are_byte_identical_to_the_reference(emulator, dtype, launch):
+    requests, checks = [], []
+    for i, (size, rows, unit, leaves, buffers) in enumerate(ROW_LAYOUTS):
+        x = flat_of(dtype, size, seed=i)
+        cut = ref.cut_rows(x, rows, unit)
+        m = cut.shape[1]
+        streams = [ref.compress(r) for r in cut]
+        cap, full = max(map(len, streams)) + 3, ref.max_stream_bytes(m, dtype)
+        payload = b"".join(s + bytes(cap - len(s)) for s in streams)
+        raw = b"".join(ref.header(CODES[np.dtype(dtype)], ref.FLAG_STORED_RAW, m) + r.tobytes() for r in cut)
+        requests += [row_request(SIZES_OP, dtype, size, rows, unit, leaves, body=x.tobytes()),
+                     row_request(ENCODE_OP, dtype, size, rows, unit, leaves, buffers, cap, x.tobytes()),
+                     row_request(ENCODE_RAW_OP, dtype, size, rows, unit, leaves, buffers, full, x.tobytes()),
+                     row_request(DECODE_ROWS_OP, dtype, size, rows, unit, leaves, buffers, cap, payload)]
+        checks += [np.array([len(s) for s in streams], np.uint32).tobytes(), payload, raw, x.tobytes()]
+        for out_dtype in (dtype, np.float32):
+            req = (ACCUMULATE_ROWS_OP, CODES[np.dtype(dtype)], m, rows, CODES[np.dtype(out_dtype)], leaves,
+                   (buffers << 32) | cap)
+            requests.append((req, payload))
+            checks.append(ref.accumulate(list(cut), out_dtype))
+    for (err, out), expected in zip(emulate(emulator, requests, launch), checks):
+        assert err == ""
+        if isinstance(expected, bytes):
+            assert out == expected
+        else:
+            assert_same_sums(np.frombuffer(out, expected.dtype), expected)
+
+
+def test_row_ops_name_the_corrupt_row_and_refuse_bad_arguments(emulator):
+    dtype, size, rows = np.float32, 4 * 5000, 4
+    x = flat_of(dtype, size, seed=7)
+    streams = [ref.compress(r) for r in ref.cut_rows(x, rows)]
+    cap = max(map(len, streams))
+    payload = bytearray(b"".join(s + bytes(cap - len(s)) for s in streams))
+    payload[2 * cap + 19] = 9  # row 2 (the second buffer's first), block 0's mode
+    replies = emulate(emulator, [
+        row_request(DECODE_ROWS_OP, dtype, size, rows, 0, 1, 2, cap, bytes(payload)),
+        ((ACCUMULATE_ROWS_OP, CODES[np.dtype(dtype)], size // rows, rows, 3, 1, (2 << 32) | cap), bytes(payload)),
+        row_request(ENCODE_RAW_OP, dtype, size, rows, 0, 1, 1, ref.max_stream_bytes(size // rows, dtype) - 1,
+                    x.tobytes()),  # raw needs the full capacity
+        row_request(SIZES_OP, dtype, size, 0, 0, 1, body=x.tobytes())])
+    assert [err for err, _ in replies] == [CORRUPT.format(2) + "corrupt block descriptor (bad mode)"] * 2 + [
+        "zipccl: encode_rows: raw streams need their full capacity", "zipccl: the row ops need at least one row"]
