@@ -104,18 +104,18 @@ def _codec_call(target: str, operand, results: tuple, workspace, *, status: bool
 
     CPU: the handler raises on a corrupt payload, so its words are zeros. CUDA:
     the handler's results are followed by its status words and its workspace,
-    workspace(dtype code) bytes that XLA allocates and the call drops, so the
-    handler allocates nothing and waits for nothing: XLA may capture it into a
-    command buffer."""
-    words = _result(operand, operand.shape[:-1], jnp.uint32)
+    workspace() bytes that XLA allocates and the call drops, so the handler
+    allocates nothing and waits for nothing: XLA may capture it into a command
+    buffer (docs/GPU.md)."""
 
     def cpu(x):
         out = tuple(jax.ffi.ffi_call(target, results, vmap_method="broadcast_all")(x, **attrs))
         return (*out, jnp.zeros_like(x[..., 0], jnp.uint32)) if status else out
 
     def cuda(x):
+        words = [_result(x, x.shape[:-1], jnp.uint32)] if status else []
         scratch = _result(x, (workspace(),), jnp.uint8)
-        *out, _ = jax.ffi.ffi_call(target, (*results, *([words] if status else []), scratch),
+        *out, _ = jax.ffi.ffi_call(target, (*results, *words, scratch),
                                    vmap_method="broadcast_all")(x, **attrs)
         return tuple(out)
 
