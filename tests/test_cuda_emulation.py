@@ -19,8 +19,8 @@ table placement, per-item and per-row indexing, scratch sizes, error reporting, 
 checks; under ThreadSanitizer, that the threads of a block and the blocks of a grid order their
 shared and global reads and writes (an injected race must be reported). What needs a GPU stays
 unchecked: the device's weaker memory model (the emulation's barriers are sequentially consistent),
-warp scheduling and speed, device memory errors (compute-sanitizer, with tests/test_cuda.py) and GPU
-arithmetic (NaN payloads of sums)."""
+warp scheduling and speed, device memory errors (compute-sanitizer, with tests/test_cuda.py), GPU
+arithmetic (NaN payloads of sums) and XLA's capture of the handlers into command buffers."""
 
 import re
 import shutil
