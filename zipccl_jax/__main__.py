@@ -53,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("selftest", help="check the codec and every collective against the reference on the local "
                                          "devices (the GPUs if any), time the codec, run autotune; a verdict")
     t.add_argument("--elements", type=int, default=1 << 24, help="bfloat16 values for the timing")
-    t.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (median)")
+    t.add_argument("--repeat", type=int, default=5,
+                   help="timed calls per measurement (GPU: their mean between CUDA events; CPU: their median)")
     c = sub.add_parser("calibrate", help="autotune over this process's devices and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     return p
