@@ -68,7 +68,7 @@ def test_psum_is_the_rank_ordered_fp32_sum_bit_for_bit(dtype):
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
 def test_psum_with_and_without_codec_and_both_algorithms_agree_bitwise(dtype):
     x = per_device((20_000,), dtype, seed=3)
-    slow = dict(link_bandwidth=1e3)  # compression pays
+    slow = dict(link_bandwidth=1e3, reduce_bandwidth=1.0)  # compression pays, over either algorithm
     ag = strategy.CostModel(psum_algorithm="all_gather+local_reduce", **slow)
     rs = strategy.CostModel(psum_algorithm="reduce_scatter+all_gather", **slow)
     results = {}
