@@ -331,8 +331,8 @@ def _per_iteration(run, lo: int, hi: int) -> float:
 def fit(small: tuple[float, float], large: tuple[float, float]) -> tuple[float, float]:
     """(intercept s, bytes per second) of t = intercept + bytes / rate through
     two (bytes, seconds) points. Noise must not make the rate negative or
-    unbounded: the slope is at least a tenth of large's average, the
-    intercept at least 0."""
+    unbounded: the rise between the points counts as at least a tenth of the
+    larger time, the intercept is at least 0."""
     (b1, t1), (b2, t2) = small, large
     slope = max(t2 - t1, t2 / 10) / (b2 - b1)
     return max(t1 - slope * b1, 0.0), 1.0 / slope
