@@ -127,16 +127,19 @@ def summary_rows(runs: list[dict]) -> list[dict]:
 
 
 def strategy_rows(runs: list[dict]) -> list[dict]:
-    """Per rate: what autotune measured, what the default strategy chose, and
-    its communication time against the codec off and against the faster of
-    the two forced choices (compress=False, strategy="compressed")."""
+    """Per rate: what autotune measured (the figures of the link the syncs
+    run over: the pmax of the size consensus, a byte transfer's fixed cost and
+    rate, XLA's all-reduce's), what the default strategy chose, and its
+    communication time against the codec off and against the faster of the
+    two forced choices (compress=False, strategy="compressed")."""
     rows = []
     for r in runs:
         syncs, tuned = r["syncs"], r["tune"]
         comm = {label: syncs[label]["comm_ms"] for label in (train.DEFAULT, train.REFERENCE, train.COMPRESSED)}
         link = dict(tuned["profile"]["links"]).get("data") or dict(tuned["profile"]["links"]).get("*") or {}
-        rows.append({"rate": r["rate"], "figures": tuned["source"],
-                     "latency us": link.get("latency", 0) * 1e6, "link MB/s": link.get("bandwidth", 0) / 1e6,
+        rows.append({"rate": r["rate"], "figures": tuned["source"], "consensus us": _us(link, "consensus"),
+                     "transfer us + MB/s": f"{_us(link, 'latency')} + {_mb(link, 'bandwidth')}",
+                     "all-reduce us + MB/s": f"{_us(link, 'reduce_latency')} + {_mb(link, 'reduce_bandwidth')}",
                      "codec GB/s": f"{tuned['profile']['compress_rate'] / 1e9:.2f} / "
                                    f"{tuned['profile']['decompress_rate'] / 1e9:.2f}",
                      "bf16 ratio": dict(tuned["profile"]["ratios"]).get("bfloat16", "-"),
@@ -144,6 +147,14 @@ def strategy_rows(runs: list[dict]) -> list[dict]:
                      "speedup vs compress=False": comm[train.REFERENCE] / comm[train.DEFAULT],
                      "time / faster forced": comm[train.DEFAULT] / min(comm[train.REFERENCE], comm[train.COMPRESSED])})
     return rows
+
+
+def _us(link: dict, figure: str) -> str:
+    return "-" if link.get(figure) is None else f"{link[figure] * 1e6:,.0f}"
+
+
+def _mb(link: dict, figure: str) -> str:
+    return "-" if link.get(figure) is None else f"{link[figure] / 1e6:,.4g}"
 
 
 def plot(path, runs: list[dict], procs: int) -> None:

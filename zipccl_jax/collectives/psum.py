@@ -91,7 +91,7 @@ def _psum_flat(flat, group: Axes, info):
     decision = plan("psum", flat, group, info)
     if not decision.compress:
         wide = flat.astype(jnp.float32) if info.platform == "cpu" else flat
-        raw = f32(2 * flat.size * itemsize * (n - 1) / n)
+        raw = f32(2 * flat.size * wide.dtype.itemsize * (n - 1) / n)  # what XLA sends: float32 on CPU
         return lax.psum(wide, group.names, **group.kw()).astype(flat.dtype), raw, raw
     compress, rungs = info.options.compress, ladder(group, info)
     if decision.algorithm == "all_gather+local_reduce":
