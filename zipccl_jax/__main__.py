@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
                    help="link rates each way, comma-separated (kbit/mbit/gbit; 'off': unshaped)")
     g.add_argument("--timeout", type=float, default=900, help="seconds each run of the processes may take")
     g.add_argument("--cleanup", action="store_true", help="only remove namespaces left by killed runs")
+    g.add_argument("--pin", action="store_true",
+                   help="pin process i to core i mod the cores (its network thread then waits for scheduler ticks)")
     g.add_argument("--profile", default=None, metavar="PATH.json",
                    help="every process loads this profile instead of running autotune")
     g = b.add_argument_group("wire")
