@@ -82,4 +82,6 @@ NB_MODULE(_zipccl_cpu, m) {
   m.def("compress_into", &compress_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false);
   m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
   m.def("code_lengths", &code_lengths);
+  // The decoder's message for a status code: the CUDA handlers return codes, Python words the error.
+  m.def("error_message", [](int status) { return zipccl::error_message(status); });
 }

@@ -3,8 +3,9 @@
     python autotune_worker.py COORDINATOR NUM_PROCESSES PROCESS_ID PROFILE_PATH
 
 Each process has 2 devices; the mesh is ("hosts", "local"), "hosts" across
-processes. Every process's measured figures are skewed by its process id
-(so they differ for certain), then autotune agrees on them. Prints JSON
+processes. Every process measures, then its figures are replaced by given
+ones skewed by its process id (so they differ for certain, each link figure
+slower on one process or the other), then autotune agrees on them. Prints JSON
 lines: LOCAL (this process's figures), INSTALLED (the agreed profile), PLANS
 (decisions and figures), RELOADED (the same plans after a restart from the
 saved profile), and FILE_IGNORED (the source a plan names with nothing
@@ -41,9 +42,13 @@ measure = tuning._measure
 def skewed(*args):
     local = measure(*args)
     k = 1 + process_id
+    # link figures measured by each process on its own differ by chance: these are given, on process 1
+    # some slower and some faster than on process 0 (the measurement still ran, with its agreed loops)
+    base = {"latency": 3e-4, "bandwidth": 1e9, "consensus": 1e-4, "reduce_latency": 2e-3, "reduce_bandwidth": 8e8}
+    skew = {"latency": k, "bandwidth": 1 / k, "consensus": 1 / k, "reduce_latency": k, "reduce_bandwidth": k}
+    links = tuple((name, profile.Link(link.size, **{f: base[f] * skew[f] for f in base})) for name, link in local.links)
     local = dataclasses.replace(local, compress_rate=local.compress_rate * k, decompress_rate=local.decompress_rate / k,
-                                links=tuple((name, profile.Link(link.size, link.latency * k, link.bandwidth / k))
-                                            for name, link in local.links))
+                                links=links)
     print("LOCAL " + json.dumps(dataclasses.asdict(local)), flush=True)
     return local
 

@@ -28,10 +28,13 @@ CALLS = [("psum", 16 << 20, jnp.bfloat16, ("data",), 4), ("all_to_all", 1 << 20,
          ("psum", 4 << 20, jnp.float16, ("data", "model"), 8)]
 
 
+FIGURES = ("compress", "algorithm", "latency", "link_bandwidth", "consensus_latency", "reduce_latency",
+           "reduce_bandwidth", "compress_rate", "decompress_rate", "ratio", "modelled")
+
+
 def decisions(plans):
     """What a plan decides and the figures behind it (not where they were read from)."""
-    return [(p.compress, p.algorithm, p.latency, p.link_bandwidth, p.compress_rate, p.decompress_rate, p.ratio)
-            for p in plans]
+    return [tuple(getattr(p, k) for k in FIGURES) for p in plans]
 
 
 def test_autotune_measures_each_axis_and_a_restart_reloads_the_same_plans(tmp_path, monkeypatch):
@@ -42,7 +45,8 @@ def test_autotune_measures_each_axis_and_a_restart_reloads_the_same_plans(tmp_pa
     prof = zc.autotune(mesh, data=data, path=path, **SMALL)
     links = dict(prof.links)
     assert {name: link.size for name, link in links.items()} == {"data": 4, "model": 2}
-    assert all(0 < link.latency < 0.5 and 1e6 < link.bandwidth < 1e12 for link in links.values()), links
+    assert all(0 <= link.latency < 0.5 and 1e6 < link.bandwidth < 1e12 and 0 < link.consensus < 0.5
+               and 0 <= link.reduce_latency < 0.5 and 1e6 < link.reduce_bandwidth < 1e12 for link in links.values()), links
     assert prof.platform == "cpu" and 1e6 < prof.compress_rate < 1e11 and 1e6 < prof.decompress_rate < 1e11
     ratios = dict(prof.ratios)  # the worst of 8 streams: a little under the whole array's 1.518 / 1.206
     assert ratios.keys() == {"bfloat16", "float32"} and 1.45 < ratios["bfloat16"] < 1.52 and 1.15 < ratios[
@@ -76,6 +80,29 @@ def test_a_profile_for_another_mesh_is_measured_again(tmp_path, monkeypatch):
         zc.autotune(mesh, path=path)
 
 
+def test_a_profile_of_an_older_version_is_measured_again_or_refused_by_load(tmp_path, monkeypatch):
+    path = tmp_path / "profile.json"
+    path.write_text('{"zipccl_jax_profile": 2, "platform": "cpu", "device_kind": "cpu", "codec": {"compress_rate": '
+                    '1e9, "decompress_rate": 1e9}, "ratios": {}, "links": {"data": {"size": 8, "latency": 0.004, '
+                    '"bandwidth": 1e9}}}')
+    with pytest.raises(profile.OutdatedProfile, match=r"version 2, written by an older zipccl_jax .*calibrate"):
+        tuning.load(path)
+    measured = profile.Profile("cpu", "cpu", 1e9, 1e9, (), (("data", profile.Link(8, 2e-4, 5e8, 1e-4, 3e-3, 4e8)),))
+    monkeypatch.setattr(tuning, "_measure", lambda *args: measured)
+    mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
+    with pytest.warns(UserWarning, match=r"version 2, .*; measuring again"):
+        assert zc.autotune(mesh, path=path) == measured
+    assert profile.read(path) == measured and strategy.model_for(("data",)).reduce_latency == 3e-3
+
+
+def test_fit_is_the_line_through_two_points_and_never_negative():
+    assert tuning.fit((1000, 2e-3), (11000, 3e-3)) == pytest.approx((1.9e-3, 1e7))
+    # noise: the larger probe no slower than the smaller (XLA:CPU's all-reduce over
+    # gloo on one pinned core costs a 4 ms scheduler tick at any size)
+    assert tuning.fit((1000, 4e-3), (11000, 4e-3)) == pytest.approx((4e-3 - 1000 * 4e-4 / 10000, 10000 / 4e-4))
+    assert tuning.fit((1000, 1e-3), (2000, 10e-3)) == (0.0, pytest.approx(1000 / 9e-3))
+
+
 def test_load_installs_a_profile_as_it_is(tmp_path):
     path = tmp_path / "given.json"
     profile.write(profile.Profile("cpu", "any", 1e9, 2e9, (), (("*", profile.Link(2, 1e-3, 25e6)),)), path)
@@ -94,7 +121,12 @@ def test_calibrate_is_autotune_over_all_local_devices(tmp_path, capsys):
     cli.main(["calibrate", "--output", str(out)])
     prof = profile.read(out)
     assert [(name, link.size) for name, link in prof.links] == [("*", len(jax.devices()))]
-    assert f"profile written to {out}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"profile written to {out}" in printed
+    link = prof.links[0][1]
+    assert f"axis *: {len(jax.devices())} devices, consensus (tiny pmax) {link.consensus * 1e6:.0f} us, byte " \
+           f"transfer {link.latency * 1e6:.0f} us + {link.bandwidth / 1e6:.4g} MB/s received, XLA all-reduce " \
+           f"{link.reduce_latency * 1e6:.0f} us + {link.reduce_bandwidth / 1e6:.4g} MB/s sent" in printed
     assert strategy.model_for(("any axis",)).link_bandwidth == prof.links[0][1].bandwidth  # installed for every axis
 
 
@@ -123,12 +155,15 @@ def test_two_processes_with_different_figures_install_the_same_and_plan_the_same
     assert installed["decompress_rate"] == min(loc["decompress_rate"] for loc in local)
     for i, (name, link) in enumerate(installed["links"]):
         assert name == ["hosts", "local"][i] and link["size"] == 2
-        assert link["latency"] == max(loc["links"][i][1]["latency"] for loc in local)
-        assert link["bandwidth"] == min(loc["links"][i][1]["bandwidth"] for loc in local)
+        for figure in profile.LINK_FIGURES:  # each the slowest of the two processes'
+            slowest = min if figure.endswith("bandwidth") else max
+            assert link[figure] == slowest(loc["links"][i][1][figure] for loc in local), figure
+        assert {figure: link[figure] == local[0]["links"][i][1][figure] for figure in profile.LINK_FIGURES} == {
+            "latency": False, "bandwidth": False, "consensus": True, "reduce_latency": False,
+            "reduce_bandwidth": True}
     assert installed["ratios"][0][1] == min(loc["ratios"][0][1] for loc in local)
     assert lines[0]["PLANS"] == lines[1]["PLANS"]
     assert [p["source"] for p in lines[0]["PLANS"]] == ["autotune"] * 4
     for out in lines:
-        keep = ("compress", "algorithm", "latency", "link_bandwidth", "compress_rate", "decompress_rate", "ratio")
-        assert [{k: p[k] for k in keep} for p in out["RELOADED"]] == [{k: p[k] for k in keep} for p in out["PLANS"]]
+        assert [{k: p[k] for k in FIGURES} for p in out["RELOADED"]] == [{k: p[k] for k in FIGURES} for p in out["PLANS"]]
         assert out["FILE_IGNORED"] == strategy.PLATFORM_DEFAULTS["cpu"].source

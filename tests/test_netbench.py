@@ -56,8 +56,15 @@ def test_two_processes_over_a_shaped_link():
     rows = netbench.summary_rows(runs)
     assert [r["sync"] for r in rows] == list(trainbench.SYNCS)
     assert [r["losses = compress=False"] for r in rows][1:] == [True, True, True]
+    # the model's time for each sync's plans, next to the measured one; without the codec it sends more
+    predicted = [r["predicted ms"] for r in rows]
+    assert predicted[0] == "-" and all(isinstance(t, float) and t > 0 for t in predicted[1:])
+    assert predicted[1] == sum(p["predicted_ms"] for p in default["plans"]) < predicted[2]
     (row,) = netbench.strategy_rows(runs)
     assert row["default plan"] == plan
+    link = tuned["profile"]["links"][0][1]
+    assert row["consensus us"] == f"{link['consensus'] * 1e6:,.0f}" and row["transfer us + MB/s"].endswith(
+        f" + {link['bandwidth'] / 1e6:,.4g}")
     assert row["speedup vs compress=False"] == plain["comm_ms"] / default["comm_ms"]
 
 

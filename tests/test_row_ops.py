@@ -3,6 +3,8 @@ decode_accumulate_rows; ffi/zipccl_cpu.cc) against the numpy reference: a
 bucket's leaves cut into rows (reference.row_order: contiguous or interleaved,
 zero-padded), each row's stream at a rung's capacity, byte for byte."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -87,3 +89,45 @@ def test_bad_arguments_get_clear_errors():
     parts = [jnp.zeros((1, 64), jnp.uint8), jnp.zeros((1, 80), jnp.uint8)]
     with pytest.raises(Exception, match="received parts differ in capacity"):
         jax.block_until_ready(jax.jit(lambda *p: ops.decode_rows(p, (8,), jnp.float32))(*parts))
+
+
+class FakeCudaModule:
+    """Stands in for _zipccl_cuda (absent from CPU-only builds): records the row workspaces asked for."""
+
+    def row_workspace_bytes(self, target, dtype, rows, size, unit, leaves, part_rows):
+        self.asked = getattr(self, "asked", []) + [(target, dtype, rows, size, unit, leaves, part_rows)]
+        return 1000 + rows + part_rows
+
+
+def test_a_cuda_lowering_of_the_row_ops_adds_status_words_and_workspaces(monkeypatch):
+    """On CUDA the decoders return a status word per row and every op a workspace of the bytes the
+    CUDA module asks for (tests/test_cuda_emulation.py runs the handlers); on CPU neither."""
+    from zipccl_jax import _ffi
+
+    _ffi.register()
+    fake = FakeCudaModule()
+    monkeypatch.setattr(_ffi, "cuda_module", lambda: fake)
+    a, b = jnp.zeros(5000, jnp.bfloat16), jnp.zeros(3000, jnp.bfloat16)
+    parts = [jnp.zeros((1, 900), jnp.uint8), jnp.zeros((3, 900), jnp.uint8)]
+
+    def ops_of(a, b, p0, p1):
+        return (ops.stream_sizes([a, b], K, unit=ref.BLOCK), ops.encode_rows([a, b], K, 900, outputs=K),
+                ops.decode_rows([p0, p1], (8000,), jnp.bfloat16), ops.decode_accumulate_rows([p0, p1], (10, 1990),
+                                                                                             jnp.bfloat16))
+
+    def results(platform):
+        text = jax.jit(ops_of).trace(a, b, *parts).lower(lowering_platforms=(platform,)).as_text()
+        return {t: re.findall(r"tensor<([^>]*)>", r) for t, r in re.findall(r"custom_call @(zipccl_\w+)\(.*-> (.*)$",
+                                                                           text, re.M)}
+
+    assert results("cuda") == {"zipccl_stream_sizes": ["4xui32", "1004xui8"],
+                               "zipccl_encode_rows": ["1x900xui8"] * K + ["1004xui8"],
+                               "zipccl_decode_rows": ["8000xbf16", "4xui32", "1007xui8"],
+                               "zipccl_decode_accumulate_rows": ["10xbf16", "1990xbf16", "4xui32", "1002xui8"]}
+    assert sorted(set(fake.asked)) == [("zipccl_decode_accumulate_rows", 1, 1, 2000, 0, 2, 1),
+                                       ("zipccl_decode_rows", 1, 4, 8000, 0, 1, 3),
+                                       ("zipccl_encode_rows", 1, K, 8000, 0, 2, 0),
+                                       ("zipccl_stream_sizes", 1, K, 8000, ref.BLOCK, 2, 0)]
+    assert results("cpu") == {"zipccl_stream_sizes": ["4xui32"], "zipccl_encode_rows": ["1x900xui8"] * K,
+                              "zipccl_decode_rows": ["8000xbf16"], "zipccl_decode_accumulate_rows": ["10xbf16",
+                                                                                                     "1990xbf16"]}

@@ -1,7 +1,9 @@
-"""The cost model: decisions, the capacity ladder, where figures come from
-(installed, the profile file, platform defaults), and $ZIPCCL_STRATEGY."""
+"""The cost model: its arithmetic and decisions from given figures, the
+capacity ladder, where figures come from (installed, the profile file,
+platform defaults), profiles old and new, and $ZIPCCL_STRATEGY."""
 
 import dataclasses
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -38,15 +40,79 @@ def test_plan_follows_the_cost_model():
     assert not ints.compress and "int32 is not compressed" in ints.reason
     one = strategy.plan("psum", 256 << 20, jnp.float32, ("d",), 1, None)
     assert not one.compress and "size 1" in one.reason
-    latency_bound = strategy.plan("psum", 1 << 20, jnp.float32, ("d",), 4, strategy.CostModel(latency=1.0))
-    assert latency_bound.algorithm == "all_gather+local_reduce"
-    bandwidth_bound = strategy.plan("psum", 1 << 20, jnp.float32, ("d",), 64, strategy.CostModel(latency=0.0))
-    assert bandwidth_bound.algorithm == "reduce_scatter+all_gather"
+    # 1 MB over a 1 MB/s link: with 0.7 s per phase one phase of more bytes
+    # wins, with 0.1 s two phases of fewer; both beat the raw float32 all-reduce
+    latency_bound = strategy.plan("psum", 1 << 20, BF16, ("d",), 4,
+                                  strategy.CostModel(latency=0.7, link_bandwidth=1 << 20), platform="cpu")
+    assert latency_bound.compress and latency_bound.algorithm == "all_gather+local_reduce"
+    bandwidth_bound = strategy.plan("psum", 1 << 20, BF16, ("d",), 4,
+                                    strategy.CostModel(latency=0.1, link_bandwidth=1 << 20), platform="cpu")
+    assert bandwidth_bound.compress and bandwidth_bound.algorithm == "reduce_scatter+all_gather"
     assert strategy.last_plans()[-1] == bandwidth_bound
+    raw = strategy.plan("psum", 1 << 20, BF16, ("d",), 4, "raw")
+    assert not raw.compress and raw.algorithm == "all_reduce"  # XLA's own, whatever psum_algorithm says
     with pytest.raises(ValueError, match="strategy must be None, 'auto', 'raw', 'compressed' or a CostModel"):
         strategy.plan("psum", 10, np.float32, ("d",), 2, "sometimes")
     with pytest.raises(ValueError, match="unknown collective 'reduce'"):
         strategy.plan("reduce", 10, np.float32, ("d",), 2)
+    with pytest.raises(ValueError, match="unknown psum_algorithm 'ring'; expected one of reduce_scatter"):
+        strategy.plan("psum", 10, np.float32, ("d",), 2, strategy.CostModel(psum_algorithm="ring"))
+
+
+# What the bench's 2-process unshaped link measured (consensus 0.1 ms, a byte
+# transfer 0.3 ms + 1.6 GB/s, XLA's float32 all-reduce 4 ms + 1.3 GB/s) and a
+# 400 Mbit/s link, with the codec at 1.8 / 4 GB/s.
+UNSHAPED = strategy.CostModel(latency=0.3e-3, link_bandwidth=1.6e9, consensus_latency=0.1e-3, reduce_latency=4e-3,
+                              reduce_bandwidth=1.3e9, compress_rate=1.8e9, decompress_rate=4e9,
+                              ratios=(("bfloat16", 1.44),))
+SHAPED = dataclasses.replace(UNSHAPED, link_bandwidth=39e6, reduce_bandwidth=39e6)
+
+
+def test_the_modelled_times_are_what_each_plan_runs():
+    nbytes, n = 936_448, 2  # the bench LM's bf16 gradients, one bucket
+    times = strategy.modelled_times("psum", nbytes, BF16, n, UNSHAPED, widened=True)
+    share = nbytes / 2
+    codec_rs = (nbytes + share) / 1.8e9 + 2 * nbytes / 4e9
+    codec_ag = nbytes / 1.8e9 + 2 * nbytes / 4e9
+    expected = {(False, "all_reduce"): 4e-3 + 2 * share * 2 / 1.3e9,  # float32 on the wire
+                (True, "reduce_scatter+all_gather"): 2 * (0.1e-3 + 0.3e-3) + 2 * share * 0.696 / 1.6e9 + codec_rs,
+                (True, "all_gather+local_reduce"): (0.1e-3 + 0.3e-3) + nbytes * 0.696 / 1.6e9 + codec_ag}
+    assert times.keys() == expected.keys()
+    assert all(times[k] == pytest.approx(v, rel=1e-12) for k, v in expected.items()), times
+    # compress=False runs a compressed plan's transfers at the top rung, without the codec
+    plain = strategy.modelled_times("psum", nbytes, BF16, n, UNSHAPED, widened=True, codec=False)
+    assert plain[(True, "all_gather+local_reduce")] == pytest.approx(0.4e-3 + nbytes / 1.6e9, rel=1e-12)
+    assert plain[(False, "all_reduce")] == times[(False, "all_reduce")]
+    # the data-moving collectives' raw plans are byte transfers; psum_scatter's is XLA's reduce-scatter
+    for name, received in (("all_gather", nbytes), ("all_to_all", share), ("ppermute", nbytes)):
+        assert strategy.modelled_times(name, nbytes, BF16, n, UNSHAPED)[(False, "direct")] == pytest.approx(
+            0.3e-3 + received / 1.6e9, rel=1e-12)
+    assert strategy.modelled_times("psum_scatter", nbytes, BF16, n, UNSHAPED, widened=True)[(False, "direct")] == \
+        pytest.approx(4e-3 + share * 2 / 1.3e9, rel=1e-12)
+
+
+def test_decisions_follow_the_measured_figures():
+    args = ("psum", 936_448, BF16, ("data",), 2)
+    # unshaped: the all-reduce's fixed cost outweighs one phase and the codec; one phase beats two
+    fast = strategy.plan(*args, UNSHAPED, platform="cpu")
+    assert fast.compress and fast.algorithm == "all_gather+local_reduce" and fast.widened
+    assert fast.modelled == pytest.approx(strategy.modelled_times(*args[:3], 2, UNSHAPED, widened=True)[
+        (True, "all_gather+local_reduce")])
+    assert strategy.modelled_time(fast) == fast.modelled and strategy.modelled_time(fast, codec=False) < fast.modelled
+    slow = strategy.plan(*args, SHAPED, platform="cpu")
+    assert slow.compress and slow.modelled > 10 * fast.modelled
+    # an all-reduce as cheap as a byte transfer: raw wins (the codec costs more than 1.44x saves at 1.6 GB/s)
+    cheap_reduce = dataclasses.replace(UNSHAPED, reduce_latency=0.3e-3, reduce_bandwidth=3.2e9)
+    assert not strategy.plan(*args, cheap_reduce, platform="cpu").compress
+    # on GPU the raw psum moves bf16 (not widened): with an all-reduce as fast as the link, raw wins there
+    fast_reduce = dataclasses.replace(UNSHAPED, reduce_latency=1e-3, reduce_bandwidth=1.6e9)
+    gpu, cpu = (strategy.plan(*args, fast_reduce, platform=p) for p in ("cuda", "cpu"))
+    assert not gpu.widened and not gpu.compress and "(float32)" not in gpu.reason
+    assert cpu.widened and cpu.compress and "all-reduce 1 ms + 1.6 GB/s (float32)" in cpu.reason
+    # a model given with the old fields only: they stand for the new ones
+    old = strategy.CostModel(latency=2e-3, link_bandwidth=1e8)
+    assert old.figures() == (2e-3, 1e8, 2e-3, 2e-3, 1e8)
+    assert strategy.plan(*args, old, platform="cpu").consensus_latency == 2e-3
 
 
 def test_the_model_counts_the_rung_sent_and_the_raw_psum_in_float32():
@@ -65,9 +131,19 @@ def test_plans_name_the_axes_and_the_figures_behind_them():
     assert p.compress and p.axes == ("data",) and p.source == "autotune"
     assert (p.latency, p.link_bandwidth, p.compress_rate, p.decompress_rate, p.ratio) == (1e-3, 50e6, 1.1e9, 1.7e9,
                                                                                           1.45)
-    assert "('data',) from autotune: latency 1 ms, link 50 MB/s, codec 1.1 GB/s / 1.7 GB/s, bfloat16 ratio " \
-           "1.450 (sends 70%)" in p.reason and "\n" not in p.reason
+    # a link given without the consensus and all-reduce figures: its latency and bandwidth stand for them
+    assert (p.consensus_latency, p.reduce_latency, p.reduce_bandwidth) == (1e-3, 1e-3, 50e6)
+    assert "('data',) from autotune: consensus 1 ms, transfer 1 ms + 50 MB/s, all-reduce 1 ms + 50 MB/s " \
+           "(float32), codec 1.1 GB/s / 1.7 GB/s, bfloat16 ratio 1.450 (sends 70%)" in p.reason
+    assert p.reason.startswith("compressed reduce_scatter+all_gather, modelled ") and "\n" not in p.reason
     assert strategy.last_plans(clear=True)[-1] == p and strategy.last_plans() == []
+    full = profile.Link(size=2, latency=3e-4, bandwidth=1.6e9, consensus=1e-4, reduce_latency=4e-3,
+                        reduce_bandwidth=1.3e9)
+    strategy.install(dataclasses.replace(MEASURED, links=(("data", full),)))
+    p = strategy.plan("all_gather", 1 << 20, BF16, ("data",), 2)
+    assert (p.latency, p.link_bandwidth, p.consensus_latency, p.reduce_latency, p.reduce_bandwidth) == (
+        3e-4, 1.6e9, 1e-4, 4e-3, 1.3e9)
+    assert "consensus 100 us, transfer 300 us + 1.6 GB/s, codec" in p.reason  # no all-reduce in an all_gather
 
 
 def test_several_axes_take_the_slowest_link_and_unmeasured_axes_the_default_link():
@@ -83,6 +159,11 @@ def test_several_axes_take_the_slowest_link_and_unmeasured_axes_the_default_link
     strategy.install(dataclasses.replace(MEASURED, links=(("*", FAST),)))
     assert strategy.model_for(("expert",)).link_bandwidth == 40e9
     assert strategy.model_for(("data",)).link_bandwidth == 50e6  # an axis's own entry wins
+    # each figure the slowest of the axes', figure by figure
+    a = profile.Link(2, latency=1e-3, bandwidth=1e9, consensus=5e-5, reduce_latency=1e-4, reduce_bandwidth=2e8)
+    b = profile.Link(2, latency=1e-4, bandwidth=2e9, consensus=2e-4, reduce_latency=3e-3, reduce_bandwidth=9e8)
+    strategy.install(dataclasses.replace(MEASURED, links=(("a", a), ("b", b))))
+    assert strategy.model_for(("a", "b")).figures() == (1e-3, 1e9, 2e-4, 3e-3, 2e8)
 
 
 def test_platform_defaults_are_what_an_untuned_process_uses():
@@ -95,9 +176,9 @@ def test_platform_defaults_are_what_an_untuned_process_uses():
         assert p.source == default.source and p.source.startswith(f"{name} default (assumed")
         assert (p.latency, p.link_bandwidth, p.compress_rate) == (default.latency, default.link_bandwidth,
                                                                   default.compress_rate)
-    # untuned, a 16 MB bf16 psum goes raw on CPU; on GPU the assumed codec
-    # beats the float32 the raw psum moves, not the bf16 an all_to_all moves
-    assert not cpu.compress and gpu.compress
+    # untuned, a 16 MB bf16 psum goes raw: on CPU although its raw plan moves
+    # float32, on GPU (bf16 on the wire) whatever the codec
+    assert not cpu.compress and cpu.widened and not gpu.compress and not gpu.widened
     assert not strategy.plan("all_to_all", 16 << 20, BF16, ("d",), 2, platform="cuda").compress
     with pytest.raises(ValueError, match="no cost model for platform 'tpu'; expected cpu, cuda, rocm or gpu"):
         strategy.plan("psum", 16 << 20, BF16, ("d",), 2, platform="tpu")
@@ -116,6 +197,10 @@ def test_the_profile_file_is_read_until_figures_are_installed(tmp_path, monkeypa
     path.write_text('{"latency": 0.001, "link_bandwidth": 1e6}')  # a version-1 profile
     strategy.uninstall()
     with pytest.raises(ValueError, match=r"profile .*profile.json: not a zipccl_jax profile .*calibrate"):
+        strategy.model_for(("data",))
+    path.write_text(VERSION_2)
+    with pytest.raises(profile.OutdatedProfile, match=r"profile .*profile.json: version 2, written by an older "
+                                                      r"zipccl_jax .*python -m zipccl_jax calibrate"):
         strategy.model_for(("data",))
 
 
@@ -138,18 +223,30 @@ def test_zipccl_strategy_overrides_the_default_and_a_per_call_strategy_wins(monk
     assert not strategy.plan(*args, "raw").compress  # a per-call strategy never reads the variable
 
 
+# what zipccl_jax wrote before the per-plan figures (its latency: a loop of tiny all_gathers)
+VERSION_2 = ('{"zipccl_jax_profile": 2, "platform": "cpu", "device_kind": "cpu", "codec": {"compress_rate": 1e9, '
+             '"decompress_rate": 1e9}, "ratios": {}, "links": {"d": {"size": 2, "latency": 0.004, "bandwidth": 1e9}}}')
+V3 = '{"zipccl_jax_profile": 3, "platform": "cpu", "device_kind": "cpu", '
+
+
 @pytest.mark.parametrize("text,problem", [
     ("{", "is not valid JSON"),
-    ('{"zipccl_jax_profile": 3}', "version 3, this zipccl_jax reads version 2"),
-    ('{"zipccl_jax_profile": 2, "platform": "tpu", "device_kind": "", "codec": {}, "ratios": {}, "links": {}}',
+    ('{"zipccl_jax_profile": 4}', "version 4, this zipccl_jax reads version 3"),
+    (VERSION_2, "version 2, written by an older zipccl_jax whose link figures this one does not use"),
+    (V3 + '"codec": {}, "ratios": {}, "links": {}}', "codec: missing key.s. compress_rate, decompress_rate"),
+    ('{"zipccl_jax_profile": 3, "platform": "tpu", "device_kind": "", "codec": {}, "ratios": {}, "links": {}}',
      "platform 'tpu', expected one of cpu, gpu"),
-    ('{"zipccl_jax_profile": 2, "platform": "cpu", "device_kind": "cpu", "codec": {"compress_rate": 1e9}, '
-     '"ratios": {}, "links": {}, "bandwith": 1}', "unknown key.s. bandwith"),
-    ('{"zipccl_jax_profile": 2, "platform": "cpu", "device_kind": "cpu", "codec": {"compress_rate": 1e9}, '
-     '"ratios": {}, "links": {}}', "codec: missing key.s. decompress_rate"),
-    ('{"zipccl_jax_profile": 2, "platform": "cpu", "device_kind": "cpu", "codec": {"compress_rate": 1e9, '
-     '"decompress_rate": 1e9}, "ratios": {}, "links": {"d": {"size": 2, "latency": 0, "bandwidth": -5}}}',
-     "link 'd' bandwidth must be a finite number > 0, got -5"),
+    (V3 + '"codec": {"compress_rate": 1e9}, "ratios": {}, "links": {}, "bandwith": 1}', "unknown key.s. bandwith"),
+    (V3 + '"codec": {"compress_rate": 1e9, "decompress_rate": 1e9}, "ratios": {}, '
+     '"links": {"d": {"size": 2, "latency": 0, "bandwidth": -5}}}', "link 'd' bandwidth must be a finite number > 0, got -5"),
+    (V3 + '"codec": {"compress_rate": 1e9, "decompress_rate": 1e9}, "ratios": {}, '
+     '"links": {"d": {"size": 2, "latency": 0, "bandwidth": 5, "consensus": -1}}}',
+     "link 'd' consensus must be a finite number >= 0, got -1"),
+    (V3 + '"codec": {"compress_rate": 1e9, "decompress_rate": 1e9}, "ratios": {}, '
+     '"links": {"d": {"size": 2, "latency": 0, "bandwidth": 5, "reduce_bandwidth": 0}}}',
+     "link 'd' reduce_bandwidth must be a finite number > 0, got 0"),
+    (V3 + '"codec": {"compress_rate": 1e9, "decompress_rate": 1e9}, "ratios": {}, '
+     '"links": {"d": {"size": 2, "latency": 0, "bandwidth": 5, "pmax": 1}}}', "link 'd': unknown key.s. pmax"),
 ])
 def test_a_malformed_profile_is_an_error_naming_the_file_and_the_problem(tmp_path, text, problem):
     path = tmp_path / "p.json"
@@ -159,5 +256,12 @@ def test_a_malformed_profile_is_an_error_naming_the_file_and_the_problem(tmp_pat
 
 
 def test_a_profile_round_trips_exactly(tmp_path):
-    odd = dataclasses.replace(MEASURED, compress_rate=1234567.0987654321, ladder=(0.6, 0.75, 1.0))
-    assert profile.read(profile.write(odd, tmp_path / "sub" / "p.json")) == odd
+    full = profile.Link(size=2, latency=3.1e-4, bandwidth=1.6e9, consensus=9.87654321e-5, reduce_latency=4.01e-3,
+                        reduce_bandwidth=1.3e9)
+    odd = dataclasses.replace(MEASURED, compress_rate=1234567.0987654321, ladder=(0.6, 0.75, 1.0),
+                              links=(("data", SLOW), ("model", full)))  # a link without the new figures, one with
+    path = profile.write(odd, tmp_path / "sub" / "p.json")
+    assert profile.read(path) == odd
+    doc = json.loads(path.read_text())
+    assert doc["zipccl_jax_profile"] == 3 and doc["links"]["data"] == {"size": 8, "latency": 1e-3, "bandwidth": 50e6}
+    assert doc["links"]["model"]["consensus"] == 9.87654321e-5

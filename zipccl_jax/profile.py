@@ -1,17 +1,33 @@
 """The profile file: the figures `autotune` measured, as versioned JSON.
 
-    {"zipccl_jax_profile": 2, "platform": "cpu", "device_kind": "cpu",
+    {"zipccl_jax_profile": 3, "platform": "cpu", "device_kind": "cpu",
      "codec": {"compress_rate": 2.1e9, "decompress_rate": 3.2e9},
      "ratios": {"bfloat16": 1.45, "float16": 1.18, "float32": 1.2},
-     "links": {"data": {"size": 2, "latency": 0.0004, "bandwidth": 4.8e7}},
+     "links": {"data": {"size": 2, "latency": 0.0004, "bandwidth": 4.8e7, "consensus": 0.0001,
+                        "reduce_latency": 0.0005, "reduce_bandwidth": 4.5e7}},
      "ladder": null}
 
-Rates are bytes per second per device, latency is seconds per collective.
-`links` maps a mesh axis name to its measured link; the name "*" (what
-`autotune(mesh=None)` measures) applies to every axis without an entry of its
-own. `ladder` (optional) replaces the capacity ladder. A file that is not
-JSON, has another version, an unknown key or a figure out of range is a
-ValueError naming the file and the problem.
+Rates are bytes per second per device, times are seconds. Per link (a mesh
+axis; the name "*", what `autotune(mesh=None)` measures, applies to every axis
+without an entry of its own), what the plans pay (Link):
+- latency and bandwidth: the fixed cost and the rate of a transfer of bytes
+  (all_to_all / all_gather of uint8: what the compressed plans, and the raw
+  plans of the data-moving collectives, send), bytes received per device;
+- consensus: a tiny pmax, which every sized transfer pays once (the size
+  agreement);
+- reduce_latency and reduce_bandwidth: XLA's own all-reduce (the raw psum and
+  psum_scatter plans), in bytes each device sends (2 (n - 1) / n of the operand).
+The last three are optional in a file (a hand-written profile may give only
+latency and bandwidth, which then stand for them). `ladder` (optional)
+replaces the capacity ladder.
+
+Version 3. A version-2 file (zipccl_jax before the per-plan figures; its
+latency was a loop of tiny all_gathers, which over gloo measures a pathology
+of small messages, not what a sized transfer pays) is refused with
+OutdatedProfile, which says to measure again; `autotune(path=...)` then
+measures and overwrites it. A file that is not JSON, has another version, an
+unknown key or a figure out of range is a ValueError naming the file and the
+problem.
 """
 
 from __future__ import annotations
@@ -22,20 +38,32 @@ import math
 import os
 from pathlib import Path
 
-VERSION = 2
+VERSION = 3
 VERSION_KEY = "zipccl_jax_profile"
 ANY_AXIS = "*"
 PLATFORMS = ("cpu", "gpu")
 DTYPES = ("bfloat16", "float16", "float32")
 
 
+LINK_FIGURES = ("latency", "bandwidth", "consensus", "reduce_latency", "reduce_bandwidth")
+
+
+class OutdatedProfile(ValueError):
+    """A profile file of an older version: measure again."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """One mesh axis: its size, a collective's fixed cost (s), bytes per second per device."""
+    """One mesh axis: its size and what a collective over it pays (module
+    docstring). None: latency (for consensus, reduce_latency) or bandwidth
+    (for reduce_bandwidth) stands for the figure."""
 
     size: int
-    latency: float
-    bandwidth: float
+    latency: float  # fixed cost of a byte transfer (s)
+    bandwidth: float  # bytes received per second per device by a byte transfer
+    consensus: float | None = None  # a tiny pmax (s)
+    reduce_latency: float | None = None  # XLA's all-reduce: fixed cost (s)
+    reduce_bandwidth: float | None = None  # and bytes sent per second per device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +91,8 @@ def write(profile: Profile, path) -> Path:
     doc = {VERSION_KEY: VERSION, "platform": profile.platform, "device_kind": profile.device_kind,
            "codec": {"compress_rate": profile.compress_rate, "decompress_rate": profile.decompress_rate},
            "ratios": dict(profile.ratios),
-           "links": {name: dataclasses.asdict(link) for name, link in profile.links},
+           "links": {name: {k: v for k, v in dataclasses.asdict(link).items() if v is not None}
+                     for name, link in profile.links},
            "ladder": list(profile.ladder) if profile.ladder else None}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
@@ -80,14 +109,18 @@ def read(path) -> Profile:
         raise ValueError(f"zipccl: profile {path} is not valid JSON: {err}") from None
     try:
         return _parse(doc)
-    except ValueError as err:
-        raise ValueError(f"zipccl: profile {path}: {err}") from None
+    except ValueError as err:  # OutdatedProfile stays one
+        raise type(err)(f"zipccl: profile {path}: {err}") from None
 
 
 def _parse(doc) -> Profile:
     if not isinstance(doc, dict) or VERSION_KEY not in doc:
         raise ValueError(f"not a zipccl_jax profile (no {VERSION_KEY!r} version field; a profile from an older "
                          "zipccl_jax? run `python -m zipccl_jax calibrate` again)")
+    if doc[VERSION_KEY] in (1, 2):
+        raise OutdatedProfile(f"version {doc[VERSION_KEY]}, written by an older zipccl_jax whose link figures this "
+                              f"one does not use (it reads version {VERSION}); measure again: `python -m zipccl_jax "
+                              "calibrate`, or zipccl_jax.autotune(..., path=...), which replaces the file")
     if doc[VERSION_KEY] != VERSION:
         raise ValueError(f"version {doc[VERSION_KEY]!r}, this zipccl_jax reads version {VERSION}")
     _keys(doc, {VERSION_KEY, "platform", "device_kind", "codec", "ratios", "links"}, "the profile", {"ladder"})
@@ -101,11 +134,11 @@ def _parse(doc) -> Profile:
     if not isinstance(links, dict):
         raise ValueError(f"links must be an object of axis name -> link, got {links!r}")
     for name, link in links.items():
-        _keys(link, {"size", "latency", "bandwidth"}, f"link {name!r}")
-        if not isinstance(link["size"], int) or link["size"] < 2:
+        _keys(link, {"size", "latency", "bandwidth"}, f"link {name!r}", set(LINK_FIGURES))
+        if not isinstance(link["size"], int) or isinstance(link["size"], bool) or link["size"] < 2:
             raise ValueError(f"link {name!r}: size must be an integer >= 2, got {link['size']!r}")
-        _number(link["latency"], f"link {name!r} latency", allow_zero=True)
-        _number(link["bandwidth"], f"link {name!r} bandwidth")
+        for figure in set(LINK_FIGURES) & set(link):
+            _number(link[figure], f"link {name!r} {figure}", allow_zero=not figure.endswith("bandwidth"))
     ladder = doc.get("ladder")
     if ladder is not None and (not isinstance(ladder, list) or not ladder or ladder[-1] != 1.0
                                or any(not 0 < _number(f, "ladder rung") <= 1 for f in ladder)
@@ -114,7 +147,7 @@ def _parse(doc) -> Profile:
     return Profile(doc["platform"], doc["device_kind"], _number(codec["compress_rate"], "compress_rate"),
                    _number(codec["decompress_rate"], "decompress_rate"),
                    tuple((dt, _number(ratios[dt], f"ratio of {dt}")) for dt in DTYPES if dt in ratios),
-                   tuple((name, Link(link["size"], float(link["latency"]), float(link["bandwidth"])))
+                   tuple((name, Link(link["size"], **{k: float(link[k]) for k in LINK_FIGURES if k in link}))
                          for name, link in sorted(links.items())),
                    tuple(float(f) for f in ladder) if ladder else None)
 

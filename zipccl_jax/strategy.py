@@ -2,15 +2,26 @@
 
 Every compressed collective asks `plan()` for its decision: raw or
 compressed and, for psum, reduce-scatter+all-gather or all-gather+local-reduce,
-by comparing the modelled times (latency, link bandwidth, codec rates, the
-expected ratio rounded up to the ladder rung the streams will land on).
+by comparing the modelled times of what each plan runs (modelled_times):
+
+- a raw psum or psum_scatter is XLA's own all-reduce / reduce-scatter (in
+  float32 on CPU, so 4 bytes per 16-bit value there): reduce_latency + the
+  bytes each device sends / reduce_bandwidth;
+- a raw all_gather, all_to_all or ppermute moves the operand's bits:
+  latency + the bytes each device receives / link_bandwidth;
+- a compressed plan, per phase (one sized transfer each: 2 for
+  reduce-scatter+all-gather, 1 otherwise): consensus_latency (the pmax that
+  agrees on the size) + latency, plus the bytes received at the ladder rung
+  the expected ratio lands on / link_bandwidth, plus the codec's time at its
+  measured rates.
 
 Where the figures come from, for each mesh axis the collective runs over
 (the first that applies):
 
 1. `strategy=CostModel(...)` passed to the call;
 2. what `zipccl_jax.autotune` installed in this process for that axis, or for
-   every axis ("*", from `autotune(mesh=None)`);
+   every axis ("*", from `autotune(mesh=None)`): each figure measured with
+   the collective the plans run (autotune.py);
 3. in a single-process job only, the profile file at $ZIPCCL_PROFILE (default
    ~/.cache/zipccl_jax/profile.json, what `python -m zipccl_jax calibrate`
    writes). A multi-process job ignores it: nothing guarantees that every host
@@ -19,12 +30,13 @@ Where the figures come from, for each mesh axis the collective runs over
 4. the platform default (PLATFORM_DEFAULTS): assumed figures, not measured.
 
 Codec rates, ratios and the ladder come from the same chain per platform.
-A collective over several axes uses the slowest: the largest latency and the
-smallest bandwidth. $ZIPCCL_STRATEGY=auto|raw|compressed overrides the
-default for the whole process (read at each decision); a per-call `strategy=`
-wins over it. Every decision is recorded with its reason and figures
-(`last_plans()`). Decisions are deterministic functions of the arguments and
-the installed figures, which autotune makes identical on every process.
+A collective over several axes uses the slowest: the largest of each fixed
+cost and the smallest of each bandwidth. $ZIPCCL_STRATEGY=auto|raw|compressed
+overrides the default for the whole process (read at each decision); a
+per-call `strategy=` wins over it. Every decision is recorded with its
+reason, its modelled time and the figures behind it (`last_plans()`).
+Decisions are deterministic functions of the arguments and the installed
+figures, which autotune makes identical on every process.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import collections
 import dataclasses
 import functools
 import os
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -54,53 +67,81 @@ DEFAULT_LADDER = (0.56, 0.57, 0.579, 0.589, 0.599, 0.609, 0.62, 0.63, 0.641, 0.6
                   0.722, 0.734, 0.746, 0.759, 0.772, 0.785, 0.799, 0.812, 0.826, 0.84, 0.855, 0.869, 0.884, 0.899,
                   0.914, 0.93, 1.0)
 
-# The raw psum / psum_scatter path is XLA's reduction in float32
-# (collectives.py): a 16-bit operand travels as 4 bytes per value there.
+# The raw psum / psum_scatter path is XLA's reduction, in float32 on CPU
+# (collectives/psum.py): a 16-bit operand travels as 4 bytes per value there.
 _WIDENED = ("psum", "psum_scatter")
+PSUM_ALGORITHMS = ("reduce_scatter+all_gather", "all_gather+local_reduce")
+
+
+class Figures(typing.NamedTuple):
+    """A CostModel's link figures with the optional ones resolved."""
+
+    latency: float
+    link_bandwidth: float
+    consensus_latency: float
+    reduce_latency: float
+    reduce_bandwidth: float
 
 
 @dataclasses.dataclass(frozen=True)
 class CostModel:
     """Figures of the cost model: times in seconds, rates in bytes per second
     per device. The field defaults are the CPU platform default. `source`
-    (not part of equality) says where the figures come from."""
+    (not part of equality) says where the figures come from. The last three
+    fields are optional: None stands for `latency` (consensus_latency,
+    reduce_latency) or `link_bandwidth` (reduce_bandwidth), so a model given
+    as CostModel(latency=..., link_bandwidth=...) keeps its meaning."""
 
-    latency: float = 100e-6  # one collective's fixed cost (also the size consensus)
-    link_bandwidth: float = 1.25e9  # what one device sends per second over the axis
+    latency: float = 100e-6  # fixed cost of a byte transfer (all_to_all, all_gather, ppermute)
+    link_bandwidth: float = 1.25e9  # bytes one device receives per second in a byte transfer over the axis
     compress_rate: float = 2e9  # codec input bytes per second on one device
     decompress_rate: float = 3e9
     ratios: tuple = (("bfloat16", 1.5), ("float16", 1.18), ("float32", 1.2))
     ladder: tuple = DEFAULT_LADDER
     psum_algorithm: str | None = None  # force "reduce_scatter+all_gather" or "all_gather+local_reduce"
     source: str = dataclasses.field(default="a CostModel given per call", compare=False)
+    consensus_latency: float | None = None  # the tiny pmax every sized transfer pays once
+    reduce_latency: float | None = None  # XLA's all-reduce (raw psum, psum_scatter): fixed cost
+    reduce_bandwidth: float | None = None  # and bytes each device sends per second
 
     def ratio(self, dtype) -> float:
         return dict(self.ratios).get(np.dtype(dtype).name, 1.0)
 
+    def figures(self) -> Figures:
+        return Figures(self.latency, self.link_bandwidth,
+                       self.latency if self.consensus_latency is None else self.consensus_latency,
+                       self.latency if self.reduce_latency is None else self.reduce_latency,
+                       self.link_bandwidth if self.reduce_bandwidth is None else self.reduce_bandwidth)
+
 
 PLATFORM_DEFAULTS = {
     # Assumed, not measured: hosts linked by 10 Gbit/s Ethernet (1.25 GB/s per
-    # device, 100 us per collective over gloo/TCP), one core per device running
-    # the codec at 2 GB/s compress, 3 GB/s decompress: the bf16 AVX-512 speeds
-    # in docs/BENCHMARKS.md (a CPU without AVX-512 codes ~0.75 GB/s). At these
-    # figures bf16 goes raw; autotune finds slower links where it pays.
-    "cpu": CostModel(source="cpu default (assumed 10 Gbit/s link)"),
+    # device; 100 us per collective over gloo/TCP, for the pmax of the size
+    # consensus, a byte transfer and XLA's all-reduce alike), one core per
+    # device running the codec at 2 GB/s compress, 3 GB/s decompress: the bf16
+    # AVX-512 speeds in docs/BENCHMARKS.md (a CPU without AVX-512 codes ~0.75
+    # GB/s). At these figures a bf16 psum goes raw although its raw plan moves
+    # float32; autotune finds slower links where compression pays.
+    "cpu": CostModel(consensus_latency=100e-6, reduce_latency=100e-6, reduce_bandwidth=1.25e9,
+                     source="cpu default (assumed 10 Gbit/s link)"),
     # Assumed, not measured: a 200 Gbit/s NIC per GPU between hosts (25 GB/s),
     # 20 us per NCCL collective, and a CUDA codec at 100 / 200 GB/s (no GPU
     # timing of it exists yet; published GPU codecs reach 250-2,000 GB/s).
     # At these figures everything goes raw: compression needs a measured link.
     "gpu": CostModel(latency=20e-6, link_bandwidth=25e9, compress_rate=100e9, decompress_rate=200e9,
+                     consensus_latency=20e-6, reduce_latency=20e-6, reduce_bandwidth=25e9,
                      source="gpu default (assumed 200 Gbit/s link, codec not measured)"),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What a collective will do, why, and the figures behind it."""
+    """What a collective will do, why, and the figures behind it (the slowest
+    of its axes'): `model` holds every figure, the fields below the common ones."""
 
     collective: str
     compress: bool
-    algorithm: str
+    algorithm: str  # raw psum: "all_reduce" (XLA's); raw others: "direct"
     reason: str  # one readable line
     raw_bytes: int
     axis_size: int
@@ -111,6 +152,13 @@ class Plan:
     compress_rate: float
     decompress_rate: float
     ratio: float
+    consensus_latency: float = 0.0
+    reduce_latency: float = 0.0
+    reduce_bandwidth: float = 0.0
+    modelled: float = 0.0  # seconds the model gives the chosen plan
+    dtype: str = ""
+    widened: bool = False  # a raw psum / psum_scatter of 16-bit floats that XLA runs in float32 (CPU)
+    model: CostModel | None = None
 
 
 _PLANS: collections.deque = collections.deque(maxlen=10_000)  # bounded: traces repeat in long jobs
@@ -194,10 +242,24 @@ def _check_strategy(strategy) -> None:
         raise ValueError(f"zipccl: strategy must be None, 'auto', 'raw', 'compressed' or a CostModel, got {strategy!r}")
 
 
+def _link_figures(link: profile_file.Link | None, default: Figures) -> Figures:
+    if link is None:
+        return default
+    return Figures(link.latency, link.bandwidth, link.latency if link.consensus is None else link.consensus,
+                   link.latency if link.reduce_latency is None else link.reduce_latency,
+                   link.bandwidth if link.reduce_bandwidth is None else link.reduce_bandwidth)
+
+
+def _slowest(figures: list[Figures]) -> Figures:
+    """Per figure the slowest: the largest fixed cost, the smallest bandwidth."""
+    return Figures(*(min(col) if name.endswith("bandwidth") else max(col)
+                     for name, col in zip(Figures._fields, zip(*figures))))
+
+
 def model_for(axes, strategy=None, *, platform: str | None = None) -> CostModel:
     """The CostModel a collective over `axes` uses: `strategy` itself when it
     is a CostModel, else the figures installed, in the profile file, or the
-    platform's default (module docstring), the slowest link of the axes."""
+    platform's default (module docstring), the slowest of the axes' links."""
     _check_strategy(strategy)
     if isinstance(strategy, CostModel):
         return strategy
@@ -206,19 +268,14 @@ def model_for(axes, strategy=None, *, platform: str | None = None) -> CostModel:
     file = _file_profile(platform)
     codec, codec_source = _CODECS.get(platform) or file or (None, default.source)
     links = {axis: _link(platform, axis, file) for axis in axes}
-    latency = max((link.latency if link else default.latency) for link, _ in links.values()) if links \
-        else default.latency
-    bandwidth = min((link.bandwidth if link else default.link_bandwidth) for link, _ in links.values()) if links \
-        else default.link_bandwidth
+    figures = _slowest([_link_figures(link, default.figures()) for link, _ in links.values()] or [default.figures()])
     sources = {source for _, source in links.values()} | {codec_source}
     source = sources.pop() if len(sources) == 1 else "; ".join(
         [f"link {axis!r}: {source}" for axis, (_, source) in links.items()] + [f"codec: {codec_source}"])
-    if codec is None:
-        return dataclasses.replace(default, latency=latency, link_bandwidth=bandwidth, source=source)
-    return CostModel(latency=latency, link_bandwidth=bandwidth, compress_rate=codec.compress_rate,
-                     decompress_rate=codec.decompress_rate, ratios=tuple({**dict(default.ratios),
-                                                                          **dict(codec.ratios)}.items()),
-                     ladder=codec.ladder or DEFAULT_LADDER, source=source)
+    base = default if codec is None else CostModel(
+        compress_rate=codec.compress_rate, decompress_rate=codec.decompress_rate,
+        ratios=tuple({**dict(default.ratios), **dict(codec.ratios)}.items()), ladder=codec.ladder or DEFAULT_LADDER)
+    return dataclasses.replace(base, **figures._asdict(), source=source)
 
 
 # ---------------------------------------------------------------------------
@@ -242,8 +299,8 @@ def _forced(strategy) -> tuple[str | None, str]:
 
 
 def _algorithms(collective: str, nbytes: int, n: int) -> dict:
-    """Per algorithm, per device: (collective steps, bytes received, bytes
-    compressed, bytes decompressed), for an operand of nbytes per device."""
+    """Per compressed algorithm, per device: (sized transfers, bytes received,
+    bytes compressed, bytes decompressed), for an operand of nbytes per device."""
     share = nbytes * (n - 1) / n
     if collective == "psum":
         return {"reduce_scatter+all_gather": (2, 2 * share, nbytes + nbytes / n, 2 * nbytes),
@@ -262,6 +319,37 @@ def wire_fraction(model: CostModel, dtype) -> float:
     return min((f for f in model.ladder if f >= need), default=1.0)
 
 
+def widens(collective: str, dtype, platform: str | None = None) -> bool:
+    """Whether the raw plan of `collective` moves a 16-bit float as float32:
+    XLA:CPU's all-reduce and reduce-scatter (the raw psum / psum_scatter)."""
+    return (collective in _WIDENED and is_compressible(dtype) and np.dtype(dtype).itemsize < 4
+            and platform_family(platform) == "cpu")
+
+
+def modelled_times(collective: str, nbytes: int, dtype, axis_size: int, model: CostModel, *,
+                   widened: bool = False, codec: bool = True) -> dict:
+    """(compress, algorithm) -> modelled seconds per device of each plan, for
+    an operand of nbytes per device (module docstring). widened: the raw plan
+    moves float32 for a 16-bit dtype. codec=False: the compressed plans run
+    without the codec (compress=False: the raw bits through the same sized
+    transfers, at the top rung)."""
+    f, n = model.figures(), axis_size
+    dtype = np.dtype(dtype)
+    share = nbytes * (n - 1) / n
+    wide = 4 / dtype.itemsize if widened else 1.0
+    if collective == "psum":
+        times = {(False, "all_reduce"): f.reduce_latency + 2 * share * wide / f.reduce_bandwidth}
+    elif collective == "psum_scatter":
+        times = {(False, "direct"): f.reduce_latency + share * wide / f.reduce_bandwidth}
+    else:
+        times = {(False, "direct"): f.latency + _algorithms(collective, nbytes, n)["direct"][1] / f.link_bandwidth}
+    fraction = wire_fraction(model, dtype) if codec else 1.0
+    for algo, (steps, wire, packed, unpacked) in _algorithms(collective, nbytes, n).items():
+        work = packed / model.compress_rate + unpacked / model.decompress_rate if codec else 0.0
+        times[(True, algo)] = steps * (f.consensus_latency + f.latency) + wire * fraction / f.link_bandwidth + work
+    return times
+
+
 def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=None, *,
          platform: str | None = None) -> Plan:
     """Decides raw vs compressed, and for psum reduce-scatter+all-gather vs
@@ -270,37 +358,45 @@ def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=Non
         raise ValueError(f"zipccl: unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
     axes = tuple(axes)
     model = model_for(axes, strategy, platform=platform)
+    if model.psum_algorithm not in (None, *PSUM_ALGORITHMS):
+        raise ValueError(f"zipccl: unknown psum_algorithm {model.psum_algorithm!r}; expected one of "
+                         f"{', '.join(PSUM_ALGORITHMS)}")
     forced, forced_by = _forced(strategy)
     dtype, n = np.dtype(dtype), axis_size
-    fraction = wire_fraction(model, dtype)
-    widen = 4 / dtype.itemsize if collective in _WIDENED and is_compressible(dtype) else 1.0
-    options = []  # (modelled seconds, compress, algorithm)
-    for algo, (steps, wire, packed, unpacked) in _algorithms(collective, nbytes, n).items():
-        options.append((steps * model.latency + wire * widen / model.link_bandwidth, False, algo))
-        codec = packed / model.compress_rate + unpacked / model.decompress_rate
-        # each step also pays a pmax that agrees on the size: twice the latency
-        options.append((2 * steps * model.latency + wire * fraction / model.link_bandwidth + codec, True, algo))
+    widened = widens(collective, dtype, platform)
+    times = modelled_times(collective, nbytes, dtype, n, model, widened=widened)
     why = ""
     if not is_compressible(dtype):
         forced, why = "raw", f"dtype {dtype.name} is not compressed"
     elif n == 1:
         forced, why = "raw", "axis of size 1: nothing crosses a link"
-    candidates = [o for o in options if (forced is None or o[1] == (forced == "compressed"))
-                  and (collective != "psum" or model.psum_algorithm in (None, o[2]))]
-    if not candidates:
-        raise ValueError(f"zipccl: unknown psum_algorithm {model.psum_algorithm!r}")
+    candidates = [(t, compress, algo) for (compress, algo), t in times.items()
+                  if (forced is None or compress == (forced == "compressed"))
+                  and (not compress or collective != "psum" or model.psum_algorithm in (None, algo))]
     t, compress, algo = min(candidates)
     if not why:
-        other = min(o[0] for o in options if o[1] != compress)
+        other = min(t for (c, _), t in times.items() if c != compress)
         why = ((f"{forced_by}: " if forced else "") + f"{'compressed' if compress else 'raw'} {algo}, modelled "
                f"{_duration(t)} vs {_duration(other)} {'raw' if compress else 'compressed'}")
-    figures = (f"{axes} from {model.source}: latency {_duration(model.latency)}, link "
-               f"{_rate(model.link_bandwidth)}, codec {_rate(model.compress_rate)} / "
-               f"{_rate(model.decompress_rate)}, {dtype.name} ratio {model.ratio(dtype):.3f} (sends {fraction:.0%})")
-    result = Plan(collective, compress, algo, f"{why}; {figures}", nbytes, n, axes, model.source, model.latency,
-                  model.link_bandwidth, model.compress_rate, model.decompress_rate, model.ratio(dtype))
+    f = model.figures()
+    reduce = f", all-reduce {_duration(f.reduce_latency)} + {_rate(f.reduce_bandwidth)}" + (
+        " (float32)" if widened else "") if collective in _WIDENED else ""
+    figures = (f"{axes} from {model.source}: consensus {_duration(f.consensus_latency)}, transfer "
+               f"{_duration(f.latency)} + {_rate(f.link_bandwidth)}{reduce}, codec {_rate(model.compress_rate)} / "
+               f"{_rate(model.decompress_rate)}, {dtype.name} ratio {model.ratio(dtype):.3f} "
+               f"(sends {wire_fraction(model, dtype):.0%})")
+    result = Plan(collective, compress, algo, f"{why}; {figures}", nbytes, n, axes, model.source, f.latency,
+                  f.link_bandwidth, model.compress_rate, model.decompress_rate, model.ratio(dtype),
+                  f.consensus_latency, f.reduce_latency, f.reduce_bandwidth, t, dtype.name, widened, model)
     _PLANS.append(result)
     return result
+
+
+def modelled_time(p: Plan, codec: bool = True) -> float:
+    """Seconds the model gives plan p; codec=False: the same plan run with
+    compress=False (a compressed plan's transfers at the top rung, no codec)."""
+    return modelled_times(p.collective, p.raw_bytes, p.dtype, p.axis_size, p.model, widened=p.widened,
+                          codec=codec)[(p.compress, p.algorithm)]
 
 
 def _duration(seconds: float) -> str:

@@ -11,9 +11,10 @@ mesh, with a training step's gradients as its data, as a job would
 (`--profile PATH` loads that profile instead), then trains the LM with
 lax.psum, zip_psum (the default strategy), zip_psum(compress=False) and
 zip_psum(strategy="compressed") (train.measure), reading its own link's
-byte counter around the timed gradient syncs. Process i is pinned to core i
-mod the core count: on a small machine the processes, and the codec, share
-cores, as they would not on real hosts.
+byte counter around the timed gradient syncs. The processes share the
+machine's cores (on a small machine the codecs compete, as they would not on
+real hosts); `--pin` pins process i to core i mod the core count (worker()
+says what that costs).
 
 Every process has a deadline; a hang fails with the processes' last output,
 and the namespaces are removed in every case (netns.Network).
@@ -96,9 +97,10 @@ def _combine(results: list[dict]) -> dict:
 
 
 def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int, timeout: float = 600,
-        progress: report.Progress | None = None, profile=None) -> list[dict]:
+        progress: report.Progress | None = None, profile=None, pin: bool = False) -> list[dict]:
     """The benchmark; returns one combined result (with its rate) per rate.
-    Each process autotunes, or with `profile` loads that profile file."""
+    Each process autotunes, or with `profile` loads that profile file. `pin`
+    pins process i to core i mod the core count (see worker())."""
     for rate in rates:
         if rate != "off":
             netns.rate_bits(rate)  # bad input fails before anything is built
@@ -106,7 +108,7 @@ def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int,
     if why:
         raise RuntimeError(f"net benchmark: {why}")
     spec = {"procs": procs, "coordinator": f"{netns.SUBNET}.1:{PORT}", "config": dataclasses.asdict(cfg),
-            "steps": steps, "warmup": warmup, "repeat": repeat, "profile": profile and str(Path(profile).resolve())}
+            "steps": steps, "warmup": warmup, "repeat": repeat, "profile": profile and str(Path(profile).resolve()), "pin": pin}
     runs = []
     with netns.Network(procs) as net, tempfile.TemporaryDirectory() as cwd:
         for rate in rates:
@@ -127,16 +129,19 @@ def summary_rows(runs: list[dict]) -> list[dict]:
 
 
 def strategy_rows(runs: list[dict]) -> list[dict]:
-    """Per rate: what autotune measured, what the default strategy chose, and
-    its communication time against the codec off and against the faster of
-    the two forced choices (compress=False, strategy="compressed")."""
+    """Per rate: what autotune measured (the figures of the link the syncs
+    run over: the pmax of the size consensus, a byte transfer's fixed cost and
+    rate, XLA's all-reduce's), what the default strategy chose, and its
+    communication time against the codec off and against the faster of the
+    two forced choices (compress=False, strategy="compressed")."""
     rows = []
     for r in runs:
         syncs, tuned = r["syncs"], r["tune"]
         comm = {label: syncs[label]["comm_ms"] for label in (train.DEFAULT, train.REFERENCE, train.COMPRESSED)}
         link = dict(tuned["profile"]["links"]).get("data") or dict(tuned["profile"]["links"]).get("*") or {}
-        rows.append({"rate": r["rate"], "figures": tuned["source"],
-                     "latency us": link.get("latency", 0) * 1e6, "link MB/s": link.get("bandwidth", 0) / 1e6,
+        rows.append({"rate": r["rate"], "figures": tuned["source"], "consensus us": _us(link, "consensus"),
+                     "transfer us + MB/s": f"{_us(link, 'latency')} + {_mb(link, 'bandwidth')}",
+                     "all-reduce us + MB/s": f"{_us(link, 'reduce_latency')} + {_mb(link, 'reduce_bandwidth')}",
                      "codec GB/s": f"{tuned['profile']['compress_rate'] / 1e9:.2f} / "
                                    f"{tuned['profile']['decompress_rate'] / 1e9:.2f}",
                      "bf16 ratio": dict(tuned["profile"]["ratios"]).get("bfloat16", "-"),
@@ -144,6 +149,14 @@ def strategy_rows(runs: list[dict]) -> list[dict]:
                      "speedup vs compress=False": comm[train.REFERENCE] / comm[train.DEFAULT],
                      "time / faster forced": comm[train.DEFAULT] / min(comm[train.REFERENCE], comm[train.COMPRESSED])})
     return rows
+
+
+def _us(link: dict, figure: str) -> str:
+    return "-" if link.get(figure) is None else f"{link[figure] * 1e6:,.0f}"
+
+
+def _mb(link: dict, figure: str) -> str:
+    return "-" if link.get(figure) is None else f"{link[figure] / 1e6:,.4g}"
 
 
 def plot(path, runs: list[dict], procs: int) -> None:
@@ -162,7 +175,8 @@ def run_cli(args) -> list[dict]:
         return []
     cfg = train.config_from_args(args)
     progress = report.Progress(len(args.rate))
-    runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress, args.profile)
+    runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress, args.profile,
+               args.pin)
     print(f"## LM training over a shaped network: {args.procs} processes, one CPU device each; {cfg}\n")
     print("\n".join(f"{r['rate']}: {train.wire_line(r)}" for r in runs) + "\n")
     rows = summary_rows(runs)
@@ -182,8 +196,14 @@ def run_cli(args) -> list[dict]:
 
 
 def worker(spec: dict) -> None:
+    """Pinned to one core (--pin), a process's gloo thread, which busy-polls
+    epoll, and its XLA threads share that core, and a thread waiting for a
+    collective often resumes only at the next scheduler tick (4 ms at 250 Hz):
+    unshaped syncs then cost about one tick whatever they send. Unpinned (the
+    default), the processes share the machine's cores, as their threads would
+    share a real host's."""
     i = spec["process"]
-    if hasattr(os, "sched_setaffinity"):
+    if spec.get("pin") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[i % len(os.sched_getaffinity(0))]})
     import jax
 

@@ -6,8 +6,10 @@ On the local devices (8 virtual CPU devices, or the GPUs) `run()` trains the
 same model from the same initial parameters on the same batches once per
 gradient sync and reports, per sync: the step time (median after warm-up),
 the communication time (the jitted gradient sync alone, on gradients
-captured from a real step, median), the bytes each device sends (zipccl's
-Stats of the timed syncs), the plan, and whether the losses are
+captured from a real step, median; the syncs are timed in turn, one call of
+each per round, each call after a barrier) next to the cost model's
+prediction for the plan it ran, the bytes each device sends (zipccl's Stats of the timed
+syncs), the plan, and whether the losses are
 bit-identical to zip_psum's compress=False run (which runs the default's plan;
 a sync with another plan says so). The syncs: lax.psum;
 zip_psum with the default strategy (what the installed figures, a profile or
@@ -65,11 +67,13 @@ def measure(mesh, cfg, steps: int, warmup: int, repeat: int, sent_bytes=None, pr
     result = {"compute_ms": _median_ms(compute), "syncs": {}}
     if tune:
         result["tune"] = tune(grads_fn(params0, batches[0])[1])
+    timed = {}
     for label, (sync, compress, strategy) in SYNCS.items():
         if progress:
             progress(label)
-        result["syncs"][label] = _measure_sync(mesh, cfg, lm, grads_fn, (sync, compress, strategy), params0, opt0,
-                                               batches, warmup, repeat, sent_bytes)
+        result["syncs"][label], timed[label] = _train_sync(mesh, cfg, lm, grads_fn, (sync, compress, strategy),
+                                                           params0, opt0, batches, warmup)
+    _time_syncs(result["syncs"], timed, repeat, sent_bytes)
     return result
 
 
@@ -81,7 +85,9 @@ def _barrier_then(read):
     return read()
 
 
-def _measure_sync(mesh, cfg, lm, grads_fn, how, params, opt, batches, warmup, repeat, sent_bytes) -> dict:
+def _train_sync(mesh, cfg, lm, grads_fn, how, params, opt, batches, warmup):
+    """Trains with one sync: (its result so far: step_ms, losses, plans;
+    (the jitted sync alone, the gradients of the last step))."""
     sync, compress, strategy = how
     step = lm.make_step(mesh, cfg, sync=sync, compress=compress, strategy=strategy)
     losses, times = [], []
@@ -99,23 +105,39 @@ def _measure_sync(mesh, cfg, lm, grads_fn, how, params, opt, batches, warmup, re
     zipccl_strategy.last_plans(clear=True)
     jax.block_until_ready(sync_fn(grads))  # compiles: the plans are made while it is lowered
     plans = zipccl_strategy.last_plans(clear=True)
-    # The counter must count exactly the timed syncs: a sync ends on this
-    # process once it has received, while what it sent may still be queued
-    # (a shaped link queues ~50 ms): read it only after a barrier.
-    before = _barrier_then(sent_bytes) if sent_bytes else 0
-    comm = []
+    out = {"step_ms": _median_ms(times), "losses": losses}
+    if stats:
+        # the model's time for each plan as this sync runs it (compress=False: without the codec)
+        out["plans"] = [{"compress": p.compress, "algorithm": p.algorithm, "reason": p.reason,
+                         "predicted_ms": zipccl_strategy.modelled_time(p, codec=compress) * 1e3} for p in plans]
+    return out, (sync_fn, grads)
+
+
+def _time_syncs(results: dict, timed: dict, repeat: int, sent_bytes) -> None:
+    """Times the syncs in turn, one call of each per round (so a change in
+    the machine's load falls on all of them alike), every call started after
+    a barrier: adds comm_ms (median), zipccl's wire bytes of a timed call and,
+    with sent_bytes, the link bytes per call. The link counter is read only
+    after a barrier: a sync ends on this process once it has received, while
+    what it sent may still be queued (a shaped link queues ~50 ms)."""
+    read = sent_bytes or (lambda: 0)
+    comm = {label: [] for label in timed}
+    link = dict.fromkeys(timed, 0)
     for _ in range(repeat):
-        t = time.perf_counter()
-        synced = jax.block_until_ready(sync_fn(grads))
-        comm.append(time.perf_counter() - t)
-    out = {"step_ms": _median_ms(times), "comm_ms": _median_ms(comm), "losses": losses}
-    if stats:  # zip_psum's own count of what this device sent in each timed sync, and its plans
-        sync_stats = synced[1]
-        out["wire_bytes"], out["raw_bytes"] = float(_local(sync_stats.wire_bytes)), float(_local(sync_stats.raw_bytes))
-        out["plans"] = [{"compress": p.compress, "algorithm": p.algorithm, "reason": p.reason} for p in plans]
-    if sent_bytes:
-        out["link_bytes"] = (_barrier_then(sent_bytes) - before) / repeat
-    return out
+        for label, (sync_fn, grads) in timed.items():
+            before = _barrier_then(read)
+            t = time.perf_counter()
+            synced = jax.block_until_ready(sync_fn(grads))
+            comm[label].append(time.perf_counter() - t)
+            link[label] += _barrier_then(read) - before
+            if "plans" in results[label]:  # zip_psum's own count of what this device sent
+                sync_stats = synced[1]
+                results[label]["wire_bytes"] = float(_local(sync_stats.wire_bytes))
+                results[label]["raw_bytes"] = float(_local(sync_stats.raw_bytes))
+    for label in timed:
+        results[label]["comm_ms"] = _median_ms(comm[label])
+        if sent_bytes:
+            results[label]["link_bytes"] = link[label] / repeat
 
 
 def losses_identical(a: list[float], b: list[float]) -> bool:
@@ -128,7 +150,7 @@ def summary_rows(result: dict, **key) -> list[dict]:
     base = syncs["lax.psum"]
     rows = []
     for label, s in syncs.items():
-        row = {**key, "sync": label, "step ms": s["step_ms"], "comm ms": s["comm_ms"],
+        row = {**key, "sync": label, "step ms": s["step_ms"], "comm ms": s["comm_ms"], "predicted ms": predicted_ms(s),
                "comm speedup vs lax": base["comm_ms"] / s["comm_ms"],
                "step speedup vs lax": base["step_ms"] / s["step_ms"]}
         if "link_bytes" in s:
@@ -141,6 +163,13 @@ def summary_rows(result: dict, **key) -> list[dict]:
             else "other plan"
         rows.append(row)
     return rows
+
+
+def predicted_ms(sync: dict):
+    """What the cost model predicted for a zip_psum sync (its plans' modelled
+    times, summed), "-" for lax: a diagnostic next to the measured time."""
+    plans = sync.get("plans")
+    return sum(p["predicted_ms"] for p in plans) if plans else "-"
 
 
 def plan_label(sync: dict) -> str:

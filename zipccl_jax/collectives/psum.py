@@ -94,7 +94,7 @@ def _psum_bucket(leaves: tuple, group: Axes, info):
     decision = plan("psum", jax.ShapeDtypeStruct((size,), dtype), group, info)
     if not decision.compress:
         wide = [x.astype(jnp.float32) for x in leaves] if info.platform == "cpu" else list(leaves)
-        raw = f32(2 * nbytes * (n - 1) / n)
+        raw = f32(2 * size * wide[0].dtype.itemsize * (n - 1) / n)  # what XLA sends: float32 on CPU
         return [t.astype(dtype) for t in lax.psum(wide, group.names, **group.kw())], raw, raw
     compress, rungs = info.options.compress, ladder(group, info)
     sizes = tuple(x.size for x in leaves)
