@@ -75,8 +75,8 @@ def test_the_modelled_times_are_what_each_plan_runs():
     codec_rs = (nbytes + share) / 1.8e9 + 2 * nbytes / 4e9
     codec_ag = nbytes / 1.8e9 + 2 * nbytes / 4e9
     expected = {(False, "all_reduce"): 4e-3 + 2 * share * 2 / 1.3e9,  # float32 on the wire
-                (True, "reduce_scatter+all_gather"): 2 * (0.1e-3 + 0.3e-3) + 2 * share * 0.696 / 1.6e9 + codec_rs,
-                (True, "all_gather+local_reduce"): (0.1e-3 + 0.3e-3) + nbytes * 0.696 / 1.6e9 + codec_ag}
+                (True, "reduce_scatter+all_gather"): 2 * (0.1e-3 + 0.3e-3) + 2 * share * 0.698 / 1.6e9 + codec_rs,
+                (True, "all_gather+local_reduce"): (0.1e-3 + 0.3e-3) + nbytes * 0.698 / 1.6e9 + codec_ag}
     assert times.keys() == expected.keys()
     assert all(times[k] == pytest.approx(v, rel=1e-12) for k, v in expected.items()), times
     # compress=False runs a compressed plan's transfers at the top rung, without the codec
