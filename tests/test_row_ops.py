@@ -131,3 +131,24 @@ def test_a_cuda_lowering_of_the_row_ops_adds_status_words_and_workspaces(monkeyp
     assert results("cpu") == {"zipccl_stream_sizes": ["4xui32"], "zipccl_encode_rows": ["1x900xui8"] * K,
                               "zipccl_decode_rows": ["8000xbf16"], "zipccl_decode_accumulate_rows": ["10xbf16",
                                                                                                      "1990xbf16"]}
+
+
+def test_the_cuda_modules_row_workspaces():
+    """The real module's sizes (when built with the CUDA codec): an encode holds what a size pass
+    does and the assembled streams; rows lying as one leaf need no gathered copy; a bad target is refused."""
+    from zipccl_jax import _ffi
+
+    module = _ffi.cuda_module()
+    if module is None:
+        pytest.skip("built without the CUDA codec (CI builds it)")
+    size = K * 3 * ref.BLOCK
+
+    def bytes_of(target, leaves=1, unit=0):
+        return module.row_workspace_bytes(target, 1, K, size, unit, leaves, 1)
+
+    sizes, encode = bytes_of("zipccl_stream_sizes"), bytes_of("zipccl_encode_rows")
+    assert encode >= sizes + K * ref.max_stream_bytes(size // K, ml_dtypes.bfloat16)
+    assert bytes_of("zipccl_encode_rows", leaves=2) >= encode + size * 2  # the rows gathered from two leaves
+    assert bytes_of("zipccl_decode_rows", unit=ref.BLOCK) >= size * 2 > bytes_of("zipccl_decode_rows")
+    with pytest.raises(ValueError, match="no row workspace for target zipccl_compress"):
+        bytes_of("zipccl_compress")
