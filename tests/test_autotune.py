@@ -26,10 +26,11 @@ TIMEOUT_S = 240
 SMALL = dict(link_bytes=1 << 20, codec_bytes=1 << 20)
 CALLS = [("psum", 16 << 20, jnp.bfloat16, ("data",), 4), ("all_to_all", 1 << 20, jnp.float32, ("model",), 2),
          ("psum", 4 << 20, jnp.float16, ("data", "model"), 8)]
+IN_SITU_CALLS = [("psum", 1 << 17, jnp.bfloat16, ("data",), 4), ("psum", 1 << 17, jnp.bfloat16, ("model",), 2)]
 
 
 FIGURES = ("compress", "algorithm", "latency", "link_bandwidth", "consensus_latency", "reduce_latency",
-           "reduce_bandwidth", "compress_rate", "decompress_rate", "ratio", "modelled")
+           "reduce_bandwidth", "compress_rate", "decompress_rate", "ratio", "modelled", "measured")
 
 
 def decisions(plans):
@@ -51,18 +52,36 @@ def test_autotune_measures_each_axis_and_a_restart_reloads_the_same_plans(tmp_pa
     ratios = dict(prof.ratios)  # the worst of 8 streams: a little under the whole array's 1.518 / 1.206
     assert ratios.keys() == {"bfloat16", "float32"} and 1.45 < ratios["bfloat16"] < 1.52 and 1.15 < ratios[
         "float32"] < 1.21
+    assert 1e6 < prof.size_rate < 1e11 and 1e6 < prof.copy_rate < 1e12
+    # zip_psum's plans timed in situ on data's two buckets (the int leaf is not compressed), over each axis
+    assert [(m.axes, m.axis_size, m.dtype, m.nbytes) for m in prof.measured] == [
+        (("data",), 4, "float32", 1 << 18), (("data",), 4, "bfloat16", 1 << 17),
+        (("model",), 2, "float32", 1 << 18), (("model",), 2, "bfloat16", 1 << 17)]
+    assert all([name for name, _ in m.seconds] == list(strategy.plan_names("psum")) and all(
+        0 < t < 5 for _, t in m.seconds) for m in prof.measured), prof.measured
     assert profile.read(path) == prof
-    first = [strategy.plan(*call) for call in CALLS]
-    assert [(p.source, p.axes) for p in first] == [("autotune", ("data",)), ("autotune", ("model",)),
-                                                   ("autotune", ("data", "model"))]
+    first = [strategy.plan(*call) for call in CALLS + IN_SITU_CALLS]
+    assert [(p.source, p.axes) for p in first[:3]] == [("autotune", ("data",)), ("autotune", ("model",)),
+                                                       ("autotune", ("data", "model"))]
     assert first[0].link_bandwidth == links["data"].bandwidth and first[0].ratio == ratios["bfloat16"]
     assert first[2].latency == max(link.latency for link in links.values())
+    assert [p.measured for p in first[:3]] == [(), (), ()]
+    for p, m in zip(first[3:], prof.measured[1::2]):  # the bf16 calls: the fastest plan as measured
+        assert p.measured == m.seconds and p.measured_seconds == min(t for _, t in m.seconds)
 
     strategy.uninstall()
     monkeypatch.setattr(tuning, "_measure", None)  # a restart measures nothing
-    assert zc.autotune(mesh, path=path) == prof
-    again = [strategy.plan(*call) for call in CALLS]
+    assert zc.autotune(mesh, data=data, path=path) == prof
+    again = [strategy.plan(*call) for call in CALLS + IN_SITU_CALLS]
     assert decisions(again) == decisions(first) and again[0].source == f"profile {path}"
+    # data whose buckets the profile did not time: measured again
+    measured = dataclasses.replace(prof, measured=())
+    monkeypatch.setattr(tuning, "_measure", lambda *args: measured)
+    stub = lambda mesh, leaves, *args: (profile.Measured("psum", ("data",), 4, "bfloat16", leaves[0][1] * 2,  # noqa: E731
+                                                         (("raw all_reduce", 1.0),)),)
+    monkeypatch.setattr(tuning.insitu, "measure", stub)
+    again = zc.autotune(mesh, data={"w": data["w"][:4096]}, path=path)
+    assert again.measured == stub(None, [(None, 4096)]) and profile.read(path) == again
 
 
 def test_a_profile_for_another_mesh_is_measured_again(tmp_path, monkeypatch):
@@ -146,7 +165,8 @@ def test_two_processes_with_different_figures_install_the_same_and_plan_the_same
     for i, (p, out) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0, f"process {i} failed:\n{out[-3000:]}"
         lines.append({line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in out.splitlines()
-                      if line.split(" ", 1)[0] in ("LOCAL", "INSTALLED", "PLANS", "RELOADED", "FILE_IGNORED")})
+                      if line.split(" ", 1)[0] in ("LOCAL", "IN_SITU", "INSTALLED", "PLANS", "RELOADED",
+                                                   "FILE_IGNORED")})
     local = [out["LOCAL"] for out in lines]
     assert local[0]["compress_rate"] != local[1]["compress_rate"]
     installed = lines[0]["INSTALLED"]
@@ -162,8 +182,17 @@ def test_two_processes_with_different_figures_install_the_same_and_plan_the_same
             "latency": False, "bandwidth": False, "consensus": True, "reduce_latency": False,
             "reduce_bandwidth": True}
     assert installed["ratios"][0][1] == min(loc["ratios"][0][1] for loc in local)
+    # the plans timed in situ (one bucket of 128 KiB bf16, over each axis): each time the slower process's
+    assert [(m["axes"], m["nbytes"], m["dtype"]) for m in installed["measured"]] == [
+        (["hosts"], 1 << 17, "bfloat16"), (["local"], 1 << 17, "bfloat16")]
+    for i, m in enumerate(installed["measured"]):
+        assert [name for name, _ in m["seconds"]] == list(strategy.plan_names("psum"))
+        assert [t for _, t in m["seconds"]] == [max(a, b) for a, b in zip(*(out["IN_SITU"][i] for out in lines))]
     assert lines[0]["PLANS"] == lines[1]["PLANS"]
-    assert [p["source"] for p in lines[0]["PLANS"]] == ["autotune"] * 4
+    assert [p["source"] for p in lines[0]["PLANS"]] == ["autotune"] * 6
+    # the calls timed in situ take the plan the agreed times make fastest, which neither process alone would
+    assert [p["name"] for p in lines[0]["PLANS"][4:]] == ["uncompressed all_gather+local_reduce"] * 2
+    assert all(" measured in situ (autotune) " in p["reason"] for p in lines[0]["PLANS"][4:])
     for out in lines:
         assert [{k: p[k] for k in FIGURES} for p in out["RELOADED"]] == [{k: p[k] for k in FIGURES} for p in out["PLANS"]]
         assert out["FILE_IGNORED"] == strategy.PLATFORM_DEFAULTS["cpu"].source

@@ -82,6 +82,31 @@ def test_psum_with_and_without_codec_and_both_algorithms_agree_bitwise(dtype):
     assert len(set(results.values())) == 1
 
 
+@pytest.mark.parametrize("algorithm", strategy.PSUM_ALGORITHMS)
+def test_uncompressed_plans_are_the_rank_ordered_sum_of_the_raw_bits_without_consensus(algorithm):
+    x = per_device((20_000,), jnp.bfloat16, seed=3)
+    mesh = mesh1()
+    xs = jax.device_put(x, NamedSharding(mesh, P("d")))
+    sums = {}
+    for name in (f"uncompressed {algorithm}", f"compressed {algorithm}", "raw all_reduce"):
+        f = jax.jit(jax.shard_map(lambda a, name=name: zc.zip_psum(a[0], "d", strategy=strategy.Pinned(name),
+                                                                    with_stats=True),
+                                  mesh=mesh, in_specs=P("d"), out_specs=P()))
+        strategy.last_plans(clear=True)
+        hlo = f.lower(xs).as_text()
+        assert [p.name for p in strategy.last_plans()] == [name]
+        out, stats = f(xs)
+        sums[name], wire, raw = bits(out), float(stats.wire_bytes), float(stats.raw_bytes)
+        if name.startswith("uncompressed"):
+            # no size pass, no pmax (no all-reduce at all), no codec: STORED_RAW streams, raw bytes plus a
+            # 16-byte header per stream and phase
+            assert "zipccl_stream_sizes" not in hlo and "all_reduce" not in hlo and "all-reduce" not in hlo
+            assert wire == raw + (N - 1) * 16 * (2 if algorithm.startswith("reduce") else 1), (wire, raw)
+    assert sums[f"uncompressed {algorithm}"] == sums[f"compressed {algorithm}"] == bits(rank_sum(x, jnp.bfloat16))
+    lax_fp32 = run(lambda a: lax.psum(a.astype(jnp.float32), "d").astype(a.dtype), x, out_specs=P())
+    assert sums["raw all_reduce"] == bits(lax_fp32)  # XLA's own sum (here in the same order: not promised)
+
+
 def test_psum_agrees_with_lax_psum_within_rounding():
     x = per_device((5000,), jnp.float32, seed=5)
     ours = run(lambda a: zc.zip_psum(a, "d"), x, out_specs=P())

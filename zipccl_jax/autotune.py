@@ -25,16 +25,24 @@ What is measured, with real collectives on the job's devices and processes:
   program (a loop per probe, its trip count an argument);
 - the codec: compress and decompress rates per device on Gaussian bf16
   (`codec_bytes` per device), all of this process's devices at once (on CPU
-  they share the cores, as they do inside a collective);
+  they share the cores, as they do inside a collective); the size pass
+  (the row op a compressed transfer runs before its consensus: a full
+  compress today, an analysis-only count once the codec has one, measured
+  as it is); packing and summing STORED_RAW streams (the uncompressed plans);
 - ratios, per dtype of the float leaves of `data` (sample tensors, e.g. a
   step's gradients): raw bytes over the largest of 8 streams of this process's
   values (a collective sends the ladder rung its largest stream needs).
-  Without `data` the ratios stay the platform default's (Gaussian data).
+  Without `data` the ratios stay the platform default's (Gaussian data);
+- with `data` (and measure_plans=True), zip_psum's plans in situ: every
+  candidate plan timed on data's own buckets over each mesh axis with the
+  real collectives (insitu.py); strategy.plan prefers these times over the
+  model for calls of the same collective, axes, dtype and bytes.
 
 Every process gathers every process's figures (an all-gather of a few
-numbers) and keeps the slowest: the largest of each fixed cost, the smallest
-of each bandwidth, codec rate and ratio. So every process installs identical
-figures and makes identical plans, as SPMD programs must.
+numbers) and keeps the slowest: the largest of each fixed cost and time
+measured in situ, the smallest of each bandwidth, codec rate and ratio. So
+every process installs identical figures and makes identical plans, as SPMD
+programs must.
 
 `mesh=None` measures one axis over all devices of the job (jax.devices()) and
 installs it for every axis name ("*"): right for pure data parallelism over
@@ -42,22 +50,28 @@ all devices; a mesh whose axes run inside and across hosts needs the mesh.
 Axes that were not measured (not in the mesh, or of size 1) keep the
 platform default's link figures; the measured codec and ratios apply to them.
 
-With `path`, a profile there that describes this mesh (platform, device kind,
-axis names and sizes) on every process is loaded instead of measuring (a
-restart costs two small all-gathers); otherwise the figures are measured and
-written there. A profile of an older version (profile.py) is measured again
-and replaced, with a warning. `refresh=True` always measures.
+With `path`, a profile there that describes this mesh (platform, device
+kind, axis names and sizes) on every process, and holds the plans measured
+in situ for data's buckets where data is given, is loaded instead of
+measuring (a restart costs two small all-gathers); otherwise the figures are
+measured and written there. A profile of an older version (profile.py) is
+measured again and replaced, with a warning. `refresh=True` always measures.
 
 Cost: per axis one compilation and 7 probes (~0.2 s unshaped, ~1 s at
-200 Mbit/s: the larger probe then takes ~20 ms an iteration), the codec two
-compilations and 8 runs of `codec_bytes`, one compilation per dtype of
-`data`; docs/BENCHMARKS.md has measured totals. Call it before compiling
-anything that uses the collectives: a compiled function keeps the decisions
-made when it was compiled.
+200 Mbit/s: the larger probe then takes ~20 ms an iteration), the codec five
+compilations and 20 runs of `codec_bytes`, one compilation per dtype of
+`data`; in situ, per axis and distinct bucket size (at most 4), 5
+compilations of zip_psum (the default 32-rung ladder: ~0.1-0.3 s each on
+CPU) and 7-17 calls of each plan (about 0.25 s of timed calls per plan, at
+least 7 calls: on a slow link that is 7 syncs of each plan);
+docs/BENCHMARKS.md has measured totals. Call it before compiling anything
+that uses the collectives: a compiled function keeps the decisions made
+when it was compiled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import warnings
@@ -72,10 +86,11 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from . import ops, strategy
+from . import insitu, ops, strategy
 from . import profile as profile_file
+from .collectives._mirror import DEFAULT_BUCKET_BYTES
 from .dtypes import is_compressible
-from .profile import DTYPES, LINK_FIGURES, Link, OutdatedProfile, Profile
+from .profile import DTYPES, LINK_FIGURES, Link, Measured, OutdatedProfile, Profile
 
 REPEAT = 3  # timed pairs per loop (the fastest of each length)
 SPAN_SECONDS = 0.02  # what each timed loop is sized to take
@@ -86,27 +101,39 @@ SAMPLE_VALUES = 1 << 23  # of each dtype of `data`, per process
 
 
 def autotune(mesh: Mesh | None = None, *, data=None, path=None, refresh: bool = False,
-             link_bytes: int = 512 << 10, codec_bytes: int = 8 << 20) -> Profile:
+             link_bytes: int = 512 << 10, codec_bytes: int = 8 << 20, measure_plans: bool = True,
+             bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Profile:
     """Measures (or loads from `path`) this job's figures, agrees on them
     across processes, installs them as this process's default and returns
     them. Every process of the job must call it, with the same arguments
-    (`data` may differ: it is each process's own sample). `link_bytes`: what
-    each device receives in the larger byte-transfer probe."""
+    (`data` may differ in values: it is each process's own sample; its float
+    leaves' dtypes and sizes per device must be the same everywhere).
+    `link_bytes`: what each device receives in the larger byte-transfer
+    probe. measure_plans: time zip_psum's plans in situ on data's buckets
+    (of `bucket_bytes`, as the job's zip_psum calls make them)."""
     mesh = mesh if mesh is not None else Mesh(np.array(jax.devices()), (profile_file.ANY_AXIS,))
     if link_bytes < SMALL_FRACTION * 64:
         raise ValueError(f"zipccl: link_bytes must be at least {SMALL_FRACTION * 64}, got {link_bytes}")
+    leaves = insitu.device_leaves(data) if data is not None and measure_plans else []
+    if leaves and len(set(_gather([insitu.structure(leaves, bucket_bytes)])[:, 0])) > 1:
+        raise ValueError("zipccl: autotune's data must have the same float leaves (dtypes and sizes per device) on "
+                         "every process to time the plans in situ; the processes' data differ")
+    wanted = _plan_keys(mesh, leaves, bucket_bytes)
     if path is not None and not refresh:
         try:
             loaded = _read_everywhere(Path(path))
         except OutdatedProfile as err:
             warnings.warn(f"{err}; measuring again", stacklevel=2)
             loaded = None
-        if loaded is not None and _describes(loaded, mesh):
+        if loaded is not None and _describes(loaded, mesh) and wanted <= {m.key for m in loaded.measured}:
             strategy.install(loaded, f"profile {path}")
             return loaded
     local = _measure(mesh, data, link_bytes, codec_bytes)
     agreed = _combine(_gather(_figures(local)), local)
     strategy.install(agreed, "autotune")
+    if leaves:  # with the agreed figures installed: the plans compile with them
+        agreed = dataclasses.replace(agreed, measured=insitu.measure(mesh, leaves, bucket_bytes, _gather))
+        strategy.install(agreed, "autotune")
     if path is not None:
         profile_file.write(agreed, path)
     return agreed
@@ -132,13 +159,19 @@ def main(output=None) -> Profile:
     path = Path(output) if output else strategy.profile_path()
     prof = autotune(path=path, refresh=True)
     print(f"devices: {jax.device_count()} x {jax.devices()[0].device_kind}")
-    print(f"  codec: compress {prof.compress_rate / 1e9:.3g} GB/s, decompress {prof.decompress_rate / 1e9:.3g} GB/s "
-          "per device")
+    print(f"  codec: compress {prof.compress_rate / 1e9:.3g} GB/s, decompress {prof.decompress_rate / 1e9:.3g} GB/s, "
+          f"size pass {prof.size_rate / 1e9:.3g} GB/s, stored-stream copy {prof.copy_rate / 1e9:.3g} GB/s per device")
     for name, link in prof.links or [("(no link: one device)", None)]:
         print(f"  axis {name}: " + (describe_link(link) if link else "not measured"))
     print(f"profile written to {path} (single-process jobs read it; multi-process jobs: "
           "zipccl_jax.autotune(mesh, path=...))")
     return prof
+
+
+def _plan_keys(mesh: Mesh, leaves, bucket_bytes: int) -> set:
+    """The calls insitu.measure times for these leaves on this mesh."""
+    return {Measured.key_of("psum", (axis,), size, dtype, nbytes) for axis, size in _axes(mesh)
+            for dtype, nbytes, _ in insitu.buckets(leaves, bucket_bytes)} if leaves else set()
 
 
 def describe_link(link: Link) -> str:
@@ -168,32 +201,41 @@ def _structure(prof: Profile | None) -> float:
     """A number that differs between profiles that cannot be combined."""
     if prof is None:
         return 0.0
-    layout = [prof.platform, prof.device_kind, [(name, link.size) for name, link in prof.links], prof.ladder]
+    layout = [prof.platform, prof.device_kind, [(name, link.size) for name, link in prof.links], prof.ladder,
+              [(m.key, [name for name, _ in m.seconds]) for m in prof.measured]]
     return float(zlib.crc32(json.dumps(layout).encode()))
 
 
+CODEC_FIGURES = ("compress_rate", "decompress_rate", "size_rate", "copy_rate")
+
+
 def _figures(prof: Profile) -> np.ndarray:
-    """The profile's figures as one vector (a figure a link leaves to another, None, as -1)."""
+    """The profile's figures as one vector (a figure left to another, None, as -1)."""
     ratios = dict(prof.ratios)
-    return np.array([prof.compress_rate, prof.decompress_rate, *(ratios.get(dt, 0.0) for dt in DTYPES),
-                     *(-1.0 if getattr(link, f) is None else getattr(link, f)
-                       for _, link in prof.links for f in LINK_FIGURES)])
+    optional = lambda v: -1.0 if v is None else v  # noqa: E731
+    return np.array([*(optional(getattr(prof, f)) for f in CODEC_FIGURES), *(ratios.get(dt, 0.0) for dt in DTYPES),
+                     *(optional(getattr(link, f)) for _, link in prof.links for f in LINK_FIGURES),
+                     *(t for m in prof.measured for _, t in m.seconds)], np.float64)
 
 
 def _slowest(col: np.ndarray, figure: str) -> float | None:
     if (col < 0).any():  # not given by some process's file: stands for another figure there
         return None
-    return float(col.min() if figure.endswith("bandwidth") else col.max())
+    return float(col.min() if figure.endswith(("bandwidth", "rate")) else col.max())
 
 
 def _combine(rows: np.ndarray, template: Profile) -> Profile:
     """The slowest figures of all processes, in template's structure."""
-    ratios = tuple((dt, float(col[col > 0].min())) for dt, col in zip(DTYPES, rows[:, 2:5].T) if (col > 0).any())
-    k = len(LINK_FIGURES)
-    links = tuple((name, Link(link.size, **{f: _slowest(rows[:, 5 + k * i + j], f) for j, f in enumerate(LINK_FIGURES)}))
-                  for i, (name, link) in enumerate(template.links))
-    return Profile(template.platform, template.device_kind, float(rows[:, 0].min()), float(rows[:, 1].min()),
-                   ratios, links, template.ladder)
+    columns = iter(rows.T)
+    codec = {f: _slowest(next(columns), f) for f in CODEC_FIGURES}
+    ratios = tuple((dt, float(col[col > 0].min())) for dt, col in zip(DTYPES, [next(columns) for _ in DTYPES])
+                   if (col > 0).any())
+    links = tuple((name, Link(link.size, **{f: _slowest(next(columns), f) for f in LINK_FIGURES}))
+                  for name, link in template.links)
+    measured = tuple(dataclasses.replace(m, seconds=tuple((name, _slowest(next(columns), "seconds"))
+                                                          for name, _ in m.seconds)) for m in template.measured)
+    return Profile(template.platform, template.device_kind, ratios=ratios, links=links, ladder=template.ladder,
+                   measured=measured, **codec)
 
 
 def _read_everywhere(path: Path) -> Profile | None:
@@ -245,10 +287,9 @@ def _axes(mesh: Mesh) -> list[tuple[str, int]]:
 def _measure(mesh: Mesh, data, link_bytes: int, codec_bytes: int) -> Profile:
     device = mesh.devices.flat[0]
     links = tuple((name, _measure_link(mesh, name, link_bytes)) for name, size in _axes(mesh))
-    compress_rate, decompress_rate = _measure_codec(mesh, codec_bytes)
+    codec = _measure_codec(mesh, codec_bytes)
     ratios = tuple(sorted(_measure_ratios(data).items())) if data is not None else ()
-    return Profile(strategy.platform_family(device.platform), device.device_kind, compress_rate, decompress_rate,
-                   ratios, links)
+    return Profile(strategy.platform_family(device.platform), device.device_kind, ratios=ratios, links=links, **codec)
 
 
 def _replicated(mesh: Mesh, value) -> jax.Array:
@@ -379,17 +420,28 @@ def _fastest_seconds(fn) -> float:
     return min(times)
 
 
-def _measure_codec(mesh: Mesh, codec_bytes: int) -> tuple[float, float]:
-    """Compress and decompress bytes per second per device, this process's
-    devices of the mesh all at once."""
+def _measure_codec(mesh: Mesh, codec_bytes: int) -> dict[str, float]:
+    """Bytes per second per device (CODEC_FIGURES), this process's devices of
+    the mesh all at once: compress and decompress; the size pass of a
+    transfer (its row op, as the collectives run it); packing STORED_RAW
+    streams and decoding and summing them (the uncompressed plans), one
+    rate for the two (bytes over their summed time)."""
     local = Mesh(np.array(mesh.local_devices), ("local",))
-    spec, m = P("local"), codec_bytes // 2
+    spec, m, rows = P("local"), codec_bytes // 2, RATIO_STREAMS
     x = jax.device_put(np.broadcast_to(_gaussian_bf16(m), (local.size, m)), NamedSharding(local, spec))
-    compress = jax.jit(jax.shard_map(ops.compress_items, mesh=local, in_specs=spec, out_specs=(spec, spec)))
-    decompress = jax.jit(jax.shard_map(lambda p: ops.decompress_items(p, m=m, dtype=jnp.bfloat16), mesh=local,
-                                       in_specs=spec, out_specs=spec))
+    each = lambda f, out=spec: jax.jit(jax.shard_map(f, mesh=local, in_specs=spec, out_specs=out))  # noqa: E731
+    compress = each(ops.compress_items, (spec, spec))
+    decompress = each(lambda p: ops.decompress_items(p, m=m, dtype=jnp.bfloat16))
+    sizes = each(lambda x: ops.stream_sizes([x[0]], rows)[None])
+    capacity = ops.stream_capacity(ops.row_elems(m, rows), jnp.bfloat16)
+    pack = each(lambda x: ops.encode_rows([x[0]], rows, capacity, raw=True)[0][None])
+    unpack = each(lambda p: ops.decode_accumulate_rows([p[0]], (ops.row_elems(m, rows),), jnp.bfloat16)[0][None])
     payload, _ = compress(x)
-    return 2 * m / _fastest_seconds(lambda: compress(x)), 2 * m / _fastest_seconds(lambda: decompress(payload))
+    packed = pack(x)
+    copy = _fastest_seconds(lambda: pack(x)) + _fastest_seconds(lambda: unpack(packed))
+    return {"compress_rate": 2 * m / _fastest_seconds(lambda: compress(x)),
+            "decompress_rate": 2 * m / _fastest_seconds(lambda: decompress(payload)),
+            "size_rate": 2 * m / _fastest_seconds(lambda: sizes(x)), "copy_rate": 4 * m / copy}
 
 
 def _local_values(leaf) -> list[np.ndarray]:

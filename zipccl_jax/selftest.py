@@ -239,7 +239,7 @@ def main(elements: int = 1 << 24, repeat: int = 5) -> int:
     for size in (64 << 10, 16 << 20):
         plan = strategy.plan("psum", size, ml_dtypes.bfloat16, ("devices",), max(len(devices), 2))
         print(f"strategy: psum of {size >> 10} KiB bfloat16 over {plan.axis_size} devices -> "
-              f"{'compressed' if plan.compress else 'raw'} {plan.algorithm} ({plan.reason})")
+              f"{plan.name} ({plan.reason})")
     not_checked.append("links between hosts: run it under jax.distributed for those")
     for line in wrong:
         print(f"WRONG: {line}")

@@ -142,12 +142,26 @@ def strategy_rows(runs: list[dict]) -> list[dict]:
         rows.append({"rate": r["rate"], "figures": tuned["source"], "consensus us": _us(link, "consensus"),
                      "transfer us + MB/s": f"{_us(link, 'latency')} + {_mb(link, 'bandwidth')}",
                      "all-reduce us + MB/s": f"{_us(link, 'reduce_latency')} + {_mb(link, 'reduce_bandwidth')}",
-                     "codec GB/s": f"{tuned['profile']['compress_rate'] / 1e9:.2f} / "
-                                   f"{tuned['profile']['decompress_rate'] / 1e9:.2f}",
+                     "codec GB/s (size pass)": f"{tuned['profile']['compress_rate'] / 1e9:.2f} / "
+                                               f"{tuned['profile']['decompress_rate'] / 1e9:.2f} "
+                                               f"({(tuned['profile'].get('size_rate') or 0) / 1e9:.2f})",
                      "bf16 ratio": dict(tuned["profile"]["ratios"]).get("bfloat16", "-"),
                      "tune s": tuned["seconds"], "default plan": train.plan_label(syncs[train.DEFAULT]),
                      "speedup vs compress=False": comm[train.REFERENCE] / comm[train.DEFAULT],
                      "time / faster forced": comm[train.DEFAULT] / min(comm[train.REFERENCE], comm[train.COMPRESSED])})
+    return rows
+
+
+def in_situ_rows(runs: list[dict]) -> list[dict]:
+    """Per rate and bucket: autotune's in-situ time of each zip_psum plan on
+    a step's gradients (ms: median per process, the slower process's), which
+    the default strategy prefers over the model for that very call."""
+    rows = []
+    for r in runs:
+        for m in r["tune"]["profile"].get("measured") or []:
+            rows.append({"rate": r["rate"], "bucket": f"{m['nbytes']:,} B {m['dtype']} over {'/'.join(m['axes'])}",
+                         **{name: t * 1e3 for name, t in m["seconds"]},
+                         "default plan": train.plan_label(r["syncs"][train.DEFAULT])})
     return rows
 
 
@@ -184,6 +198,10 @@ def run_cli(args) -> list[dict]:
     print("\nThe default strategy (targets: >= 1.3x faster than compress=False on slow links; at most 1.1x the "
           "faster forced choice at every rate):\n")
     print(report.table(strategy_rows(runs)))
+    measured = in_situ_rows(runs)
+    if measured:
+        print("\nzip_psum's plans timed in situ by autotune (ms; the default takes the fastest):\n")
+        print(report.table(measured))
     if args.json:
         report.save_json(args.json, procs=args.procs, config=dataclasses.asdict(cfg), runs=runs)
     if args.plot:

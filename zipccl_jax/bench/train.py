@@ -8,10 +8,12 @@ gradient sync and reports, per sync: the step time (median after warm-up),
 the communication time (the jitted gradient sync alone, on gradients
 captured from a real step, median; the syncs are timed in turn, one call of
 each per round, each call after a barrier) next to the cost model's
-prediction for the plan it ran, the bytes each device sends (zipccl's Stats of the timed
-syncs), the plan, and whether the losses are
-bit-identical to zip_psum's compress=False run (which runs the default's plan;
-a sync with another plan says so). The syncs: lax.psum;
+prediction for the plan it ran and, where autotune timed the plans in situ,
+its time there, the bytes each device sends (zipccl's Stats of the timed
+syncs), the plan it ran, and whether the losses are bit-identical to
+zip_psum's compress=False run (which runs the default's plan without the
+codec; a sync that sums another way, XLA's all-reduce against the
+rank-ordered plans, says so). The syncs: lax.psum;
 zip_psum with the default strategy (what the installed figures, a profile or
 the platform default decide); the same with the codec off (compress=False);
 and zip_psum pinned to strategy="compressed". The network benchmark (net.py)
@@ -107,10 +109,19 @@ def _train_sync(mesh, cfg, lm, grads_fn, how, params, opt, batches, warmup):
     plans = zipccl_strategy.last_plans(clear=True)
     out = {"step_ms": _median_ms(times), "losses": losses}
     if stats:
-        # the model's time for each plan as this sync runs it (compress=False: without the codec)
-        out["plans"] = [{"compress": p.compress, "algorithm": p.algorithm, "reason": p.reason,
-                         "predicted_ms": zipccl_strategy.modelled_time(p, codec=compress) * 1e3} for p in plans]
+        out["plans"] = [_plan_record(p, compress) for p in plans]
     return out, (sync_fn, grads)
+
+
+def _plan_record(p, compress: bool) -> dict:
+    """What a sync's plan ran (compress=False turns a compressed plan into its
+    uncompressed variant), why, the model's time for it and autotune's
+    in-situ time of it where one was measured."""
+    ran = zipccl_strategy.plan_name(p.compress and compress, p.algorithm)
+    measured = dict(p.measured).get(ran)
+    return {"compress": p.compress, "algorithm": p.algorithm, "ran": ran, "reason": p.reason,
+            "predicted_ms": zipccl_strategy.modelled_time(p, codec=compress) * 1e3,
+            "in_situ_ms": None if measured is None else measured * 1e3}
 
 
 def _time_syncs(results: dict, timed: dict, repeat: int, sent_bytes) -> None:
@@ -151,16 +162,16 @@ def summary_rows(result: dict, **key) -> list[dict]:
     rows = []
     for label, s in syncs.items():
         row = {**key, "sync": label, "step ms": s["step_ms"], "comm ms": s["comm_ms"], "predicted ms": predicted_ms(s),
-               "comm speedup vs lax": base["comm_ms"] / s["comm_ms"],
+               "in situ ms": in_situ_ms(s), "comm speedup vs lax": base["comm_ms"] / s["comm_ms"],
                "step speedup vs lax": base["step_ms"] / s["step_ms"]}
         if "link_bytes" in s:
             row["link bytes/sync"] = int(s["link_bytes"])
         row["zipccl wire B"] = int(s["wire_bytes"]) if "wire_bytes" in s else "-"
         row["plan"] = plan_label(s)
-        # the codec changes no bit of a plan; raw and compressed plans sum differently (README)
-        same_plan = "plans" not in s or plan_label(s) == plan_label(syncs[REFERENCE])
-        row["losses = compress=False"] = losses_identical(s["losses"], syncs[REFERENCE]["losses"]) if same_plan \
-            else "other plan"
+        # the codec changes no bit; XLA's all-reduce and the rank-ordered plans sum differently (README)
+        same_sum = "plans" not in s or summation(s) == summation(syncs[REFERENCE])
+        row["losses = compress=False"] = losses_identical(s["losses"], syncs[REFERENCE]["losses"]) if same_sum \
+            else "other sum"
         rows.append(row)
     return rows
 
@@ -172,10 +183,23 @@ def predicted_ms(sync: dict):
     return sum(p["predicted_ms"] for p in plans) if plans else "-"
 
 
+def in_situ_ms(sync: dict):
+    """What autotune measured in situ for the plans a zip_psum sync ran
+    (summed), "-" where any was not measured (or for lax)."""
+    plans = sync.get("plans")
+    return sum(p["in_situ_ms"] for p in plans) if plans and all(p["in_situ_ms"] is not None for p in plans) else "-"
+
+
 def plan_label(sync: dict) -> str:
-    """"compressed" / "raw" (with the algorithm) for a zip_psum sync, "-" for lax."""
-    plans = sync.get("plans") or []
-    return ", ".join(sorted({f"compressed {p['algorithm']}" if p["compress"] else "raw" for p in plans})) or "-"
+    """The plans a zip_psum sync ran (strategy.plan_name: "raw all_reduce",
+    "uncompressed ...", "compressed ..."), "-" for lax."""
+    return ", ".join(sorted({p["ran"] for p in sync.get("plans") or []})) or "-"
+
+
+def summation(sync: dict) -> str:
+    """"XLA" where a sync's sum is XLA's all-reduce, "rank-ordered" where the
+    plans sum in rank order (with or without the codec: the same bits)."""
+    return ", ".join(sorted({"XLA" if p["algorithm"] == "all_reduce" else "rank-ordered" for p in sync["plans"]}))
 
 
 def wire_line(result: dict) -> str:

@@ -6,7 +6,8 @@ unreduced_psum_p for unreduced operands): their types, batching, transposes
 lowering is this module's. Independent psums over the same axes merge, so a
 pytree's float leaves are packed per dtype into buckets of `bucket_bytes`.
 
-A bucket the plan compresses is summed in float32 in rank order
+A bucket the plan sends by a rank-ordered algorithm, compressed or not
+(strategy.plan_names), is summed in float32 in rank order
 (x_0 + x_1 + ... + x_{n-1}: device index along the axes, row-major for a tuple
 of axes, the listed order within an axis_index_group) in one kernel, and
 rounded once to the dtype, on every device, by either algorithm:
@@ -17,11 +18,13 @@ rounded once to the dtype, on every device, by either algorithm:
   place;
 - all_gather+local_reduce: every device's bucket all-gathered compressed and
   summed locally (fewer steps, for small axes or high latency).
-compress=False runs the same algorithm without the codec (the same bits).
-A bucket the plan sends raw, and integer operands, go through XLA's own
-all-reduce: lax's result (on CPU in float32, which XLA:CPU uses for bf16 and
-fp16 anyway, and which avoids its abort on bf16 in a partially manual
-shard_map).
+compress=False runs the same algorithm without the codec (the same bits),
+which is what the plan's "uncompressed" variants run: they move the raw
+bits (bf16 stays 2 bytes, where XLA:CPU's all-reduce moves float32) with no
+size consensus. A bucket the plan sends raw ("raw all_reduce"), and integer
+operands, go through XLA's own all-reduce: lax's result (on CPU in float32,
+which XLA:CPU uses for bf16 and fp16 anyway, and which avoids its abort on
+bf16 in a partially manual shard_map).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def _lower(info, *xs, axes, axis_index_groups=None):
             outs[i] = lax.psum(x, named, **group.kw())
             nbytes = 2 * x.size * x.dtype.itemsize * (group.size - 1) / group.size
             wire, raw = wire + nbytes, raw + nbytes
-    for bucket in _buckets([xs[i] for i in floats], info.options.bucket_bytes):
+    for bucket in buckets([xs[i] for i in floats], info.options.bucket_bytes):
         idx = [floats[j] for j in bucket]
         totals, w, r = _psum_bucket(tuple(xs[i].reshape(-1) for i in idx), group, info)
         wire, raw = wire + w, raw + r
@@ -64,7 +67,7 @@ def _lower(info, *xs, axes, axis_index_groups=None):
     return outs, wire, raw
 
 
-def _buckets(leaves, bucket_bytes):
+def buckets(leaves, bucket_bytes):
     """Leaf indices grouped by dtype into buckets of at most bucket_bytes (a
     larger leaf gets a bucket of its own), in leaf order within a dtype."""
     by_dtype: dict = {}
@@ -92,11 +95,12 @@ def _psum_bucket(leaves: tuple, group: Axes, info):
     size = sum(x.size for x in leaves)
     nbytes = size * dtype.itemsize
     decision = plan("psum", jax.ShapeDtypeStruct((size,), dtype), group, info)
-    if not decision.compress:
+    if decision.algorithm == "all_reduce":  # XLA's own
         wide = [x.astype(jnp.float32) for x in leaves] if info.platform == "cpu" else list(leaves)
         raw = f32(2 * size * wide[0].dtype.itemsize * (n - 1) / n)  # what XLA sends: float32 on CPU
         return [t.astype(dtype) for t in lax.psum(wide, group.names, **group.kw())], raw, raw
-    compress, rungs = info.options.compress, ladder(group, info)
+    # an uncompressed plan runs its algorithm as compress=False does: the same bits
+    compress, rungs = info.options.compress and decision.compress, ladder(group, info)
     sizes = tuple(x.size for x in leaves)
     if decision.algorithm == "all_gather+local_reduce":
         send = lambda outs: [lax.all_gather(outs[0][0], group.names, axis=0, tiled=False, **group.kw())]  # noqa: E731
@@ -131,11 +135,13 @@ def zip_psum(x, axis_name, *, axis_index_groups=None, compress: bool = True, str
 
     Same arguments, result types, transposes and errors as lax.psum. Float
     leaves (bf16, fp16, fp32) are packed per dtype into buckets of at most
-    `bucket_bytes`; a bucket the plan compresses is summed in float32 in rank
-    order and rounded once; other leaves and raw buckets give lax's result.
+    `bucket_bytes`; a bucket the plan sends by a rank-ordered algorithm
+    (compressed or uncompressed) is summed in float32 in rank order and
+    rounded once; other leaves and raw buckets give lax's result.
     `compress=False` runs the planned algorithm without the codec (the same
-    bits). `strategy`: None (the process default), "auto", "raw",
-    "compressed" or a strategy.CostModel. `with_stats=True` returns
+    bits). `strategy`: None (the process default), "auto", "raw" (XLA's
+    all-reduce), "compressed", a strategy.CostModel or a strategy.Pinned
+    plan (strategy.plan_names("psum")). `with_stats=True` returns
     (result, Stats).
     """
     kw = {"axis_index_groups": axis_index_groups} if axis_index_groups is not None else {}
