@@ -14,7 +14,8 @@ gloo or NCCL treats each message size.
 
 Timing: one untimed call of each plan (connections, caches), then rounds of
 one call of each plan in turn (a change in the machine's load falls on all
-alike), each call started after a barrier across processes; per plan the
+alike; each round starts one plan later, so no plan always follows the
+same one), each call started after a barrier across processes; per plan the
 median. The number of rounds is sized from the untimed calls to take about
 PLAN_SECONDS per plan, between MIN_ROUNDS and MAX_ROUNDS, and agreed across
 processes. Every process then gathers every process's medians and keeps the
@@ -127,8 +128,8 @@ def _time_plans(mesh: Mesh, axis: str, xs: list, names, gather) -> np.ndarray:
     rounds = int(np.clip(PLAN_SECONDS / gather(np.array(first)).max(), MIN_ROUNDS, MAX_ROUNDS))
     times = np.zeros((rounds, len(calls)))
     for r in range(rounds):
-        for j, call in enumerate(calls):
-            times[r, j] = _timed(call, xs)
+        for j in np.roll(np.arange(len(calls)), -r):  # each round starts with the next plan: no plan always follows
+            times[r, j] = _timed(calls[j], xs)        # the same one
     return np.median(times, axis=0)
 
 

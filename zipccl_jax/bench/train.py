@@ -126,16 +126,23 @@ def _plan_record(p, compress: bool) -> dict:
 
 def _time_syncs(results: dict, timed: dict, repeat: int, sent_bytes) -> None:
     """Times the syncs in turn, one call of each per round (so a change in
-    the machine's load falls on all of them alike), every call started after
-    a barrier: adds comm_ms (median), zipccl's wire bytes of a timed call and,
-    with sent_bytes, the link bytes per call. The link counter is read only
-    after a barrier: a sync ends on this process once it has received, while
-    what it sent may still be queued (a shaped link queues ~50 ms)."""
+    the machine's load falls on all of them alike; each round starts one
+    sync later, so no sync always follows the same one), after an untimed
+    round, every call started after a barrier: adds comm_ms (median),
+    zipccl's wire bytes of a timed call and, with sent_bytes, the link bytes
+    per call. The link counter is read only after a barrier: a sync ends on
+    this process once it has received, while what it sent may still be
+    queued (a shaped link queues ~50 ms)."""
     read = sent_bytes or (lambda: 0)
-    comm = {label: [] for label in timed}
-    link = dict.fromkeys(timed, 0)
-    for _ in range(repeat):
-        for label, (sync_fn, grads) in timed.items():
+    labels = list(timed)
+    comm = {label: [] for label in labels}
+    link = dict.fromkeys(labels, 0)
+    for label in labels:  # untimed: each sync's first call in this rotation
+        _barrier_then(read)
+        jax.block_until_ready(timed[label][0](timed[label][1]))
+    for r in range(repeat):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            sync_fn, grads = timed[label]
             before = _barrier_then(read)
             t = time.perf_counter()
             synced = jax.block_until_ready(sync_fn(grads))
@@ -145,7 +152,7 @@ def _time_syncs(results: dict, timed: dict, repeat: int, sent_bytes) -> None:
                 sync_stats = synced[1]
                 results[label]["wire_bytes"] = float(_local(sync_stats.wire_bytes))
                 results[label]["raw_bytes"] = float(_local(sync_stats.raw_bytes))
-    for label in timed:
+    for label in labels:
         results[label]["comm_ms"] = _median_ms(comm[label])
         if sent_bytes:
             results[label]["link_bytes"] = link[label] / repeat
