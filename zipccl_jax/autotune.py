@@ -62,8 +62,8 @@ Cost: per axis one compilation and 7 probes (~0.2 s unshaped, ~1 s at
 compilations and 20 runs of `codec_bytes`, one compilation per dtype of
 `data`; in situ, per axis and distinct bucket size (at most 4), 5
 compilations of zip_psum (the default 32-rung ladder: ~0.1-0.3 s each on
-CPU) and 7-17 calls of each plan (about 0.25 s of timed calls per plan, at
-least 7 calls: on a slow link that is 7 syncs of each plan);
+CPU) and 9-17 calls of each plan (about 0.3 s of timed calls per plan, at
+least 9 calls: on a slow link that is 9 syncs of each plan);
 docs/BENCHMARKS.md has measured totals. Call it before compiling anything
 that uses the collectives: a compiled function keeps the decisions made
 when it was compiled.

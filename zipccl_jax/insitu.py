@@ -44,8 +44,8 @@ from .dtypes import is_compressible
 from .profile import Measured
 
 MAX_BUCKETS = 4  # distinct bucket sizes timed per axis
-PLAN_SECONDS = 0.25  # of timed calls per plan, roughly
-MIN_ROUNDS, MAX_ROUNDS = 5, 15
+PLAN_SECONDS = 0.3  # of timed calls per plan, roughly
+MIN_ROUNDS, MAX_ROUNDS = 7, 15
 
 
 def device_leaves(data) -> list:

@@ -92,6 +92,7 @@ def _combine(results: list[dict]) -> dict:
             raise RuntimeError(f"net benchmark: processes disagree on the {label} losses")
         out["syncs"][label] = {**per[0], "step_ms": max(p["step_ms"] for p in per),
                                "comm_ms": max(p["comm_ms"] for p in per),
+                               "comm_quartiles_ms": [max(q) for q in zip(*(p["comm_quartiles_ms"] for p in per))],
                                "link_bytes": sum(p["link_bytes"] for p in per) / len(per)}
     return out
 
@@ -147,6 +148,10 @@ def strategy_rows(runs: list[dict]) -> list[dict]:
                                                f"({(tuned['profile'].get('size_rate') or 0) / 1e9:.2f})",
                      "bf16 ratio": dict(tuned["profile"]["ratios"]).get("bfloat16", "-"),
                      "tune s": tuned["seconds"], "default plan": train.plan_label(syncs[train.DEFAULT]),
+                     # a forced sync that runs the default's very program: their ratio is the bench's noise
+                     "same program as": ", ".join(label for label in (train.REFERENCE, train.COMPRESSED) if
+                                                  train.plan_label(syncs[label]) == train.plan_label(
+                                                      syncs[train.DEFAULT])) or "-",
                      "speedup vs compress=False": comm[train.REFERENCE] / comm[train.DEFAULT],
                      "time / faster forced": comm[train.DEFAULT] / min(comm[train.REFERENCE], comm[train.COMPRESSED])})
     return rows

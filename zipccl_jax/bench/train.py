@@ -128,8 +128,8 @@ def _time_syncs(results: dict, timed: dict, repeat: int, sent_bytes) -> None:
     """Times the syncs in turn, one call of each per round (so a change in
     the machine's load falls on all of them alike; each round starts one
     sync later, so no sync always follows the same one), after an untimed
-    round, every call started after a barrier: adds comm_ms (median),
-    zipccl's wire bytes of a timed call and, with sent_bytes, the link bytes
+    round, every call started after a barrier: adds comm_ms (median) and
+    its quartiles, zipccl's wire bytes of a timed call and, with sent_bytes, the link bytes
     per call. The link counter is read only after a barrier: a sync ends on
     this process once it has received, while what it sent may still be
     queued (a shaped link queues ~50 ms)."""
@@ -154,6 +154,7 @@ def _time_syncs(results: dict, timed: dict, repeat: int, sent_bytes) -> None:
                 results[label]["raw_bytes"] = float(_local(sync_stats.raw_bytes))
     for label in labels:
         results[label]["comm_ms"] = _median_ms(comm[label])
+        results[label]["comm_quartiles_ms"] = [float(q) * 1e3 for q in np.percentile(comm[label], [25, 75])]
         if sent_bytes:
             results[label]["link_bytes"] = link[label] / repeat
 
@@ -168,7 +169,10 @@ def summary_rows(result: dict, **key) -> list[dict]:
     base = syncs["lax.psum"]
     rows = []
     for label, s in syncs.items():
-        row = {**key, "sync": label, "step ms": s["step_ms"], "comm ms": s["comm_ms"], "predicted ms": predicted_ms(s),
+        quartiles = s.get("comm_quartiles_ms")
+        row = {**key, "sync": label, "step ms": s["step_ms"], "comm ms": s["comm_ms"],
+               "comm p25-p75": "-" if quartiles is None else f"{quartiles[0]:.3g}-{quartiles[1]:.3g}",
+               "predicted ms": predicted_ms(s),
                "in situ ms": in_situ_ms(s), "comm speedup vs lax": base["comm_ms"] / s["comm_ms"],
                "step speedup vs lax": base["step_ms"] / s["step_ms"]}
         if "link_bytes" in s:

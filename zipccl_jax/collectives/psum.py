@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax._src.lax import parallel as lax_parallel
 
@@ -95,10 +96,8 @@ def _psum_bucket(leaves: tuple, group: Axes, info):
     size = sum(x.size for x in leaves)
     nbytes = size * dtype.itemsize
     decision = plan("psum", jax.ShapeDtypeStruct((size,), dtype), group, info)
-    if decision.algorithm == "all_reduce":  # XLA's own
-        wide = [x.astype(jnp.float32) for x in leaves] if info.platform == "cpu" else list(leaves)
-        raw = f32(2 * size * wide[0].dtype.itemsize * (n - 1) / n)  # what XLA sends: float32 on CPU
-        return [t.astype(dtype) for t in lax.psum(wide, group.names, **group.kw())], raw, raw
+    if decision.algorithm == "all_reduce":  # XLA's own, on the bucket as one array
+        return _all_reduce(leaves, group, info.platform)
     # an uncompressed plan runs its algorithm as compress=False does: the same bits
     compress, rungs = info.options.compress and decision.compress, ladder(group, info)
     sizes = tuple(x.size for x in leaves)
@@ -111,6 +110,19 @@ def _psum_bucket(leaves: tuple, group: Axes, info):
     (part,), sent_rs = reduce_scatter_rows(rows, group, compress, rungs)
     totals, sent_ag = gather_rows(part, group, compress, rungs, sizes=sizes, unit=rows.unit, raw=False)
     return totals, (sent_rs + sent_ag) * (n - 1), f32(2 * rows.m * dtype.itemsize * (n - 1))
+
+
+def _all_reduce(leaves: tuple, group: Axes, platform: str):
+    """XLA's all-reduce of a bucket, joined into one array: XLA:CPU runs one
+    gloo all-reduce per operand of a multi-operand psum (a bucket of 21
+    leaves took as long as 21 syncs: docs/BENCHMARKS.md, "Plans timed in situ"), and in
+    float32 on CPU. (the summed leaves, wire, raw)."""
+    n, dtype = group.size, leaves[0].dtype
+    wide = [x.astype(jnp.float32) if platform == "cpu" else x for x in leaves]
+    total = lax.psum(wide[0] if len(wide) == 1 else jnp.concatenate(wide), group.names, **group.kw())
+    ends = np.cumsum([x.size for x in leaves])
+    raw = f32(2 * int(ends[-1]) * total.dtype.itemsize * (n - 1) / n)  # what XLA sends: float32 on CPU
+    return [total[end - x.size:end].astype(dtype) for x, end in zip(leaves, ends)], raw, raw
 
 
 def interleave_unit(size: int, n: int) -> int:
