@@ -483,14 +483,14 @@ def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=Non
     modelled times; records the Plan."""
     if collective not in COLLECTIVES:
         raise ValueError(f"zipccl: unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
-    axes = tuple(axes)
+    axes, order = tuple(axes), plan_names(collective)
     model = model_for(axes, strategy, platform=platform)
     if model.psum_algorithm not in (None, *PSUM_ALGORITHMS):
         raise ValueError(f"zipccl: unknown psum_algorithm {model.psum_algorithm!r}; expected one of "
                          f"{', '.join(PSUM_ALGORITHMS)}")
     forced, forced_by = _forced(strategy)
-    if forced not in (None, *STRATEGIES, *plan_names(collective)):
-        raise ValueError(f"zipccl: {collective} has no plan {forced!r}; its plans: {', '.join(plan_names(collective))}")
+    if forced not in (None, *STRATEGIES, *order):
+        raise ValueError(f"zipccl: {collective} has no plan {forced!r}; its plans: {', '.join(order)}")
     dtype, n = np.dtype(dtype), axis_size
     widened = widens(collective, dtype, platform)
     terms = modelled_terms(collective, nbytes, dtype, n, model, widened=widened)
@@ -499,7 +499,6 @@ def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=Non
         forced, why = "raw", f"dtype {dtype.name} is not compressed"
     elif n == 1:
         forced, why = "raw", "axis of size 1: nothing crosses a link"
-    order = plan_names(collective)
 
     def allowed(compress, algo):
         name = plan_name(compress, algo)
@@ -512,32 +511,40 @@ def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=Non
                                                                                 platform=platform)
     measured = {name: t for name, t in found[0].items() if name in order} if found else {}
     measured = measured if all(plan_name(*k) in measured for k in candidates) else {}
-    by = (lambda k: measured[plan_name(*k)]) if measured else (lambda k: terms[k].total)
-    compress, algo = min(candidates, key=by)  # ties: the first in plan_names' order
-    name = plan_name(compress, algo)
+    seconds = {k: measured[plan_name(*k)] if measured else t.total for k, t in terms.items()
+               if not measured or plan_name(*k) in measured}
+    compress, algo = min(candidates, key=seconds.get)  # ties: the first in plan_names' order
     if not why:
         how = f"measured in situ ({found[1]})" if measured else "modelled"
-        others = sorted((by(k), plan_name(*k)) for k in terms if k != (compress, algo) and (not measured or plan_name(
-            *k) in measured))
-        why = (f"{forced_by}: " if forced else "") + f"{name}, {how} {_duration(by((compress, algo)))}" + (
-            " vs " + ", ".join(f"{other} {_duration(t)}" for t, other in others) if others else "")
-        if measured:
-            why += f" (modelled {_duration(terms[(compress, algo)].total)})"
+        why = (f"{forced_by}: " if forced else "") + _comparison((compress, algo), seconds, how) + (
+            f" (modelled {_duration(terms[(compress, algo)].total)})" if measured else "")
+    f, chosen = model.figures(), terms[(compress, algo)]
+    result = Plan(collective, compress, algo, f"{why}; {_figures_line(collective, axes, model, dtype, widened)}",
+                  nbytes, n, axes, model.source, f.latency, f.link_bandwidth, model.compress_rate,
+                  model.decompress_rate, model.ratio(dtype), f.consensus_latency, f.reduce_latency, f.reduce_bandwidth,
+                  chosen.total, dtype.name, widened, model, chosen,
+                  tuple(sorted(measured.items(), key=lambda kv: order.index(kv[0]))))
+    _PLANS.append(result)
+    return result
+
+
+def _comparison(chosen, seconds: dict, how: str) -> str:
+    """"<plan>, <how> <time> vs <other plan> <time>, ..." (the others fastest first)."""
+    others = sorted((t, plan_name(*k)) for k, t in seconds.items() if k != chosen)
+    return f"{plan_name(*chosen)}, {how} {_duration(seconds[chosen])}" + (
+        " vs " + ", ".join(f"{name} {_duration(t)}" for t, name in others) if others else "")
+
+
+def _figures_line(collective: str, axes: tuple, model: CostModel, dtype, widened: bool) -> str:
+    """The figures behind a plan, as the reason's second half."""
     f = model.figures()
     reduce = f", all-reduce {_duration(f.reduce_latency)} + {_rate(f.reduce_bandwidth)}" + (
         " (float32)" if widened else "") if collective in _WIDENED else ""
-    figures = (f"{axes} from {model.source}: consensus {_duration(f.consensus_latency)}, transfer "
-               f"{_duration(f.latency)} + {_rate(f.link_bandwidth)}{reduce}, codec {_rate(model.compress_rate)} / "
-               f"{_rate(model.decompress_rate)} (size pass {_rate(model.size_pass_rate())}, stored copy "
-               f"{_rate(model.copy_rate)}), {dtype.name} ratio {model.ratio(dtype):.3f} "
-               f"(sends {wire_fraction(model, dtype):.0%})")
-    chosen = terms[(compress, algo)]
-    result = Plan(collective, compress, algo, f"{why}; {figures}", nbytes, n, axes, model.source, f.latency,
-                  f.link_bandwidth, model.compress_rate, model.decompress_rate, model.ratio(dtype),
-                  f.consensus_latency, f.reduce_latency, f.reduce_bandwidth, chosen.total, dtype.name, widened, model,
-                  chosen, tuple(sorted(measured.items(), key=lambda kv: order.index(kv[0])) if measured else ()))
-    _PLANS.append(result)
-    return result
+    return (f"{axes} from {model.source}: consensus {_duration(f.consensus_latency)}, transfer "
+            f"{_duration(f.latency)} + {_rate(f.link_bandwidth)}{reduce}, codec {_rate(model.compress_rate)} / "
+            f"{_rate(model.decompress_rate)} (size pass {_rate(model.size_pass_rate())}, stored copy "
+            f"{_rate(model.copy_rate)}), {dtype.name} ratio {model.ratio(dtype):.3f} "
+            f"(sends {wire_fraction(model, dtype):.0%})")
 
 
 def modelled_time(p: Plan, codec: bool = True) -> float:
