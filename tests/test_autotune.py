@@ -196,3 +196,13 @@ def test_two_processes_with_different_figures_install_the_same_and_plan_the_same
     for out in lines:
         assert [{k: p[k] for k in FIGURES} for p in out["RELOADED"]] == [{k: p[k] for k in FIGURES} for p in out["PLANS"]]
         assert out["FILE_IGNORED"] == strategy.PLATFORM_DEFAULTS["cpu"].source
+
+
+def test_data_whose_buckets_differ_between_processes_is_refused_before_anything_runs(monkeypatch):
+    mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
+    other_process = lambda v: np.stack([np.asarray(v, np.float64), np.asarray(v, np.float64) + 1])  # noqa: E731
+    monkeypatch.setattr(tuning, "_gather", other_process)
+    monkeypatch.setattr(tuning, "_measure", None)
+    with pytest.raises(ValueError, match=r"autotune's data must have the same float leaves \(dtypes and sizes per "
+                                         r"device\) on every process .*the processes' data differ"):
+        zc.autotune(mesh, data={"w": np.zeros(64, np.float32)})

@@ -114,8 +114,9 @@ def autotune(mesh: Mesh | None = None, *, data=None, path=None, refresh: bool = 
     mesh = mesh if mesh is not None else Mesh(np.array(jax.devices()), (profile_file.ANY_AXIS,))
     if link_bytes < SMALL_FRACTION * 64:
         raise ValueError(f"zipccl: link_bytes must be at least {SMALL_FRACTION * 64}, got {link_bytes}")
-    leaves = insitu.device_leaves(data) if data is not None and measure_plans else []
-    if leaves and len(set(_gather([insitu.structure(leaves, bucket_bytes)])[:, 0])) > 1:
+    timing = data is not None and measure_plans
+    leaves = insitu.device_leaves(data) if timing else []
+    if timing and len(set(_gather([insitu.structure(leaves, bucket_bytes)])[:, 0])) > 1:
         raise ValueError("zipccl: autotune's data must have the same float leaves (dtypes and sizes per device) on "
                          "every process to time the plans in situ; the processes' data differ")
     wanted = _plan_keys(mesh, leaves, bucket_bytes)
