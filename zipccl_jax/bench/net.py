@@ -7,8 +7,9 @@ bridge, every link shaped to `rate` each way with tbf) and, per rate, starts
 one JAX process per namespace with `ip netns exec` (CPU, one device each,
 jax.distributed with the coordinator on host 0's address, gloo collectives
 over the shaped links). Each process first runs `zipccl_jax.autotune` on the
-mesh, with a training step's gradients as its data, as a job would
-(`--profile PATH` loads that profile instead), then trains the LM with
+mesh, with a training step's gradients as its data, as a job would (it
+also times zip_psum's plans in situ on them; `--profile PATH` loads that
+profile instead), then trains the LM with
 lax.psum, zip_psum (the default strategy), zip_psum(compress=False) and
 zip_psum(strategy="compressed") (train.measure), reading its own link's
 byte counter around the timed gradient syncs. The processes share the
