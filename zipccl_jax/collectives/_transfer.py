@@ -81,6 +81,18 @@ def bitwise(collective, x):
     return lax.bitcast_convert_type(collective(lax.bitcast_convert_type(x, bits)), x.dtype)
 
 
+def relayout(fn, x):
+    """fn -- a layout change: transpose, reshape, slice -- applied to x's
+    bits. XLA:CPU may copy bf16 through float32 and flush subnormals to zero
+    on the way (jax 0.11.2 does in a transpose that follows a conditional, on
+    the thread pool, whose threads flush denormals), which would break
+    losslessness. The barriers keep XLA from folding the bitcasts away."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return fn(x)
+    bits = lax.optimization_barrier(lax.bitcast_convert_type(x, jnp.dtype(f"uint{x.dtype.itemsize * 8}")))
+    return lax.bitcast_convert_type(lax.optimization_barrier(fn(bits)), x.dtype)
+
+
 @dataclasses.dataclass(frozen=True)
 class Rows:
     """A flat array -- one or more leaves of one dtype end to end, never

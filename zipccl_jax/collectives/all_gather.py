@@ -17,7 +17,7 @@ from jax._src.lax import parallel as lax_parallel
 
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Stats, bitwise, f32, gather_rows, ladder, plan
+from ._transfer import Axes, Stats, bitwise, f32, gather_rows, ladder, plan, relayout
 
 
 def _lower(info, x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_index_groups=None):
@@ -28,9 +28,8 @@ def _lower(info, x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_i
         out = bitwise(lambda a: lax.all_gather(a, axes.names, axis=dim, tiled=tiled, **axes.kw()), x)
         return [out], raw, raw
     (rows,), sent = gather_rows(x.reshape(-1), axes, True, ladder(axes, info))  # [n * x.size]
-    out = jnp.moveaxis(rows.reshape(n, *x.shape), 0, dim)
-    if tiled:
-        out = out.reshape(*x.shape[:dim], n * x.shape[dim], *x.shape[dim + 1:])
+    shape = (*x.shape[:dim], n * x.shape[dim], *x.shape[dim + 1:]) if tiled else (*x.shape[:dim], n, *x.shape[dim:])
+    out = relayout(lambda r: jnp.moveaxis(r.reshape(n, *x.shape), 0, dim).reshape(shape), rows)
     return [out], sent * (n - 1), raw
 
 

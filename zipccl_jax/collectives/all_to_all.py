@@ -17,7 +17,7 @@ from jax._src.lax import parallel as lax_parallel
 from .. import ops
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Rows, Stats, bitwise, exchange, f32, ladder, plan, sized_transfer
+from ._transfer import Axes, Rows, Stats, bitwise, exchange, f32, ladder, plan, relayout, sized_transfer
 
 
 def _lower(info, x, *, split_axis, concat_axis, axis_name, tiled, axis_index_groups=None):
@@ -28,7 +28,7 @@ def _lower(info, x, *, split_axis, concat_axis, axis_name, tiled, axis_index_gro
     if not plan("all_to_all", x, axes, info).compress or not info.options.compress:
         out = bitwise(lambda a: lax.all_to_all(a, axes.names, split_axis, concat_axis, tiled=True, **axes.kw()), x)
         return [out], raw, raw
-    moved = jnp.moveaxis(x, split_axis, 0)
+    moved = relayout(lambda a: jnp.moveaxis(a, split_axis, 0), x)
     chunk_shape = (x.shape[split_axis] // n, *moved.shape[1:])
     decode = lambda parts: ops.decode_rows(parts, (x.size,), x.dtype)  # noqa: E731
     bits = lambda a: [bitwise(lambda b: lax.all_to_all(b, axes.names, 0, 0, tiled=True, **axes.kw()),  # noqa: E731
@@ -36,11 +36,14 @@ def _lower(info, x, *, split_axis, concat_axis, axis_name, tiled, axis_index_gro
     (rows,), sent = sized_transfer(Rows((moved,), n), axes, lambda outs: exchange(outs, axes), decode, True,
                                    ladder(axes, info), raw=(bits, x.size * x.dtype.itemsize // n))
     # rows[j]: source j's chunk for this device, shaped like x with split_axis cut
-    chunks = jnp.moveaxis(rows.reshape(n, *chunk_shape), 1, split_axis + 1)
-    out = jnp.moveaxis(chunks, 0, concat_axis)
-    shape = list(chunks.shape[1:])
+    shape = list(x.shape)
+    shape[split_axis] //= n
     shape[concat_axis] *= n
-    return [out.reshape(shape)], sent * (n - 1), raw
+
+    def place(r):  # [n (source), chunk_shape] -> the chunks along concat_axis in source order
+        chunks = jnp.moveaxis(r.reshape(n, *chunk_shape), 1, split_axis + 1)
+        return jnp.moveaxis(chunks, 0, concat_axis).reshape(shape)
+    return [relayout(place, rows)], sent * (n - 1), raw
 
 
 def _moved_dims(params):
