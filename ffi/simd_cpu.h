@@ -57,6 +57,11 @@ struct Elem {
     std::memcpy(&x, in + i * sizeof(U), sizeof(U));
     return lay.elem_bytes == 4 ? uint32_t(x) >> 16 : x;
   }
+  static uint32_t bits(const uint8_t* in, int i) {  // the whole element
+    U x;
+    std::memcpy(&x, in + i * sizeof(U), sizeof(U));
+    return x;
+  }
   static uint32_t key(uint32_t h) { return (h >> t_shift) & (keys - 1); }
   static uint32_t signed_key(uint32_t h) { return h >> t_shift; }  // the sign bit above key(h)
   static uint32_t exponent(uint32_t h) { return (h >> e_shift) & all_ones; }
@@ -72,18 +77,13 @@ struct Elem {
   }
 };
 
-// §4: the symbol of exponent e and top bits t under ref, or with SC (§4.1)
-// that of sign s too. Encoder refs are below ALL_ONES, so e == ALL_ONES is an
-// e > ref and escapes.
-template <bool SC = false>
-inline uint32_t symbol_of(uint32_t e, uint32_t t, uint32_t ref, uint32_t s = 0) {
+// §4: the symbol (without the sign) of exponent e and top bits t under ref.
+// Encoder refs are below ALL_ONES, so e == ALL_ONES is an e > ref and escapes.
+inline uint32_t symbol_of(uint32_t e, uint32_t t, uint32_t ref) {
   const uint32_t d = ref - e;  // wraps when e > ref
-  const uint32_t max_delta = SC ? kSignMaxDelta : kMaxDelta;
-  const uint32_t c = e == 0 ? uint32_t(kClassZero) : d <= max_delta ? d + 1 : uint32_t(kClassEsc);
-  return ((c == uint32_t(kClassEsc) || !SC ? c : c | s << 4) << kTopBits) | t;
+  const uint32_t c = e == 0 ? uint32_t(kClassZero) : d <= uint32_t(kMaxDelta) ? d + 1 : uint32_t(kClassEsc);
+  return (c << kTopBits) | t;
 }
-
-inline bool escapes(uint32_t sym) { return (sym >> kTopBits) == kClassEsc; }
 
 inline uint64_t load_u64(const uint8_t* p) {
   uint64_t v;
@@ -139,15 +139,15 @@ ZC_SIMD inline __m512i lanes(const Lanes& l) { return _mm512_load_si512(l.b); }
 
 // canonical_codes of zipccl_format.h (§5.2), same codes, from the count of
 // codes of each length rather than a scan of all symbols for each length.
-inline void fast_canonical_codes(const uint8_t* lens, uint16_t* codes) {
+inline void fast_canonical_codes(const uint8_t* lens, uint16_t* codes, int nsym = kNumSyms) {
   int count[kMaxCodeLen + 1] = {};
   uint32_t next[kMaxCodeLen + 1];
-  for (int s = 0; s < kNumSyms; ++s) ++count[lens[s]];
+  for (int s = 0; s < nsym; ++s) ++count[lens[s]];
   for (int l = 1, code = 0; l <= kMaxCodeLen; ++l) {
     next[l] = uint32_t(code);
     code = (code + count[l]) << 1;
   }
-  for (int s = 0; s < kNumSyms; ++s) {
+  for (int s = 0; s < nsym; ++s) {
     const int len = lens[s];
     if (!len) continue;
     const uint32_t code = next[len]++;
