@@ -739,6 +739,40 @@ struct StoredArea {
   int m;
 };
 
+// §6: decodes the next element of sub-stream r of a coded block; with dst,
+// writes it there, taking its stored bits from area at stored index *j
+// (which it advances if the element stores bits). *implied counts implied
+// zeros. Returns a Status.
+ZC_HD int decode_element(int dtype, const GroupLayout& gl, uint32_t ref, const uint16_t* lut, const PlaneCodes& pc,
+                         BitReader& r, StoredArea area, int* j, int* implied, uint8_t* dst) {
+  const Layout lay = gl.lay;
+  int s;
+  uint32_t e;
+  uint8_t raw[kMaxPlanes] = {};
+  const int status = decode_symbol(lay, ref, lut, pc, r, &s, &e, raw);
+  if (status != kOk) return status;
+  if (implied_symbol(s, pc.mask)) {
+    ++*implied;
+    if (dst) store_element(dst, uint32_t(s >> kSignBit) << (8 * lay.elem_bytes - 1), lay.elem_bytes);
+    return kOk;
+  }
+  if (dst) {
+    uint32_t extra = 0;
+    for (int p = 0, n = 0; p < lay.raw_bytes; ++p)
+      if (!((pc.mask >> p) & 1)) raw[p] = area.at[*j * gl.stored_planes + n++];
+    if (gl.extra_bits) extra = load_extra(area.at + area.m * gl.stored_planes, *j, gl.extra_bits);
+    extra = (pc.mask & kMaskSign) ? (extra << 1 | uint32_t(s >> kSignBit)) : extra;
+    store_element(dst, join_element(dtype, e, uint32_t(s) & 3u, raw, extra), lay.elem_bytes);
+  }
+  ++*j;
+  return kOk;
+}
+
+// §6: after sub-stream k < 3 of a block, its end must be where sub-stream k + 1 starts.
+ZC_HD int substream_end_status(int k, uint32_t pos, const uint32_t* starts) {
+  return (k + 1 < kSubstreams && pos != starts[k + 1]) ? kErrTrailing : kOk;
+}
+
 // §6: decodes sub-stream k of a coded block (body of size bytes, count
 // elements, starts from locate_substreams). With out, it writes its elements
 // there, taking their stored bits from area (stored elements from index j0);
@@ -748,34 +782,17 @@ ZC_HD int decode_substream(int dtype, const uint8_t* body, uint32_t size, int co
                            uint32_t ref, const uint16_t* lut, const PlaneCodes& pc, StoredArea area, int j0,
                            uint8_t* out, int* implied, uint32_t* end) {
   const GroupLayout gl = group_layout(dtype, pc.mask);
-  const Layout lay = gl.lay;
   const int q = substream_len(count);
   BitReader r{body, size, starts[k], starts[k + 1]};
   int j = j0;
   *implied = 0;
   for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-    int s;
-    uint32_t e;
-    uint8_t raw[kMaxPlanes] = {};
-    const int status = decode_symbol(lay, ref, lut, pc, r, &s, &e, raw);
+    const int status =
+        decode_element(dtype, gl, ref, lut, pc, r, area, &j, implied, out ? out + i * gl.lay.elem_bytes : nullptr);
     if (status != kOk) return status;
-    if (implied_symbol(s, pc.mask)) {
-      ++*implied;
-      if (out) store_element(out + i * lay.elem_bytes, uint32_t(s >> kSignBit) << (8 * lay.elem_bytes - 1), lay.elem_bytes);
-      continue;
-    }
-    if (out) {
-      uint32_t extra = 0;
-      for (int p = 0, n = 0; p < lay.raw_bytes; ++p)
-        if (!((pc.mask >> p) & 1)) raw[p] = area.at[j * gl.stored_planes + n++];
-      if (gl.extra_bits) extra = load_extra(area.at + area.m * gl.stored_planes, j, gl.extra_bits);
-      extra = (pc.mask & kMaskSign) ? (extra << 1 | uint32_t(s >> kSignBit)) : extra;
-      store_element(out + i * lay.elem_bytes, join_element(dtype, e, uint32_t(s) & 3u, raw, extra), lay.elem_bytes);
-    }
-    ++j;
   }
   *end = r.pos;
-  return (k + 1 < kSubstreams && r.pos != starts[k + 1]) ? kErrTrailing : kOk;
+  return substream_end_status(k, r.pos, starts);
 }
 
 // §2, §6: the checks after a coded block's sub-streams: sub-stream 3 ends at
