@@ -47,10 +47,9 @@ void choose_group_generic(int dtype, const uint8_t* in, int64_t n, int64_t b0, i
   std::memcpy(g->lens, lens[best], kMaxSyms);
 }
 
-// Asks for the lines a block body will be written to: the encoder stores
-// them in bursts, which would otherwise wait for each line in turn.
-void prefetch_for_write(uint8_t* p, int64_t bytes) {
-  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 1);
+// Asks for the input lines [p, p + bytes): the next group's, while this one is coded.
+void prefetch_input(const uint8_t* p, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
 }
 
 int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
@@ -107,7 +106,7 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
       uint8_t* body = room ? out + pos : scratch;
       const uint8_t* src = in + b * kBlock * es;
       const uint32_t ref = g.refs[(g.mask & kMaskOwnRefs) ? b - b0 : 0];
-      if (room) prefetch_for_write(body, int64_t(count) * es);
+      if (b + kGroupBlocks < nb) prefetch_input(in + (b + kGroupBlocks) * kBlock * es, kBlock * es);  // the next group
       const uint32_t desc = shared ? encode_block(DT, src, count, ref, g.lens, codes, body, pc)
                                    : encode_block_fast<DT>(src, count, ref, g.mask, table, body);
       const int64_t body_bytes = desc & 0xFFFFu;
@@ -116,6 +115,7 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
       pos += body_bytes;
     }
   }
+  store_fence();  // the bodies' non-temporal stores (stream_copy) before anyone reads them
   if (pos + int64_t(tables.size()) >= limit) return store_raw(DT, in, n, out);
   if (!tables.empty()) std::memcpy(out + pos, tables.data(), tables.size());
   write_header(out, DT, 0, uint64_t(n));
@@ -123,7 +123,7 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
 }
 
 // Asks for input bytes [from, from + bytes) (clipped to size) ahead of use.
-void prefetch_input(const uint8_t* in, int64_t size, int64_t from, int64_t bytes) {
+void prefetch_body(const uint8_t* in, int64_t size, int64_t from, int64_t bytes) {
   for (int64_t i = from; i < from + bytes && i < size; i += 64) __builtin_prefetch(in + i);
 }
 
@@ -180,7 +180,7 @@ int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int mask_bits, 
   for (int64_t b = 0; b < nb; ++b) {
     for (; asked < nb && asked <= b + 2; ++asked) {  // keep the next two blocks' input coming
       const int64_t bytes = load_descriptor(in + kHeaderBytes + kDescBytes * asked) & 0xFFFFu;
-      prefetch_input(in, size, ahead, bytes);
+      prefetch_body(in, size, ahead, bytes);
       ahead += bytes;
     }
     const int64_t g = b / kGroupBlocks;

@@ -121,9 +121,33 @@ uint32_t block_counts(const uint8_t* in, int count, uint32_t (*counts)[kNumSyms]
   return emax;
 }
 
+// The n used symbols of counts (1 << kShift of them) as leaves count <<
+// kShift | symbol, sorted by (count, symbol): in symbol order, then sorted by
+// count, stably, a byte per pass (with two used symbols or more, the counts
+// of a group, at most 2^16 elements, fit 16 bits).
+template <int kShift>
+inline void sort_leaves(const uint32_t* counts, uint32_t* leaf, int n) {
+  uint32_t any = 0, m = 0, sorted[(1 << kShift) + 2];
+  for (int s = 0; s < (1 << kShift); ++s) {  // branch-free: used and unused symbols interleave
+    leaf[m] = counts[s] << kShift | uint32_t(s);
+    m += counts[s] != 0;
+    any |= counts[s];
+  }
+  for (int pass = 0; pass < 2 && (any >> (8 * pass)); ++pass) {
+    const int shift = kShift + 8 * pass;
+    uint16_t start[256] = {};
+    for (int i = 0; i < n; ++i) ++start[(leaf[i] >> shift) & 0xFF];
+    for (int v = 0, at = 0; v < 256; ++v) {
+      const int c = start[v];
+      start[v] = uint16_t(at), at += c;
+    }
+    for (int i = 0; i < n; ++i) sorted[start[(leaf[i] >> shift) & 0xFF]++] = leaf[i];
+    std::memcpy(leaf, sorted, sizeof(uint32_t) * n);
+  }
+}
+
 // code_lengths of zipccl_format.h (§5.1) over NSYM symbols (128 or 256),
-// same result: the leaves are sorted once, and each flattening round keeps
-// them sorted but for new ties.
+// same result, with a radix sort of the leaves and a branch-free merge.
 template <int NSYM = kNumSyms>
 inline void fast_code_lengths(const uint32_t* counts, uint8_t* lens) {
   constexpr int kShift = NSYM == 256 ? 8 : 7;
@@ -131,12 +155,12 @@ inline void fast_code_lengths(const uint32_t* counts, uint8_t* lens) {
   static_assert(NSYM == 1 << kShift, "128 or 256 symbols");
   uint32_t leaf[NSYM + 2];  // count << kShift | symbol, ascending; then two past the end
   int n = 0;
-  for (int s = 0; s < NSYM; ++s)
-    if (counts[s]) leaf[n++] = counts[s] << kShift | uint32_t(s);  // group counts are at most 2^16
-  std::sort(leaf, leaf + n);
+  for (int s = 0; s < NSYM; ++s) n += counts[s] != 0;
   std::memset(lens, 0, NSYM);
-  if (n == 1) lens[leaf[0] & kSym] = 1;
+  if (n == 1)
+    for (int s = 0; s < NSYM; ++s) lens[s] = counts[s] != 0;
   if (n < 2) return;
+  sort_leaves<kShift>(counts, leaf, n);
   // Past the end of either queue, weights read as more than any true weight.
   leaf[n] = leaf[n + 1] = ~0u;
   uint32_t node[NSYM + 1];        // weights of internal nodes in creation order
@@ -163,12 +187,13 @@ inline void fast_code_lengths(const uint32_t* counts, uint8_t* lens) {
       li += leaves, ni += nodes;
     }
     if (height[n - 2] <= kMaxCodeLen) break;  // the root's height: the longest code
-    for (int i = 0; i < n; ++i) {  // halve, rounding up; ties now order by symbol
-      const uint32_t v = (((leaf[i] >> kShift) + 1) >> 1) << kShift | (leaf[i] & kSym);
-      int j = i;
-      for (; j > 0 && leaf[j - 1] > v; --j) leaf[j] = leaf[j - 1];
-      leaf[j] = v;
-    }
+    // Flatten, rounding up; many counts now tie, and ties order by symbol: the
+    // leaves are rebuilt in symbol order and sorted by count, stably.
+    const int k = flattening_shift(height[n - 2]);
+    uint32_t flat[NSYM] = {};
+    for (int i = 0; i < n; ++i) flat[leaf[i] & kSym] = ((leaf[i] >> kShift) + (1u << k) - 1) >> k;
+    sort_leaves<kShift>(flat, leaf, n);
+    leaf[n] = leaf[n + 1] = ~0u;
   }
   uint8_t depth[2 * NSYM];
   depth[2 * n - 2] = 0;
@@ -307,11 +332,25 @@ struct Writer {
     nbits &= 7;
   }
   uint64_t bits(const uint8_t* start) const { return uint64_t(out - start) * 8 + nbits; }
-  // Appends the first `bits` bits of src (which has 8 bytes of slack).
+  // Appends the first `bits` bits of src (which has 8 bytes of slack; out
+  // too): whole words shifted into place, then the rest.
   void append(const uint8_t* src, uint64_t bits) {
-    uint64_t i = 0;
-    for (; i + 56 <= bits; i += 56) put(load_u64(src + i / 8) & ((uint64_t(1) << 56) - 1), 56);
-    if (i < bits) put(load_u64(src + i / 8) & ((uint64_t(1) << (bits - i)) - 1), bits - i);
+    const uint64_t sh = nbits, low = acc & ((uint64_t(1) << sh) - 1);
+    uint64_t carry = low, i = 0;
+    for (; i + 64 <= bits; i += 64) {
+      const uint64_t v = load_u64(src + i / 8);
+      const uint64_t word = carry | (v << sh);
+      std::memcpy(out + i / 8, &word, 8);
+      carry = sh ? v >> (64 - sh) : 0;
+    }
+    out += i / 8;
+    acc = carry;
+    nbits = sh;
+    for (; i < bits; i += 32) {  // the rest, at most 32 bits a time
+      const uint64_t len = bits - i < 32 ? bits - i : 32;
+      put((load_u64(src + i / 8) >> (i & 7)) & ((uint64_t(1) << len) - 1), len);
+    }
+    std::memcpy(out, &acc, 8);
   }
   void flush() {
     if (nbits) *out++ = uint8_t(acc);
@@ -485,6 +524,14 @@ ZC_SIMD void encode_substreams_simd(const uint8_t* in, uint32_t ref, const uint1
   w[0] = w0, w[1] = w1, w[2] = w2, w[3] = w3;
 }
 
+ZC_SIMD inline void stream_copy_simd(uint8_t* dst, const uint8_t* src, uint32_t bytes) {
+  const uint32_t head = uint32_t(-reinterpret_cast<uintptr_t>(dst) & 63);
+  std::memcpy(dst, src, head);
+  uint32_t i = head;
+  for (; i + 64 <= bytes; i += 64) _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+
 // write_stored for a full block without ZEROS: the raw bytes, then the
 // packed extra bits.
 template <int DT, bool SC>
@@ -521,6 +568,16 @@ ZC_SIMD void write_stored_simd(const uint8_t* in, uint8_t* area) {
   }
 }
 #endif
+
+// Copies a body out of the encoder's buffer. The output of a large tensor is
+// not read back soon: non-temporal stores spare reading its lines first (a
+// stream is a few tens of MB), the partial lines at the ends stored as usual.
+inline void stream_copy(uint8_t* dst, const uint8_t* src, uint32_t bytes) {
+#if ZC_HAVE_SIMD
+  if (bytes >= 256 && simd_enabled()) return stream_copy_simd(dst, src, bytes);
+#endif
+  std::memcpy(dst, src, bytes);
+}
 
 // Stream buffer of one sub-stream: every element at most 20 bits, plus slack.
 constexpr int kStreamBytes = kBlock / kSubstreams * kMaxElementBits / 8 + 16;
@@ -567,7 +624,7 @@ uint32_t encode_block_fast(const uint8_t* in, int count, uint32_t ref, const uin
   }
   // The sub-stream area: the deviations, the four sub-streams at bit granularity.
   for (int k = 0; k < kSubstreams; ++k) std::memcpy(w[k].out, &w[k].acc, 8);  // the last partial byte, and slack
-  alignas(64) uint8_t joined[kSubstreams * kStreamBytes + 16];
+  alignas(64) uint8_t joined[kBlock * 4 + 64];  // the body, then copied out (stream_copy)
   Writer a{joined, 0, 0};
   a.put((uint64_t(uint32_t(devs[0])) & ((1u << width) - 1)) | (uint64_t(uint32_t(devs[1])) & ((1u << width) - 1)) << width,
         2 * width);
@@ -575,12 +632,12 @@ uint32_t encode_block_fast(const uint8_t* in, int count, uint32_t ref, const uin
   for (int k = 0; k < kSubstreams; ++k) a.append(streams[k], bits[k]);
   a.flush();
   const uint32_t area_bytes = uint32_t(a.out - joined);
-  std::memcpy(body, joined, area_bytes);
 #if ZC_HAVE_SIMD
-  if (simd && !ZEROS) write_stored_simd<DT, SC>(in, body + area_bytes);
+  if (simd && !ZEROS) write_stored_simd<DT, SC>(in, joined + area_bytes);
   else
 #endif
-    write_stored<DT, SC, ZEROS>(in, count, m, body + area_bytes);
+    write_stored<DT, SC, ZEROS>(in, count, m, joined + area_bytes);
+  stream_copy(body, joined, coded);
   return make_descriptor(coded, uint32_t(width));
 }
 

@@ -85,6 +85,13 @@ inline uint32_t symbol_of(uint32_t e, uint32_t t, uint32_t ref) {
   return (c << kTopBits) | t;
 }
 
+// Orders non-temporal stores before the stores that follow.
+inline void store_fence() {
+#if ZC_HAVE_SIMD
+  _mm_sfence();
+#endif
+}
+
 inline uint64_t load_u64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);

@@ -173,8 +173,10 @@ __device__ void WarpCodeLengths(const uint32_t* counts, uint8_t* lens, int nsym,
     __syncwarp();
     int longest = 0;
     for (int s = Lane(); s < nsym; s += kWarp) longest = lens[s] > longest ? lens[s] : longest;
-    if (WarpMax(longest) <= zc::kMaxCodeLen) return;
-    for (int s = Lane(); s < nsym; s += kWarp) ws.counts[s] = ws.counts[s] ? (ws.counts[s] + 1) >> 1 : 0;
+    longest = WarpMax(longest);
+    if (longest <= zc::kMaxCodeLen) return;
+    const int k = zc::flattening_shift(longest);
+    for (int s = Lane(); s < nsym; s += kWarp) ws.counts[s] = ws.counts[s] ? (ws.counts[s] + (1u << k) - 1) >> k : 0;
     __syncwarp();
   }
 }

@@ -299,6 +299,10 @@ ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens, int nsym) {
   huffman_tree_lengths(counts, leaf, n, lens, weight, parent, depth);
 }
 
+// §5.1: how far a code whose longest length is `longest` (over 12) flattens
+// its counts: they are divided by 2^k, rounded up.
+ZC_HD int flattening_shift(int longest) { return longest - kMaxCodeLen < 16 ? longest - kMaxCodeLen : 16; }
+
 // §5.1: Huffman lengths, flattening the counts until no code is over 12 bits.
 ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens, int nsym = kNumSyms) {
   uint32_t counts[kMaxSyms];
@@ -308,7 +312,8 @@ ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens, int nsym = kNu
     int longest = 0;
     for (int s = 0; s < nsym; ++s) longest = lens[s] > longest ? lens[s] : longest;
     if (longest <= kMaxCodeLen) return;
-    for (int s = 0; s < nsym; ++s) counts[s] = counts[s] ? (counts[s] + 1) >> 1 : 0;
+    const int k = flattening_shift(longest);
+    for (int s = 0; s < nsym; ++s) counts[s] = counts[s] ? (counts[s] + (1u << k) - 1) >> k : 0;
   }
 }
 

@@ -148,7 +148,8 @@ def code_lengths(counts: np.ndarray) -> np.ndarray:
         lengths = huffman_lengths(counts)
         if lengths.max() <= MAX_CODE_LEN:
             return lengths
-        counts = np.where(counts > 0, (counts + 1) >> 1, 0)
+        k = min(int(lengths.max()) - MAX_CODE_LEN, 16)  # divided by 2^k, rounded up
+        counts = np.where(counts > 0, (counts + (1 << k) - 1) >> k, 0)
 
 
 def canonical_codes(lengths: np.ndarray) -> np.ndarray:
