@@ -403,6 +403,73 @@ ZC_SIMD bool join_elements_simd(const uint8_t* area, const uint16_t* exps, const
   }
   return !_mm512_test_epi16_mask(bad, _mm512_set1_epi16(0x100));
 }
+
+// w-bit fields f, f + 1, ... (LSB first) of the extras, which end at end,
+// one per 16-bit lane (fields past the end read as 0).
+template <int w>
+ZC_SIMD inline __m512i load_fields(const uint8_t* extras, const uint8_t* end, int f) {
+  const int bit = f * w;
+  const uint8_t* from = extras + bit / 8;
+  const int64_t want = ((7 + 31 * w) >> 3) + 2, have = end - from;  // the last lane's second byte, at most
+  const __m512i bytes = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, unsigned(have < want ? (have > 0 ? have : 0) : want)),
+                                                from);
+  const __m512i at = _mm512_add_epi16(_mm512_set1_epi16(short(bit & 7)), lanes(kFieldBits<w>));
+  const __m512i first = _mm512_srli_epi16(at, 3);  // each lane: bytes first and first + 1, low and high
+  const __m512i index = _mm512_add_epi16(_mm512_or_si512(first, _mm512_slli_epi16(first, 8)), _mm512_set1_epi16(0x100));
+  const __m512i two = _mm512_permutexvar_epi8(index, bytes);
+  return _mm512_and_si512(_mm512_srlv_epi16(two, _mm512_and_si512(at, _mm512_set1_epi16(7))),
+                          _mm512_set1_epi16((1 << w) - 1));
+}
+
+// join_elements for a full block with ZEROS: a lane per element, the stored
+// elements' raw bytes and extra values expanded to the lanes that are no
+// implied zero (VBMI2).
+template <int DT, bool SC>
+ZC_SIMD bool join_elements_zeros_simd(const uint8_t* area, const uint8_t* end, int m, const uint16_t* exps,
+                                      const BlockSymbols& bs, uint8_t* out) {
+  using E = Elem<DT>;
+  constexpr Layout lay = E::lay;
+  constexpr int q = kBlock / kSubstreams, w = lay.extra_bits - SC;
+  const uint8_t* extras = area + m * lay.raw_bytes;
+  const __m512i vexps = _mm512_loadu_si512(exps);
+  __m512i bad = _mm512_setzero_si512();
+  int n = 0;  // stored elements so far
+  for (int k = 0; k < kSubstreams; ++k) {
+    for (int j = 0; j < q; j += 32) {
+      const int i = k * q + j;
+      const int at = kTop - j - 31;  // symbols j .. j + 31, downwards
+      const __m512i s = bytes_to_words_reversed(bs.sym[k] + at);
+      const __mmask32 keep = _mm512_test_epi16_mask(s, _mm512_set1_epi16(kNumSyms - 1));  // no implied zero
+      const __m512i c = _mm512_and_si512(_mm512_srli_epi16(s, kTopBits), _mm512_set1_epi16(kNumClasses - 1));
+      const __mmask32 esc = _mm512_cmpeq_epi16_mask(c, _mm512_set1_epi16(kClassEsc));
+      __m512i e = _mm512_permutexvar_epi16(c, vexps);
+      if (esc) e = _mm512_mask_mov_epi16(e, esc, bytes_to_words_reversed(bs.esc[k] + at));  // rare
+      bad = _mm512_or_si512(bad, e);  // kBadExp: bit 8
+      __m512i h = _mm512_ternarylogic_epi32(_mm512_slli_epi16(e, E::e_shift), _mm512_slli_epi16(s, E::t_shift),
+                                            _mm512_set1_epi16(3 << E::t_shift), 0xF8);  // a | (b & c)
+      __m512i sign = SC ? _mm512_slli_epi16(_mm512_srli_epi16(s, kSignBit), 15) : _mm512_setzero_si512();
+      __m512i low = _mm512_setzero_si512();  // fp16: the raw byte; fp32: the low 16 bits
+      if constexpr (DT == kF16) low = _mm512_cvtepu8_epi16(_mm256_maskz_expandloadu_epi8(keep, area + n));
+      if constexpr (DT == kF32) low = _mm512_maskz_expandloadu_epi16(keep, area + 2 * n);
+      if constexpr (w > 0) {
+        const __m512i x = _mm512_maskz_expand_epi16(keep, load_fields<w>(extras, end, n));
+        if constexpr (SC) h = _mm512_or_si512(h, x);  // extra >> 1, five bits (bf16, fp32)
+        else if constexpr (DT == kF16) sign = _mm512_slli_epi16(x, 15);
+        else h = _mm512_ternarylogic_epi32(h, _mm512_slli_epi16(x, 15), _mm512_srli_epi16(x, 1), 0xFE);
+      }
+      h = _mm512_or_si512(h, sign);
+      if constexpr (DT == kF16) h = _mm512_or_si512(h, low);
+      if constexpr (lay.elem_bytes == 2) {
+        _mm512_storeu_si512(out + 2 * i, h);
+      } else {
+        _mm512_storeu_si512(out + 4 * i, _mm512_permutex2var_epi16(low, lanes(kJoinLow), h));
+        _mm512_storeu_si512(out + 4 * i + 64, _mm512_permutex2var_epi16(low, lanes(kJoinHigh), h));
+      }
+      n += __builtin_popcount(keep);
+    }
+  }
+  return !_mm512_test_epi16_mask(bad, _mm512_set1_epi16(0x100));
+}
 #endif
 
 // Decodes one coded block (descriptor desc, count elements, ref) of a group
@@ -468,6 +535,8 @@ int decode_block_fast(const uint8_t* body, const uint8_t* end, uint32_t desc, in
 #if ZC_HAVE_SIMD
   if (!ZEROS && count == kBlock && simd_enabled())
     return join_elements_simd<DT, SC>(area.at, exps, bs, out) ? kOk : kErrBitstream;
+  if (ZEROS && count == kBlock && simd_enabled())
+    return join_elements_zeros_simd<DT, SC>(area.at, body + size, m, exps, bs, out) ? kOk : kErrBitstream;
 #endif
   return join_elements<DT, SC, ZEROS>(area.at, m, count, exps, bs, out) ? kOk : kErrBitstream;
 }

@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #define ZC_HAVE_SIMD 1
-#define ZC_SIMD __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,bmi,bmi2")))
+#define ZC_SIMD __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi,bmi2")))
 #else
 #define ZC_HAVE_SIMD 0
 #endif
@@ -33,7 +33,8 @@ inline bool simd_enabled() {
 #if ZC_HAVE_SIMD
   static const bool ok = !std::getenv("ZIPCCL_NO_SIMD") && __builtin_cpu_supports("avx512f") &&
                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("bmi2");
+                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
+                         __builtin_cpu_supports("bmi2");
   return ok;
 #else
   return false;
@@ -135,6 +136,9 @@ constexpr Lanes kJoinHigh = words_of([](int i) { return i % 2 ? 48 + i / 2 : 16 
 // 32 bytes, in reverse order, to words; 32 words in reverse order
 constexpr Lanes kReverseToWords = words_of([](int i) { return 31 - i; });
 constexpr Lanes kReverseWords = kReverseToWords;
+// lane i's first bit in 32 fields of w bits
+template <int w>
+constexpr Lanes kFieldBits = words_of([](int i) { return w * i; });
 // i, 5 bits, reversed into bits 11..7
 constexpr Lanes kReverse5Words = words_of([](int i) {
   return (i & 1) << 11 | (i & 2) << 9 | (i & 4) << 7 | (i & 8) << 5 | (i & 16) << 3;
