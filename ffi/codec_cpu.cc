@@ -64,8 +64,23 @@ int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   return kHeaderBytes + bytes;
 }
 
+// §7 steps 1-3 for group b0 / kGroupBlocks into *g: chosen, or taken from a plan.
 template <int DT>
-int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
+void choose_group(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, bool generic, GroupCode* g,
+                  QuarterCounts* quarters = nullptr, uint32_t* emax = nullptr) {
+  constexpr Layout lay = Elem<DT>::lay;
+  const uint8_t* group_in = in + b0 * kBlock * lay.elem_bytes;
+  const int64_t count = n - b0 * kBlock < int64_t(kGroupBlocks) * kBlock ? n - b0 * kBlock
+                                                                        : int64_t(kGroupBlocks) * kBlock;
+  if (generic) choose_group_generic(DT, in, n, b0, b1, g);
+  else choose_group_fast<DT>(in, n, b0, b1, g->refs, g->lens, &g->mask, quarters, emax);
+  if constexpr (lay.raw_bytes > 0)
+    g->mask |= generic ? choose_planes(DT, group_in, count, g->mask, g->plane_lens)
+                       : choose_planes_fast<DT>(group_in, count, g->mask, g->plane_lens);
+}
+
+template <int DT>
+int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan) {
   constexpr Layout lay = Elem<DT>::lay;
   constexpr int es = lay.elem_bytes;
   const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;  // coded ends before limit
@@ -79,14 +94,8 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic)
   uint8_t area[kMaxTableBytes];
   for (int64_t b0 = 0; b0 < nb && pos < limit; b0 += kGroupBlocks) {
     const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb, gi = b0 / kGroupBlocks;
-    const uint8_t* group_in = in + b0 * kBlock * es;
-    const int64_t group_count = n - b0 * kBlock < int64_t(kGroupBlocks) * kBlock ? n - b0 * kBlock
-                                                                                : int64_t(kGroupBlocks) * kBlock;
-    if (generic) choose_group_generic(DT, in, n, b0, b1, &g);
-    else choose_group_fast<DT>(in, n, b0, b1, g.refs, g.lens, &g.mask);
-    if constexpr (lay.raw_bytes > 0)
-      g.mask |= generic ? choose_planes(DT, group_in, group_count, g.mask, g.plane_lens)
-                        : choose_planes_fast<DT>(group_in, group_count, g.mask, g.plane_lens);
+    if (plan) std::memcpy(&g, plan + gi * sizeof(GroupCode), sizeof(GroupCode));
+    else choose_group<DT>(in, n, b0, b1, generic, &g);
     const uint32_t area_bytes =
         write_table_area(g.refs, num_refs(g.mask, int(b1 - b0)), g.lens, g.mask, g.plane_lens, area);
     tables.insert(tables.end(), area, area + area_bytes);
@@ -285,13 +294,118 @@ void advise_huge_pages(uint8_t* p, int64_t bytes) {
 #endif
 }
 
+// §6: the bits of a sub-stream from its counts (qc, under its block's own
+// emax, the sign in bit 7; qz: its exact zeros per sign) coded with a ref
+// `shift` above that emax, under the group's mask and code lengths.
+uint64_t quarter_bits(const uint16_t* qc, const uint32_t* qz, uint32_t shift, int mask, const uint8_t* lens,
+                      int exp_bits) {
+  const bool sc = mask & kMaskSign, zeros = mask & kMaskZeros;
+  uint64_t bits = 0;
+  for (uint32_t s = 0; s < 2; ++s) {
+    const uint32_t base = sc ? s << kSignBit : 0;
+    const uint32_t esc = base | kClassEsc << kTopBits;
+    for (uint32_t c = 0; c < uint32_t(kNumClasses); ++c) {
+      const uint32_t d = c - 1 + shift;
+      const uint32_t c2 = c == kClassZero ? 0 : c == uint32_t(kClassEsc) || d > uint32_t(kMaxDelta) ? kClassEsc : d + 1;
+      for (uint32_t t = 0; t < 4; ++t) {
+        uint64_t count = qc[s << kSignBit | c << kTopBits | t];
+        if (!count) continue;
+        if (zeros && c == kClassZero && t == 0) {  // §4.2: the exact zeros are implied, the rest escape
+          const uint64_t implied = (sc || s == 0) ? qz[s] : 0;
+          bits += implied * lens[base] + (count - implied) * (lens[esc] + exp_bits);
+          continue;
+        }
+        bits += count * (lens[base | c2 << kTopBits | t] + (c2 == uint32_t(kClassEsc) ? exp_bits : 0));
+      }
+    }
+  }
+  return bits;
+}
+
+// The body bytes of a block whose sub-streams take bits[4] and whose m
+// elements store bits (§2, §7 step 4).
+int64_t body_bytes(const uint32_t* bits, int m, int count, int mask, int dtype) {
+  const GroupLayout gl = group_layout(dtype, mask);
+  int32_t devs[kSubstreams - 1];
+  uint32_t coded;
+  choose_width(bits, gl.stored_bytes(m), count, gl, devs, &coded);
+  const int64_t raw = int64_t(count) * gl.lay.elem_bytes;
+  return coded < raw ? coded : raw;
+}
+
+// The bytes of a group's table area (§5.5).
+int64_t table_area_bytes(const GroupCode& g, int nblocks) {
+  uint32_t bits = table_bits(g.lens, num_symbols(g.mask));
+  for (int p = 0; p < kMaxPlanes; ++p) bits += ((g.mask >> p) & 1) ? table_bits(g.plane_lens[p], kPlaneSyms) : 0;
+  return num_refs(g.mask, nblocks) + (bits + 7) / 8;
+}
+
+// compress_stream's length, from each group's choices and each block's
+// sub-stream sizes (from its quarters' symbol counts, element by element
+// where the group codes byte planes), without coding.
+template <int DT>
+int64_t stream_bytes_typed(const uint8_t* in, int64_t n, bool generic, uint8_t* plan) {
+  constexpr Layout lay = Elem<DT>::lay;
+  constexpr int es = lay.elem_bytes;
+  const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;
+  int64_t total = bodies_offset(nb);
+  GroupCode g;
+  static thread_local QuarterCounts quarters[kGroupBlocks];
+  uint32_t emax[kGroupBlocks];
+  uint16_t plane_codes[kMaxPlanes][kPlaneSyms];
+  for (int64_t b0 = 0; b0 < nb; b0 += kGroupBlocks) {  // every group: the plan must be whole
+    const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb;
+    choose_group<DT>(in, n, b0, b1, generic, &g, quarters, emax);
+    if (plan) std::memcpy(plan + (b0 / kGroupBlocks) * sizeof(GroupCode), &g, sizeof(GroupCode));
+    total += table_area_bytes(g, int(b1 - b0));
+    PlaneCodes pc{};
+    pc.mask = g.mask;
+    for (int p = 0; p < kMaxPlanes; ++p) {
+      if (!((g.mask >> p) & 1)) continue;
+      canonical_codes(g.plane_lens[p], plane_codes[p], kPlaneSyms);
+      pc.lens[p] = g.plane_lens[p];
+      pc.codes[p] = plane_codes[p];
+    }
+    for (int64_t b = b0; b < b1; ++b) {
+      const int count = block_count(n, b), q = substream_len(count);
+      const uint32_t ref = g.refs[(g.mask & kMaskOwnRefs) ? b - b0 : 0];
+      uint32_t bits[kSubstreams] = {};
+      int m = count;
+      if (generic || (g.mask & 3)) {  // element by element
+        m = 0;
+        for (int i = 0; i < count; ++i) {
+          const uint32_t x = load_element(in + (b * kBlock + i) * es, es);
+          bits[i / q] += element_bits(DT, x, ref, g.lens, pc);
+          m += stores_bits(x, lay, g.mask);
+        }
+      } else {
+        const QuarterCounts& qc = quarters[b - b0];
+        for (int k = 0; k < kSubstreams; ++k) {
+          bits[k] = uint32_t(quarter_bits(qc.counts[k], qc.zeros[k], ref - emax[b - b0], g.mask, g.lens, lay.exp_bits));
+          if (g.mask & kMaskZeros) m -= qc.zeros[k][0] + ((g.mask & kMaskSign) ? qc.zeros[k][1] : 0);
+        }
+      }
+      total += body_bytes(bits, m, count, g.mask, DT);
+    }
+  }
+  return total >= limit ? limit : total;
+}
+
 }  // namespace
 
-int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
+int64_t plan_bytes(int64_t n) { return num_groups(num_blocks(n)) * int64_t(sizeof(GroupCode)); }
+
+int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, uint8_t* plan, bool generic) {
+  if (dtype == kBF16) return stream_bytes_typed<kBF16>(in, n, generic, plan);
+  if (dtype == kF16) return stream_bytes_typed<kF16>(in, n, generic, plan);
+  return stream_bytes_typed<kF32>(in, n, generic, plan);
+}
+
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan) {
   advise_huge_pages(out, max_stream_bytes(n, dtype));
-  if (dtype == kBF16) return compress_typed<kBF16>(in, n, out, generic);
-  if (dtype == kF16) return compress_typed<kF16>(in, n, out, generic);
-  return compress_typed<kF32>(in, n, out, generic);
+  if (dtype == kBF16) return compress_typed<kBF16>(in, n, out, generic, plan);
+  if (dtype == kF16) return compress_typed<kF16>(in, n, out, generic, plan);
+  return compress_typed<kF32>(in, n, out, generic, plan);
 }
 
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {

@@ -62,62 +62,83 @@ ZC_SIMD uint32_t block_emax_simd(const uint8_t* in) {
   return _mm512_reduce_max_epu32(_mm512_and_si512(emax, _mm512_set1_epi32(0xFFFF)));
 }
 
+// A block's symbol counts per sub-stream (FORMAT.md §2: its quarters),
+// under its own emax, with the sign in bit 7, and its exact zeros per sign:
+// what stream_bytes needs to size the sub-streams without coding them.
+struct QuarterCounts {
+  uint16_t counts[kSubstreams][2 * kNumSyms];
+  uint32_t zeros[kSubstreams][2];
+};
+
 // block_counts for a full block: its symbols with the sign in bit 7 as
-// bytes, then counted in four sub-histograms, so that repeats of a frequent
-// symbol do not wait on each other's increments (eight cost more to add up
-// than they save on Gaussian data).
+// bytes, then counted in four sub-histograms, one per quarter, so that
+// repeats of a frequent symbol do not wait on each other's increments
+// (eight cost more to add up than they save on Gaussian data).
 template <int DT>
-ZC_SIMD uint32_t block_counts_simd(const uint8_t* in, uint32_t (*counts)[kNumSyms], uint32_t* zeros) {
+ZC_SIMD uint32_t block_counts_simd(const uint8_t* in, uint32_t (*counts)[kNumSyms], uint32_t* zeros,
+                                   QuarterCounts* quarters) {
+  constexpr int q = kBlock / kSubstreams;
   const uint32_t emax = block_emax_simd<DT>(in);
   const __m512i ref = _mm512_set1_epi16(short(emax));
   alignas(64) uint8_t syms[kBlock];
-  uint32_t plus = 0, minus = 0;
+  uint32_t plus[kSubstreams] = {}, minus[kSubstreams] = {};
   for (int i = 0; i < kBlock; i += 32) {
     __mmask32 esc;
     uint32_t p, m;
     const __m512i h = load_tops<DT>(in, i);
     zero_masks<DT>(in, i, h, &p, &m);
-    plus += __builtin_popcount(p), minus += __builtin_popcount(m);
+    plus[i / q] += __builtin_popcount(p), minus[i / q] += __builtin_popcount(m);
     _mm256_store_si256(reinterpret_cast<__m256i*>(syms + i), _mm512_cvtepi16_epi8(symbols_of<DT, true>(h, ref, &esc)));
   }
-  uint16_t h[4][2 * kNumSyms] = {};
-  for (int i = 0; i < kBlock; i += 4)
-    for (int j = 0; j < 4; ++j) ++h[j][syms[i + j]];
+  uint16_t h[kSubstreams][2 * kNumSyms] = {};
+  for (int i = 0; i < q; ++i)
+    for (int j = 0; j < kSubstreams; ++j) ++h[j][syms[j * q + i]];
   for (int s = 0; s < 2 * kNumSyms; ++s) counts[s >> 7][s & 127] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
-  zeros[0] = plus, zeros[1] = minus;
+  zeros[0] = plus[0] + plus[1] + plus[2] + plus[3], zeros[1] = minus[0] + minus[1] + minus[2] + minus[3];
+  if (quarters) {
+    std::memcpy(quarters->counts, h, sizeof h);
+    for (int j = 0; j < kSubstreams; ++j) quarters->zeros[j][0] = plus[j], quarters->zeros[j][1] = minus[j];
+  }
   return emax;
 }
 #endif
 
 // §7 steps 1-2 for one block: returns its emax, sets counts[sign][kNumSyms]
-// to its symbol counts under ref = emax, per sign, and zeros[sign] to its
-// exact zeros of each sign. The plain path counts (sign, exponent, top bits)
-// keys, whose histogram gives both.
+// to its symbol counts under ref = emax, per sign, zeros[sign] to its exact
+// zeros of each sign and, if asked, *quarters. The plain path counts (sign,
+// exponent, top bits) keys per quarter, whose histograms give all of them.
 template <int DT>
-uint32_t block_counts(const uint8_t* in, int count, uint32_t (*counts)[kNumSyms], uint32_t* zeros) {
+uint32_t block_counts(const uint8_t* in, int count, uint32_t (*counts)[kNumSyms], uint32_t* zeros,
+                      QuarterCounts* quarters = nullptr) {
 #if ZC_HAVE_SIMD
-  if (count == kBlock && simd_enabled()) return block_counts_simd<DT>(in, counts, zeros);
+  if (count == kBlock && simd_enabled()) return block_counts_simd<DT>(in, counts, zeros, quarters);
 #endif
   using E = Elem<DT>;
   constexpr uint32_t keys = 2 * E::keys;  // the sign above the key
   constexpr uint32_t sign = E::lay.elem_bytes == 2 ? 0x8000u : 0x80000000u;
-  uint16_t h[2][keys] = {};  // two sub-histograms: see block_counts_simd
-  int i = 0;
-  zeros[0] = zeros[1] = 0;
-  for (; i + 2 <= count; i += 2) ++h[0][E::signed_key(E::top(in, i))], ++h[1][E::signed_key(E::top(in, i + 1))];
-  if (i < count) ++h[0][E::signed_key(E::top(in, i))];
-  for (int j = 0; j < count; ++j) {
-    const uint32_t x = E::bits(in, j);
-    zeros[0] += x == 0, zeros[1] += x == sign;
+  static thread_local uint16_t h[kSubstreams][keys];  // a sub-histogram per quarter: see block_counts_simd
+  std::memset(h, 0, sizeof h);
+  uint32_t z[kSubstreams][2] = {};
+  const int q = substream_len(count);
+  for (int i = 0; i < count; ++i) {
+    const uint32_t x = E::bits(in, i);
+    ++h[i / q][E::signed_key(E::top(in, i))];
+    z[i / q][0] += x == 0, z[i / q][1] += x == sign;
   }
   uint32_t emax = 0;
   for (uint32_t k = 0; k < keys; ++k) {
     const uint32_t e = (k >> kTopBits) & E::all_ones;
-    if ((h[0][k] || h[1][k]) && e < E::all_ones && e > emax) emax = e;
+    if ((h[0][k] || h[1][k] || h[2][k] || h[3][k]) && e < E::all_ones && e > emax) emax = e;
   }
   std::memset(counts, 0, 2 * kNumSyms * sizeof(uint32_t));
-  for (uint32_t k = 0; k < keys; ++k)
-    counts[k / E::keys][symbol_of((k >> kTopBits) & E::all_ones, k & 3, emax)] += h[0][k] + h[1][k];
+  if (quarters) std::memset(quarters, 0, sizeof *quarters);
+  for (uint32_t k = 0; k < keys; ++k) {
+    const uint32_t s = symbol_of((k >> kTopBits) & E::all_ones, k & 3, emax);
+    counts[k / E::keys][s] += h[0][k] + h[1][k] + h[2][k] + h[3][k];
+    for (int j = 0; quarters && j < kSubstreams; ++j) quarters->counts[j][(k / E::keys) << kSignBit | s] += h[j][k];
+  }
+  zeros[0] = z[0][0] + z[1][0] + z[2][0] + z[3][0], zeros[1] = z[0][1] + z[1][1] + z[2][1] + z[3][1];
+  for (int j = 0; quarters && j < kSubstreams; ++j) quarters->zeros[j][0] = z[j][0], quarters->zeros[j][1] = z[j][1];
   return emax;
 }
 
@@ -230,13 +251,15 @@ inline void add_shifted_counts(const uint32_t* own, uint32_t delta, bool sc, uin
 // gmax. refs, lens and *mask receive the choice.
 template <int DT>
 void choose_group_fast(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, uint8_t* refs, uint8_t* lens,
-                       int* mask) {
+                       int* mask, QuarterCounts* quarters = nullptr, uint32_t* block_emax = nullptr) {
   constexpr Layout lay = Elem<DT>::lay;
   uint32_t emax[kGroupBlocks], own[kGroupBlocks][2][kNumSyms], zeros[kGroupBlocks][2], gmax = 0, all_zeros[2] = {};
   int64_t count = 0;
   for (int64_t b = b0; b < b1; ++b) {
     const int i = int(b - b0);
-    emax[i] = block_counts<DT>(in + b * kBlock * lay.elem_bytes, block_count(n, b), own[i], zeros[i]);
+    emax[i] = block_counts<DT>(in + b * kBlock * lay.elem_bytes, block_count(n, b), own[i], zeros[i],
+                               quarters ? quarters + i : nullptr);
+    if (block_emax) block_emax[i] = emax[i];
     gmax = emax[i] > gmax ? emax[i] : gmax;
     count += block_count(n, b);
     all_zeros[0] += zeros[i][0], all_zeros[1] += zeros[i][1];

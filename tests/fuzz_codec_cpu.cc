@@ -5,7 +5,8 @@
 // zeros, Inf/NaN, block-varying scale, random bits, skewed signs over many
 // binades, ReLU outputs with implied zeros, with -0 and subnormals among
 // them) it checks that the fast
-// and the generic (CUDA's) block coders write the same stream and that it
+// and the generic (CUDA's) block coders write the same stream, that the size
+// pass (stream_bytes) gives its length and its plan the same stream, and that it
 // round-trips; then it corrupts each stream many ways and checks that both
 // decoders give the same verdict and, when they accept, the same elements.
 // The sanitizers turn any out-of-bounds access into a failure.
@@ -89,6 +90,13 @@ int main(int argc, char** argv) {
       std::printf("streams differ: it=%d dtype=%d n=%ld kind=%d\n", it, dtype, long(n), kind);
       ++fails;
       continue;
+    }
+    std::vector<uint8_t> plan(size_t(plan_bytes(n))), planned(generic.size());
+    if (stream_bytes(dtype, x.data(), n) != len || stream_bytes(dtype, x.data(), n, plan.data()) != len ||
+        compress_stream(dtype, x.data(), n, planned.data(), false, plan.data()) != len ||
+        !same(fast.data(), planned.data(), len)) {
+      std::printf("size pass or planned stream differs: it=%d dtype=%d n=%ld kind=%d\n", it, dtype, long(n), kind);
+      ++fails;
     }
     fast.resize(size_t(len));
     std::vector<uint8_t> a(size_t(n * es) + 1), b(a.size());

@@ -303,44 +303,63 @@ def header(code: int, flags: int, n: int) -> bytes:
     return MAGIC + bytes([VERSION, code, flags, BLOCK_LOG2]) + int(n).to_bytes(8, "little")
 
 
-def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int,
-                 planes: dict | None = None) -> tuple[int, bytes]:
-    """§7 step 4: one block with its ref and its group's codes -> (descriptor, body); the descriptor
-    as an integer: body bytes | width << 16.
-
-    lengths: the group's symbol code; planes maps each coded byte plane p to its code lengths."""
-    elem_bytes, exp_bits = LAYOUTS[code][:2]
+def _block_fields(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int, planes: dict):
+    """§6: each element's sub-stream fields and their widths [count, fields], and which are implied zeros."""
+    exp_bits = LAYOUTS[code][1]
     lay = GroupLayout(code, mask)
-    planes = planes or {}
-    count = x.size
     e, t, raw, extra = split(code, x)
     s = symbols(e, t, ref, exp_bits, extra & 1 if lay.sc else None)
-    implied = implied_zeros(e, t, raw, extra >> lay.sc) if lay.zeros else np.zeros(count, bool)
+    implied = implied_zeros(e, t, raw, extra >> lay.sc) if lay.zeros else np.zeros(x.size, bool)
     s = zero_mode_symbols(s, e, t, implied) if lay.zeros else s
     esc = (s >> TOP_BITS) & (NUM_CLASSES - 1) == CLASS_ESC
     codes = canonical_codes(lengths)
     # per element: symbol code, escaped exponent, then each coded plane's code
     fields = [codes[s], e] + [canonical_codes(planes[p])[raw[:, p]] for p in lay.coded]
     widths = [lengths[s], np.where(esc, exp_bits, 0)] + [np.where(implied, 0, planes[p][raw[:, p]]) for p in lay.coded]
-    fields, widths = np.stack(fields, axis=1), np.stack(widths, axis=1)
+    return np.stack(fields, axis=1), np.stack(widths, axis=1), implied, raw, extra
+
+
+def _width(sub_bits: list[int], stored_bytes: int, count: int, lay: GroupLayout) -> tuple[int, list[int], int]:
+    """§7 step 4: the narrowest length fields that fit -> (width, deviations, body bytes)."""
+    for width in range(1, MAX_WIDTH + 1):
+        body_bytes = (3 * width + sum(sub_bits) + 7) // 8 + stored_bytes
+        devs = [b - length_base(body_bytes, count, width, lay) for b in sub_bits[:3]]
+        if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
+            return width, devs, body_bytes
+    raise AssertionError("sub-stream lengths beyond the format's widths")  # cannot happen: |dev| < 2^16
+
+
+def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int,
+                 planes: dict | None = None) -> tuple[int, bytes]:
+    """§7 step 4: one block with its ref and its group's codes -> (descriptor, body); the descriptor
+    as an integer: body bytes | width << 16.
+
+    lengths: the group's symbol code; planes maps each coded byte plane p to its code lengths."""
+    elem_bytes = LAYOUTS[code][0]
+    lay = GroupLayout(code, mask)
+    count = x.size
+    fields, widths, implied, raw, extra = _block_fields(code, x, ref, lengths, mask, planes or {})
     sub_bits = [int(widths[r].sum()) for r in substream_ranges(count)]
     kept = ~implied
     m = int(kept.sum())
     stored = (raw[kept][:, lay.stored].astype(np.uint8).tobytes()
               + pack_bits((extra >> lay.sc)[kept], np.full(m, lay.extra_bits)))
-    for width in range(1, MAX_WIDTH + 1):  # §7 step 4: the narrowest length fields that fit
-        body_bytes = (3 * width + sum(sub_bits) + 7) // 8 + len(stored)
-        devs = [b - length_base(body_bytes, count, width, lay) for b in sub_bits[:3]]
-        if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
-            break
-    else:
-        raise AssertionError("sub-stream lengths beyond the format's widths")  # cannot happen: |dev| < 2^16
+    width, devs, _ = _width(sub_bits, len(stored), count, lay)
     area = pack_bits(np.concatenate([np.array(devs, np.int64) & ((1 << width) - 1), fields.ravel()]),
                      np.concatenate([np.full(3, width), widths.ravel()]))
     body = area + stored
     if len(body) >= count * elem_bytes:
         return count * elem_bytes, x.tobytes()
     return len(body) | width << 16, body
+
+
+def block_bytes(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int, planes: dict) -> int:
+    """encode_block's body length, from the fields' widths, without coding them."""
+    lay = GroupLayout(code, mask)
+    _, widths, implied, _, _ = _block_fields(code, x, ref, lengths, mask, planes)
+    sub_bits = [int(widths[r].sum()) for r in substream_ranges(x.size)]
+    body = _width(sub_bits, lay.stored_bytes(int((~implied).sum())), x.size, lay)[2]
+    return min(body, x.size * LAYOUTS[code][0])
 
 
 def stored_bits_per_element(code: int, sc: int) -> int:
@@ -416,13 +435,8 @@ def compress(x: np.ndarray) -> bytes:
     code = DTYPE_CODES[dtype_name(x.dtype)]
     x = np.ascontiguousarray(x).ravel()
     n, elem_bytes = x.size, LAYOUTS[code][0]
-    group = GROUP_BLOCKS * BLOCK
     descs, records, tables, bodies = [], [], [], []
-    for g in range(0, n, group):
-        blocks = [x[b : min(b + BLOCK, n)] for b in range(g, min(g + group, n), BLOCK)]
-        refs, lengths, mask = choose_group_code(code, blocks)
-        planes = choose_planes(code, stored_elements(code, x[g : g + group], mask))
-        mask |= sum(1 << p for p in planes)
+    for blocks, refs, lengths, mask, planes in _groups(code, x):
         table = bytes(refs if mask & MASK_OWN_REFS else refs[:1]) + pack_tables([lengths] + [planes[p] for p in
                                                                                           sorted(planes)])
         records.append(bytes([mask]) + len(table).to_bytes(2, "little"))
@@ -436,6 +450,29 @@ def compress(x: np.ndarray) -> bytes:
         return header(code, FLAG_STORED_RAW, n) + x.tobytes()
     return (header(code, 0, n) + b"".join(d.to_bytes(DESC_BYTES, "little") for d in descs) + b"".join(records)
             + b"".join(bodies) + b"".join(tables))
+
+
+def _groups(code: int, x: np.ndarray):
+    """§7 steps 1-3 for each group: (blocks, refs, symbol code lengths, mask, plane codes)."""
+    n = x.size
+    for g in range(0, n, GROUP_BLOCKS * BLOCK):
+        blocks = [x[b : min(b + BLOCK, n)] for b in range(g, min(g + GROUP_BLOCKS * BLOCK, n), BLOCK)]
+        refs, lengths, mask = choose_group_code(code, blocks)
+        planes = choose_planes(code, stored_elements(code, x[g : g + GROUP_BLOCKS * BLOCK], mask))
+        yield blocks, refs, lengths, mask | sum(1 << p for p in planes), planes
+
+
+def stream_bytes(x: np.ndarray) -> int:
+    """len(compress(x)), from the encoder's choices and the sub-streams' sizes, without coding."""
+    code = DTYPE_CODES[dtype_name(x.dtype)]
+    x = np.ascontiguousarray(x).ravel()
+    total = HEADER_BYTES + DESC_BYTES * -(-x.size // BLOCK)
+    for blocks, refs, lengths, mask, planes in _groups(code, x):
+        nrefs = len(blocks) if mask & MASK_OWN_REFS else 1
+        bits = sum(table_bits(c) for c in [lengths] + [planes[p] for p in sorted(planes)])
+        total += GROUP_RECORD_BYTES + nrefs + (bits + 7) // 8
+        total += sum(block_bytes(code, blk, r, lengths, mask, planes) for blk, r in zip(blocks, refs))
+    return min(total, max_stream_bytes(x.size, x.dtype))
 
 
 # decoding ------------------------------------------------------------------------
