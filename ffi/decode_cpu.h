@@ -448,9 +448,13 @@ ZC_SIMD bool join_elements_zeros_simd(const uint8_t* area, const uint8_t* end, i
       __m512i h = _mm512_ternarylogic_epi32(_mm512_slli_epi16(e, E::e_shift), _mm512_slli_epi16(s, E::t_shift),
                                             _mm512_set1_epi16(3 << E::t_shift), 0xF8);  // a | (b & c)
       __m512i sign = SC ? _mm512_slli_epi16(_mm512_srli_epi16(s, kSignBit), 15) : _mm512_setzero_si512();
-      __m512i low = _mm512_setzero_si512();  // fp16: the raw byte; fp32: the low 16 bits
-      if constexpr (DT == kF16) low = _mm512_cvtepu8_epi16(_mm256_maskz_expandloadu_epi8(keep, area + n));
-      if constexpr (DT == kF32) low = _mm512_maskz_expandloadu_epi16(keep, area + 2 * n);
+      // fp16: the raw byte; fp32: the low 16 bits. Loaded as k contiguous lanes, then expanded in
+      // a register (see write_stored_zeros_simd on clang 14 and compressing stores).
+      const __mmask32 first_k = __mmask32(_bzhi_u32(~0u, unsigned(__builtin_popcount(keep))));
+      __m512i low = _mm512_setzero_si512();
+      if constexpr (DT == kF16)
+        low = _mm512_cvtepu8_epi16(_mm256_maskz_expand_epi8(keep, _mm256_maskz_loadu_epi8(first_k, area + n)));
+      if constexpr (DT == kF32) low = _mm512_maskz_expand_epi16(keep, _mm512_maskz_loadu_epi16(first_k, area + 2 * n));
       if constexpr (w > 0) {
         const __m512i x = _mm512_maskz_expand_epi16(keep, load_fields<w>(extras, end, n));
         if constexpr (SC) h = _mm512_or_si512(h, x);  // extra >> 1, five bits (bf16, fp32)

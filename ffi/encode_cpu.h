@@ -620,15 +620,18 @@ ZC_SIMD void write_stored_zeros_simd(const uint8_t* in, int m, uint8_t* area) {
     zero_masks<DT>(in, i, h, &plus, &minus);
     const __mmask32 keep = ~(plus | (SC ? minus : 0u));
     const int k = __builtin_popcount(keep);
+    // Compressed in a register, then stored as k contiguous lanes: clang 14 folds a compressing
+    // store of a truncated vector into a masked truncating store, which does not compress.
+    const __mmask32 first_k = __mmask32(_bzhi_u32(~0u, unsigned(k)));
     if constexpr (DT == kF16) {
-      _mm256_mask_compressstoreu_epi8(area + j, keep, _mm512_cvtepi16_epi8(h));
+      _mm256_mask_storeu_epi8(area + j, first_k, _mm256_maskz_compress_epi8(keep, _mm512_cvtepi16_epi8(h)));
       if constexpr (!SC) extras.put(_pext_u32(_mm512_movepi16_mask(h), keep), k);  // the signs
       j += k;
       continue;
     }
     if constexpr (DT == kF32)
-      _mm512_mask_compressstoreu_epi16(area + 2 * j, keep, _mm512_permutex2var_epi16(
-          _mm512_loadu_si512(in + 4 * i), lanes(kEvenWords), _mm512_loadu_si512(in + 4 * i + 64)));
+      _mm512_mask_storeu_epi16(area + 2 * j, first_k, _mm512_maskz_compress_epi16(keep, _mm512_permutex2var_epi16(
+          _mm512_loadu_si512(in + 4 * i), lanes(kEvenWords), _mm512_loadu_si512(in + 4 * i + 64))));
     // extra (>> 1 with SC): w bits per kept element, in order
     const __m512i extra = SC ? _mm512_and_si512(h, _mm512_set1_epi16(0x1F))
                              : _mm512_ternarylogic_epi32(_mm512_slli_epi16(h, 1), _mm512_set1_epi16(0x3E),
