@@ -105,8 +105,7 @@ ZC_SIMD uint32_t block_counts_simd(const uint8_t* in, uint32_t (*counts)[kNumSym
 
 // §7 steps 1-2 for one block: returns its emax, sets counts[sign][kNumSyms]
 // to its symbol counts under ref = emax, per sign, zeros[sign] to its exact
-// zeros of each sign and, if asked, *quarters. The plain path counts (sign,
-// exponent, top bits) keys per quarter, whose histograms give all of them.
+// zeros of each sign and, if asked, *quarters.
 template <int DT>
 uint32_t block_counts(const uint8_t* in, int count, uint32_t (*counts)[kNumSyms], uint32_t* zeros,
                       QuarterCounts* quarters = nullptr) {
@@ -116,29 +115,30 @@ uint32_t block_counts(const uint8_t* in, int count, uint32_t (*counts)[kNumSyms]
   using E = Elem<DT>;
   constexpr uint32_t keys = 2 * E::keys;  // the sign above the key
   constexpr uint32_t sign = E::lay.elem_bytes == 2 ? 0x8000u : 0x80000000u;
-  static thread_local uint16_t h[kSubstreams][keys];  // a sub-histogram per quarter: see block_counts_simd
-  std::memset(h, 0, sizeof h);
-  uint32_t z[kSubstreams][2] = {};
-  const int q = substream_len(count);
+  uint16_t h[2][keys] = {};  // two sub-histograms: see block_counts_simd
+  zeros[0] = zeros[1] = 0;
   for (int i = 0; i < count; ++i) {
     const uint32_t x = E::bits(in, i);
-    ++h[i / q][E::signed_key(E::top(in, i))];
-    z[i / q][0] += x == 0, z[i / q][1] += x == sign;
+    ++h[i & 1][E::signed_key(E::top(in, i))];
+    zeros[0] += x == 0, zeros[1] += x == sign;
   }
   uint32_t emax = 0;
   for (uint32_t k = 0; k < keys; ++k) {
     const uint32_t e = (k >> kTopBits) & E::all_ones;
-    if ((h[0][k] || h[1][k] || h[2][k] || h[3][k]) && e < E::all_ones && e > emax) emax = e;
+    if ((h[0][k] || h[1][k]) && e < E::all_ones && e > emax) emax = e;
   }
   std::memset(counts, 0, 2 * kNumSyms * sizeof(uint32_t));
-  if (quarters) std::memset(quarters, 0, sizeof *quarters);
-  for (uint32_t k = 0; k < keys; ++k) {
-    const uint32_t s = symbol_of((k >> kTopBits) & E::all_ones, k & 3, emax);
-    counts[k / E::keys][s] += h[0][k] + h[1][k] + h[2][k] + h[3][k];
-    for (int j = 0; quarters && j < kSubstreams; ++j) quarters->counts[j][(k / E::keys) << kSignBit | s] += h[j][k];
+  for (uint32_t k = 0; k < keys; ++k)
+    counts[k / E::keys][symbol_of((k >> kTopBits) & E::all_ones, k & 3, emax)] += h[0][k] + h[1][k];
+  if (quarters) {  // a second pass, only for the size pass
+    std::memset(quarters, 0, sizeof *quarters);
+    const int q = substream_len(count);
+    for (int i = 0; i < count; ++i) {
+      const uint32_t x = E::bits(in, i), top = E::top(in, i);
+      ++quarters->counts[i / q][(top >> 15) << kSignBit | symbol_of(E::exponent(top), E::top_bits(top), emax)];
+      quarters->zeros[i / q][0] += x == 0, quarters->zeros[i / q][1] += x == sign;
+    }
   }
-  zeros[0] = z[0][0] + z[1][0] + z[2][0] + z[3][0], zeros[1] = z[0][1] + z[1][1] + z[2][1] + z[3][1];
-  for (int j = 0; quarters && j < kSubstreams; ++j) quarters->zeros[j][0] = z[j][0], quarters->zeros[j][1] = z[j][1];
   return emax;
 }
 
