@@ -541,7 +541,7 @@ struct StreamInfo {
   int8_t* state;       // [streams] -1 invalid, 0 coded (version 3), 1 stored raw, 2 coded (versions 1-2)
   int64_t* body_at;    // [streams * nb] body offset of each block from the stream start
   int64_t* table_at;   // [streams * ng] offset of each group's tables
-  uint8_t* table_ok;   // [streams * ng] the group's tables are valid (§5.3)
+  uint8_t* table_ok;   // [streams * ng] versions 1-2: the group's tables are valid (§5.3)
 };
 constexpr int8_t kCoded = 0, kStoredRaw = 1, kCodedV2 = 2;
 
@@ -582,10 +582,43 @@ struct ValidateSmem {
   int version, flags, mask_bits, status;
 };
 
+// Versions 1-2 of ValidateKernel's stream (see there).
+__device__ void ValidateV2(const uint8_t* in, int64_t cap, int64_t s, int64_t nb, int64_t ng,
+                                        StreamInfo info, ValidateSmem& sm) {
+  int64_t pos = zc::tables_offset_v2(nb, sm.flags), total;
+  for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
+    const int64_t g = g0 + threadIdx.x;
+    const int mask = g < ng ? StreamMaskV2(in, nb, sm.flags, g) : 0;
+    if (mask & ~sm.mask_bits) atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
+    const int64_t at = BlockExclusiveScan(g < ng ? zc::group_table_bytes_v2(mask) : 0, sm.sums, &total);
+    if (g < ng) info.table_at[s * ng + g] = pos + at;
+    pos += total;
+  }
+  if (threadIdx.x == 0 && sm.first == kNoError && pos > cap) sm.first = zc::kErrTruncated;
+  for (int64_t g = threadIdx.x; g < ng && pos <= cap; g += blockDim.x)
+    info.table_ok[s * ng + g] =
+        GroupTablesStatusV2(in + info.table_at[s * ng + g], StreamMaskV2(in, nb, sm.flags, g)) == zc::kOk;
+  __syncthreads();
+  for (int64_t b0 = 0; b0 < nb && sm.first == kNoError; b0 += blockDim.x) {
+    const int64_t b = b0 + threadIdx.x;
+    const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
+    const int64_t at = pos + BlockExclusiveScan(desc & 0xFFFFu, sm.sums, &total);
+    if (b < nb) {
+      info.body_at[s * nb + b] = at;
+      const int st = (desc >> 24) == 1 && !info.table_ok[s * ng + b / zc::kGroupBlocks] ? zc::kErrTable
+                     : int64_t(desc & 0xFFFFu) > cap - at                               ? zc::kErrTruncated
+                                                                                       : zc::kOk;
+      if (st != zc::kOk) atomicMin(&sm.first, (static_cast<unsigned long long>(b) << 8) | unsigned(st));
+    }
+    pos += total;
+    __syncthreads();  // sm.first, for the loop condition
+  }
+}
+
 // CUDA block per stream: the header (thread 0), then in version 3 the
 // group masks, the body offsets and the table areas' (scans) and the bounds
-// of all of them, as the reference does before decoding any block, and each
-// group's table area (a thread per group); block errors are DecodeKernel's.
+// of all of them, as the reference does before decoding any block; the
+// table areas and block errors are DecodeKernel's.
 // Versions 1-2: the masks, the table offsets (a scan), the tables (thread
 // per group), the body offsets (a scan) and each block's checks -- its
 // group's tables if it is coded, then its bounds; the first failing block in
@@ -631,44 +664,10 @@ __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, i
       }
       __syncthreads();
       if (threadIdx.x == 0 && sm.first == kNoError && pos > cap) sm.first = zc::kErrTruncated;
-      __syncthreads();
-      for (int64_t g = threadIdx.x; g < ng && sm.first == kNoError; g += blockDim.x) {
-        uint8_t refs[zc::kGroupBlocks], lens[zc::kMaxSyms], plens[zc::kMaxPlanes][zc::kPlaneSyms];
-        info.table_ok[s * ng + g] =
-            zc::read_table_area(in + info.table_at[s * ng + g], RecordTableBytes(in, nb, g),
-                                in[zc::records_offset(nb) + zc::kRecordBytes * g], zc::group_block_count(nb, g), refs,
-                                lens, plens) == zc::kOk;
-      }
+      __syncthreads();  // the table areas are read and checked by DecodeKernel, into its shared memory
       if (threadIdx.x == 0 && sm.first != kNoError) sm.status = int(sm.first & 0xFF);
     } else if (coded) {
-      int64_t pos = zc::tables_offset_v2(nb, sm.flags), total;
-      for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
-        const int64_t g = g0 + threadIdx.x;
-        const int mask = g < ng ? StreamMaskV2(in, nb, sm.flags, g) : 0;
-        if (mask & ~sm.mask_bits) atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
-        const int64_t at = BlockExclusiveScan(g < ng ? zc::group_table_bytes_v2(mask) : 0, sm.sums, &total);
-        if (g < ng) info.table_at[s * ng + g] = pos + at;
-        pos += total;
-      }
-      if (threadIdx.x == 0 && sm.first == kNoError && pos > cap) sm.first = zc::kErrTruncated;
-      for (int64_t g = threadIdx.x; g < ng && pos <= cap; g += blockDim.x)
-        info.table_ok[s * ng + g] =
-            GroupTablesStatusV2(in + info.table_at[s * ng + g], StreamMaskV2(in, nb, sm.flags, g)) == zc::kOk;
-      __syncthreads();
-      for (int64_t b0 = 0; b0 < nb && sm.first == kNoError; b0 += blockDim.x) {
-        const int64_t b = b0 + threadIdx.x;
-        const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
-        const int64_t at = pos + BlockExclusiveScan(desc & 0xFFFFu, sm.sums, &total);
-        if (b < nb) {
-          info.body_at[s * nb + b] = at;
-          const int st = (desc >> 24) == 1 && !info.table_ok[s * ng + b / zc::kGroupBlocks] ? zc::kErrTable
-                         : int64_t(desc & 0xFFFFu) > cap - at                               ? zc::kErrTruncated
-                                                                                           : zc::kOk;
-          if (st != zc::kOk) atomicMin(&sm.first, (static_cast<unsigned long long>(b) << 8) | unsigned(st));
-        }
-        pos += total;
-        __syncthreads();  // sm.first, for the loop condition
-      }
+      ValidateV2(in, cap, s, nb, ng, info, sm);
       if (threadIdx.x == 0 && sm.first != kNoError) sm.status = int(sm.first & 0xFF);
     }
     __syncthreads();
@@ -695,6 +694,7 @@ struct DecodeSmem {
   int implied[kDecodeThreads];   // version 3, ZEROS: each sub-stream's implied zeros
   uint32_t end3[zc::kGroupBlocks];  // ... where each block's sub-stream 3 ends
   int8_t ok[kDecodeThreads];     // ... whether each sub-stream decoded
+  bool table_ok;                 // version 3: the group's table area is valid
 };
 
 // build_lut of zipccl_format.h by a CUDA block, from code lengths in shared
@@ -800,12 +800,13 @@ __device__ void DecodeGroup(int dtype, const uint8_t* in, int64_t s, int64_t g, 
   const zc::Layout lay = zc::layout_of(dtype);
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
   const int mask = in[zc::records_offset(nb) + zc::kRecordBytes * g], nblocks = zc::group_block_count(nb, g);
-  const bool ok = info.table_ok[s * ng + g];
+  if (threadIdx.x == 0)
+    sm.table_ok = zc::read_table_area(in + info.table_at[s * ng + g], RecordTableBytes(in, nb, g), mask, nblocks,
+                                      sm.refs, sm.area_lens[0],
+                                      reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(sm.area_lens[1])) == zc::kOk;
+  __syncthreads();
+  const bool ok = sm.table_ok;
   if (ok) {
-    if (threadIdx.x == 0)
-      zc::read_table_area(in + info.table_at[s * ng + g], RecordTableBytes(in, nb, g), mask, nblocks, sm.refs,
-                          sm.area_lens[0], reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(sm.area_lens[1]));
-    __syncthreads();
     BlockBuildLut(sm.area_lens[0], zc::num_symbols(mask), sm.luts[0], sm);
     for (int p = 0; p < zc::kMaxPlanes; ++p)
       if ((mask >> p) & 1) BlockBuildLut(sm.area_lens[1 + p], zc::kPlaneSyms, sm.luts[1 + p], sm);
