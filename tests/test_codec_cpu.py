@@ -126,6 +126,19 @@ def test_round_trip_of_every_float32_exponent_and_sign():
     assert decode_cpu(out[:length].tobytes(), 3, x.size, 4) == x.tobytes()
 
 
+def test_large_outputs_advised_to_huge_pages_round_trip():
+    """Outputs of 8 MiB and more get madvise(MADV_HUGEPAGE) before they are written (codec_cpu.cc):
+    the bytes must come out the same, at any alignment of the buffer."""
+    x = gaussian(3 << 20, "float32", seed=4)  # 12 MiB
+    raw = x.view(np.uint8)
+    for offset in (0, 1, 4096 + 3):
+        out = np.zeros(ref.max_stream_bytes(x.size, x.dtype) + offset, np.uint8)[offset:]
+        length = cpu.compress_into(raw, 3, out)
+        back = np.zeros(x.nbytes + offset, np.uint8)[offset:]
+        cpu.decompress_into(out[:length], 3, back)
+        assert back.tobytes() == raw.tobytes()
+
+
 def test_output_buffer_smaller_than_worst_case_is_refused():
     x = gaussian(100, ml_dtypes.bfloat16)
     with pytest.raises(ValueError, match="smaller than max_stream_bytes"):
