@@ -64,6 +64,19 @@ int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   return kHeaderBytes + bytes;
 }
 
+// A group's mask and the codes of its coded byte planes (into codes).
+PlaneCodes plane_codes_of(const GroupCode& g, uint16_t (*codes)[kPlaneSyms]) {
+  PlaneCodes pc{};
+  pc.mask = g.mask;
+  for (int p = 0; p < kMaxPlanes; ++p) {
+    if (!((g.mask >> p) & 1)) continue;
+    canonical_codes(g.plane_lens[p], codes[p], kPlaneSyms);
+    pc.lens[p] = g.plane_lens[p];
+    pc.codes[p] = codes[p];
+  }
+  return pc;
+}
+
 // §7 steps 1-3 for group b0 / kGroupBlocks into *g: chosen, or taken from a plan.
 template <int DT>
 void choose_group(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, bool generic, GroupCode* g,
@@ -103,14 +116,7 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic,
     record[0] = uint8_t(g.mask);
     record[1] = uint8_t(area_bytes);
     record[2] = uint8_t(area_bytes >> 8);
-    PlaneCodes pc{};
-    pc.mask = g.mask;
-    for (int p = 0; p < kMaxPlanes; ++p) {
-      if (!((g.mask >> p) & 1)) continue;
-      canonical_codes(g.plane_lens[p], plane_codes[p], kPlaneSyms);
-      pc.lens[p] = g.plane_lens[p];
-      pc.codes[p] = plane_codes[p];
-    }
+    const PlaneCodes pc = plane_codes_of(g, plane_codes);
     const bool shared = generic || (g.mask & 3);  // the fast coder has no byte codes
     if (shared) canonical_codes(g.lens, codes, num_symbols(g.mask));
     else encoder_table(g.lens, num_symbols(g.mask), table);
@@ -358,14 +364,7 @@ int64_t stream_bytes_typed(const uint8_t* in, int64_t n, bool generic, uint8_t* 
     choose_group<DT>(in, n, b0, b1, generic, &g, quarters, emax);
     if (plan) std::memcpy(plan + (b0 / kGroupBlocks) * sizeof(GroupCode), &g, sizeof(GroupCode));
     total += table_area_bytes(g, int(b1 - b0));
-    PlaneCodes pc{};
-    pc.mask = g.mask;
-    for (int p = 0; p < kMaxPlanes; ++p) {
-      if (!((g.mask >> p) & 1)) continue;
-      canonical_codes(g.plane_lens[p], plane_codes[p], kPlaneSyms);
-      pc.lens[p] = g.plane_lens[p];
-      pc.codes[p] = plane_codes[p];
-    }
+    const PlaneCodes pc = plane_codes_of(g, plane_codes);
     for (int64_t b = b0; b < b1; ++b) {
       const int count = block_count(n, b), q = substream_len(count);
       const uint32_t ref = g.refs[(g.mask & kMaskOwnRefs) ? b - b0 : 0];

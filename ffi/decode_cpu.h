@@ -348,6 +348,22 @@ ZC_SIMD inline __m512i bytes_to_words_reversed(const uint8_t* p) {
   return _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, lanes(kReverseToWords), bytes);
 }
 
+// The exponent and top mantissa bits of 32 symbols s (an escape's exponent
+// from esc, in the same order), in their places in an element's top 16
+// bits; bad collects kBadExp.
+template <int DT>
+ZC_SIMD inline __m512i exponent_and_top_bits(__m512i s, __m512i vexps, const uint8_t* esc, __m512i* bad) {
+  using E = Elem<DT>;
+  const __m512i c = _mm512_and_si512(_mm512_srli_epi16(s, kTopBits), _mm512_set1_epi16(kNumClasses - 1));
+  const __mmask32 escaped = _mm512_cmpeq_epi16_mask(c, _mm512_set1_epi16(kClassEsc));
+  __m512i e = _mm512_permutexvar_epi16(c, vexps);
+  if (escaped) e = _mm512_mask_mov_epi16(e, escaped, bytes_to_words_reversed(esc));  // rare
+  *bad = _mm512_or_si512(*bad, e);  // kBadExp: bit 8
+  // e | t: (s << t_shift) & the top bits' place
+  return _mm512_ternarylogic_epi32(_mm512_slli_epi16(e, E::e_shift), _mm512_slli_epi16(s, E::t_shift),
+                                   _mm512_set1_epi16(3 << E::t_shift), 0xF8);  // a | (b & c)
+}
+
 // join_elements for a full block without ZEROS.
 template <int DT, bool SC>
 ZC_SIMD bool join_elements_simd(const uint8_t* area, const uint16_t* exps, const BlockSymbols& bs, uint8_t* out) {
@@ -362,14 +378,7 @@ ZC_SIMD bool join_elements_simd(const uint8_t* area, const uint16_t* exps, const
       const int i = k * q + j;
       const int at = kTop - j - 31;  // symbols j .. j + 31, downwards
       const __m512i s = bytes_to_words_reversed(bs.sym[k] + at);
-      const __m512i c = _mm512_and_si512(_mm512_srli_epi16(s, kTopBits), _mm512_set1_epi16(kNumClasses - 1));
-      const __mmask32 esc = _mm512_cmpeq_epi16_mask(c, _mm512_set1_epi16(kClassEsc));
-      __m512i e = _mm512_permutexvar_epi16(c, vexps);
-      if (esc) e = _mm512_mask_mov_epi16(e, esc, bytes_to_words_reversed(bs.esc[k] + at));  // rare
-      bad = _mm512_or_si512(bad, e);  // kBadExp: bit 8
-      // e | t: (s << t_shift) & the top bits' place
-      __m512i h = _mm512_ternarylogic_epi32(_mm512_slli_epi16(e, E::e_shift), _mm512_slli_epi16(s, E::t_shift),
-                                            _mm512_set1_epi16(3 << E::t_shift), 0xF8);  // a | (b & c)
+      __m512i h = exponent_and_top_bits<DT>(s, vexps, bs.esc[k] + at, &bad);
       if constexpr (SC) {  // the sign from the symbols; five raw bits for bf16 and fp32, none for fp16
         h = _mm512_or_si512(h, _mm512_slli_epi16(_mm512_srli_epi16(s, kSignBit), 15));
         if constexpr (DT == kF16) {
@@ -440,13 +449,7 @@ ZC_SIMD bool join_elements_zeros_simd(const uint8_t* area, const uint8_t* end, i
       const int at = kTop - j - 31;  // symbols j .. j + 31, downwards
       const __m512i s = bytes_to_words_reversed(bs.sym[k] + at);
       const __mmask32 keep = _mm512_test_epi16_mask(s, _mm512_set1_epi16(kNumSyms - 1));  // no implied zero
-      const __m512i c = _mm512_and_si512(_mm512_srli_epi16(s, kTopBits), _mm512_set1_epi16(kNumClasses - 1));
-      const __mmask32 esc = _mm512_cmpeq_epi16_mask(c, _mm512_set1_epi16(kClassEsc));
-      __m512i e = _mm512_permutexvar_epi16(c, vexps);
-      if (esc) e = _mm512_mask_mov_epi16(e, esc, bytes_to_words_reversed(bs.esc[k] + at));  // rare
-      bad = _mm512_or_si512(bad, e);  // kBadExp: bit 8
-      __m512i h = _mm512_ternarylogic_epi32(_mm512_slli_epi16(e, E::e_shift), _mm512_slli_epi16(s, E::t_shift),
-                                            _mm512_set1_epi16(3 << E::t_shift), 0xF8);  // a | (b & c)
+      __m512i h = exponent_and_top_bits<DT>(s, vexps, bs.esc[k] + at, &bad);
       __m512i sign = SC ? _mm512_slli_epi16(_mm512_srli_epi16(s, kSignBit), 15) : _mm512_setzero_si512();
       // fp16: the raw byte; fp32: the low 16 bits. Loaded as k contiguous lanes, then expanded in
       // a register (see write_stored_zeros_simd on clang 14 and compressing stores).

@@ -591,20 +591,6 @@ ZC_SIMD void write_stored_simd(const uint8_t* in, uint8_t* area) {
   }
 }
 
-// Appends bits to the stored extras (LSB first), 8 bytes stored at a time.
-struct ExtraWriter {
-  uint8_t* out;
-  uint64_t acc = 0;
-  int nbits = 0;
-  void put(uint64_t value, int len) {  // len <= 56
-    acc |= value << nbits;
-    nbits += len;
-    std::memcpy(out, &acc, 8);
-    out += nbits >> 3;
-    acc >>= nbits & 56;
-    nbits &= 7;
-  }
-};
 
 // write_stored for a full block with ZEROS: 32 elements at a time, the kept
 // (stored) ones' raw bytes and extra values compressed together (VBMI2).
@@ -612,7 +598,7 @@ template <int DT, bool SC>
 ZC_SIMD void write_stored_zeros_simd(const uint8_t* in, int m, uint8_t* area) {
   constexpr Layout lay = Elem<DT>::lay;
   constexpr int w = lay.extra_bits - SC;
-  ExtraWriter extras{area + m * lay.raw_bytes};
+  Writer extras{area + m * lay.raw_bytes, 0, 0};  // 8 bytes stored at a time: the area has slack
   int j = 0;
   for (int i = 0; i < kBlock; i += 32) {
     const __m512i h = load_tops<DT>(in, i);

@@ -570,6 +570,27 @@ def _decompress_v3(buf: bytes, code: int, n: int, flags: int, mask_bits: int) ->
     return out
 
 
+class _BitReader:
+    """Reads bits [pos, stop) of value, LSB first; a code's window reads past stop as 0."""
+
+    def __init__(self, value: int, pos: int, stop: int):
+        self.value, self.pos, self.stop = value, pos, stop
+
+    def take(self, width: int) -> int:
+        if self.pos + width > self.stop:
+            raise CorruptPayload("corrupt block bitstream")
+        self.pos += width
+        return (self.value >> (self.pos - width)) & ((1 << width) - 1)
+
+    def symbol(self, lut) -> int:
+        """One prefix code's symbol through its decode table (decode_lut)."""
+        window = (self.value >> self.pos) & ((1 << min(self.stop - self.pos, MAX_CODE_LEN)) - 1)
+        if not lut[1][window]:
+            raise CorruptPayload("corrupt block bitstream")
+        self.take(lut[1][window])
+        return lut[0][window]
+
+
 def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width: int, count: int, codes,
                      lay: GroupLayout) -> np.ndarray:
     """§2, §6 of version 3: a coded block's elements, as unsigned bits."""
@@ -587,22 +608,8 @@ def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width: int, co
     e, t, raw = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros((count, raw_bytes), np.int64)
     sign, implied = np.zeros(count, np.int64), np.zeros(count, bool)
     for k, elements in enumerate(substream_ranges(count)):
-        pos, stop = starts[k], starts[k + 1] if k + 1 < SUBSTREAMS else end
-
-        def take(w: int) -> int:
-            nonlocal pos
-            if pos + w > stop:
-                raise CorruptPayload("corrupt block bitstream")
-            pos += w
-            return (value >> (pos - w)) & ((1 << w) - 1)
-
-        def symbol(lut) -> int:
-            window = (value >> pos) & ((1 << (stop - pos)) - 1) & ((1 << MAX_CODE_LEN) - 1)  # past stop: 0
-            if not lut[1][window]:
-                raise CorruptPayload("corrupt block bitstream")
-            take(lut[1][window])
-            return lut[0][window]
-
+        bits = _BitReader(value, starts[k], starts[k + 1] if k + 1 < SUBSTREAMS else end)
+        take, symbol = bits.take, bits.symbol
         for i in elements:
             s = symbol(sym_lut)
             sign[i], cls, t[i] = s >> 7, (s >> TOP_BITS) & (NUM_CLASSES - 1), s & 3
@@ -615,8 +622,9 @@ def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width: int, co
             implied[i] = lay.zeros and cls == CLASS_ZERO and t[i] == 0
             for p in lay.coded:
                 raw[i, p] = 0 if implied[i] else symbol(plane_luts[p])
-        if k + 1 < SUBSTREAMS and pos != stop:
+        if k + 1 < SUBSTREAMS and bits.pos != bits.stop:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
+    pos = bits.pos
     area = (pos + 7) // 8
     m = count - int(implied.sum())
     if (value >> pos) & ((1 << (8 * area - pos)) - 1) or size - area != lay.stored_bytes(m):
@@ -718,25 +726,9 @@ def _decode_block_v2(code: int, body: bytes, desc: int, count: int, luts, sign_c
     e, t, sign = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros(count, np.int64)
     for k, elements in enumerate(substream_ranges(count)):
         stream = body[bounds[k] : bounds[k + 1]]
-        nbits = 8 * len(stream)
-        value = int.from_bytes(stream, "little")  # bits past the end read as 0
-        pos = 0
-
-        def take(width: int) -> int:
-            nonlocal pos
-            if pos + width > nbits:
-                raise CorruptPayload("corrupt block bitstream")
-            pos += width
-            return (value >> (pos - width)) & ((1 << width) - 1)
-
-        def symbol(lut) -> int:
-            lut_sym, lut_len = lut
-            window = (value >> pos) & ((1 << MAX_CODE_LEN) - 1)
-            if not lut_len[window]:
-                raise CorruptPayload("corrupt block bitstream")
-            take(lut_len[window])
-            return lut_sym[window]
-
+        value = int.from_bytes(stream, "little")
+        bits = _BitReader(value, 0, 8 * len(stream))
+        take, symbol = bits.take, bits.symbol
         for i in elements:
             s = symbol(luts[0])
             cls, t[i] = s >> TOP_BITS, s & ((1 << TOP_BITS) - 1)
@@ -753,7 +745,7 @@ def _decode_block_v2(code: int, body: bytes, desc: int, count: int, luts, sign_c
                 e[i] = ref - (cls - 1)
             for p in coded:
                 raw[i, p] = symbol(luts[1 + p])
-        if (pos + 7) // 8 != len(stream) or value >> pos:
+        if (bits.pos + 7) // 8 != len(stream) or value >> bits.pos:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
     return join(code, e, t, raw, extra << sc | sign)
 
