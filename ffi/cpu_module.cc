@@ -18,6 +18,10 @@ namespace nb = nanobind;
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclCompressCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecompressCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclStreamSizesCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclEncodeRowsCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecodeRowsCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCpu);
 
 namespace {
 
@@ -81,6 +85,10 @@ NB_MODULE(_zipccl_cpu, m) {
     d["zipccl_compress"] = nb::capsule(reinterpret_cast<void*>(ZipcclCompressCpu));
     d["zipccl_decompress"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecompressCpu));
     d["zipccl_decompress_accumulate"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecompressAccumulateCpu));
+    d["zipccl_stream_sizes"] = nb::capsule(reinterpret_cast<void*>(ZipcclStreamSizesCpu));
+    d["zipccl_encode_rows"] = nb::capsule(reinterpret_cast<void*>(ZipcclEncodeRowsCpu));
+    d["zipccl_decode_rows"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecodeRowsCpu));
+    d["zipccl_decode_accumulate_rows"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecodeAccumulateRowsCpu));
     return d;
   });
   m.def("compress_into", &compress_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false,
@@ -90,4 +98,6 @@ NB_MODULE(_zipccl_cpu, m) {
         nb::arg("generic") = false);
   m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
   m.def("code_lengths", &code_lengths);
+  // The decoder's message for a status code: the CUDA handlers return codes, Python words the error.
+  m.def("error_message", [](int status) { return zipccl::error_message(status); });
 }

@@ -1,13 +1,21 @@
 // CPU codec: the XLA FFI handlers for platform "cpu".
 //
-// Handlers only unpack buffers and loop over batch items; the stream coder is
-// in codec_cpu.h and the block coder in the shared zipccl_format.h.
+// Handlers only unpack buffers and loop over batch items or rows; the stream
+// coder is in codec_cpu.h and the block coder in the shared zipccl_format.h.
+// The public ops (compress, decompress, decompress_accumulate) take batches
+// of items at the worst-case capacity; the collectives' ops (stream_sizes,
+// encode_rows, decode_rows, decode_accumulate_rows) cut one flat array into
+// rows (zipccl_rows.h) and move them at a rung's capacity, one buffer per
+// destination, so that no worst-case payload exists (docs/DESIGN.md, Memory).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "codec_cpu.h"
+#include "zipccl_rows.h"
 #include "xla/ffi/api/ffi.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -123,6 +131,255 @@ ffi::Error DecompressAccumulate(ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::A
   return ffi::Error::Success();
 }
 
+// ---- the collectives' row ops ----
+
+// Uninitialised bytes for one call (a vector would zero, touching every
+// page); glibc serves repeated sizes from its heap after the first call.
+std::unique_ptr<uint8_t[]> scratch_bytes(int64_t bytes) {
+  return std::unique_ptr<uint8_t[]>(new uint8_t[size_t(bytes > 0 ? bytes : 1)]);
+}
+
+// Writes the stream of the n elements at in to out[0, cap) and zeros the
+// rest of the row; returns its length, or -1 when it is longer than cap.
+// compress_stream may write up to max_stream_bytes(n) (a block's body is
+// built in place), so a smaller row is coded in scratch and copied.
+int64_t compress_bounded(int dtype, const uint8_t* in, int64_t n, uint8_t* out, int64_t cap, uint8_t* scratch) {
+  const bool direct = cap >= zipccl::max_stream_bytes(n, dtype);
+  const int64_t len = zipccl::compress_stream(dtype, in, n, direct ? out : scratch);
+  if (len > cap) return -1;
+  if (!direct) std::memcpy(out, scratch, size_t(len));
+  std::memset(out + len, 0, size_t(cap - len));
+  return len;
+}
+
+// The flat array the row ops cut: one or more buffers (a bucket's leaves)
+// end to end, never joined in memory. Byte: const uint8_t or uint8_t.
+template <typename Byte>
+struct Leaves {
+  std::vector<Byte*> data;
+  std::vector<int64_t> end;  // cumulative element counts
+  int es = 0;
+
+  int64_t size() const { return end.empty() ? 0 : end.back(); }
+
+  // Calls f(leaf bytes, offset within [0, count), elements) for the pieces
+  // of elements [at, at + count), which lie within the array.
+  template <typename F>
+  void pieces(int64_t at, int64_t count, F f) const {
+    size_t i = size_t(std::upper_bound(end.begin(), end.end(), at) - end.begin());
+    for (int64_t done = 0; done < count; ++i) {
+      const int64_t begin = i ? end[i - 1] : 0, take = std::min(count - done, end[i] - (at + done));
+      f(data[i] + (at + done - begin) * es, done, take);
+      done += take;
+    }
+  }
+
+  // Elements [at, at + count) as one pointer when one leaf holds them all, else null.
+  Byte* span(int64_t at, int64_t count) const {
+    Byte* p = nullptr;
+    int pieces_seen = 0;
+    pieces(at, count, [&](Byte* q, int64_t, int64_t) { p = q, ++pieces_seen; });
+    return pieces_seen == 1 ? p : nullptr;
+  }
+};
+
+// The leaves of one dtype from the buffers a handler gets; a dtype error
+// for any other, or for leaves that differ.
+template <typename Byte, typename Get>
+ffi::ErrorOr<Leaves<Byte>> leaves_of(size_t count, int* dtype, Get get) {
+  Leaves<Byte> l;
+  for (size_t i = 0; i < count; ++i) {
+    auto b = get(i);
+    if (b.has_error()) return ffi::Unexpected(b.error());
+    const int d = dtype_code(b->element_type());
+    if (!d) return ffi::Unexpected(bad_dtype(b->element_type()));
+    if (i && d != *dtype) return ffi::Unexpected(ffi::Error::InvalidArgument("zipccl: the leaves differ in dtype"));
+    *dtype = d;
+    l.data.push_back(static_cast<Byte*>(b->untyped_data()));
+    l.end.push_back(l.size() + int64_t(b->element_count()));
+  }
+  if (count == 0) return ffi::Unexpected(ffi::Error::InvalidArgument("zipccl: the row ops need an array"));
+  l.es = zipccl::layout_of(*dtype).elem_bytes;
+  return l;
+}
+
+// Row j's m elements, contiguous: in place when one leaf holds the row as
+// one run, else gathered (padding zeroed) into buf.
+const uint8_t* row_elements(const zipccl::RowLayout& l, int64_t j, const Leaves<const uint8_t>& x, uint8_t* buf) {
+  if (l.contiguous(j))
+    if (const uint8_t* p = x.span(j * l.m, l.m)) return p;
+  const int es = x.es;
+  for (int64_t r = 0; r < l.runs(); ++r) {
+    int64_t at, src, count;
+    l.run(j, r, &at, &src, &count);
+    x.pieces(src, count, [&](const uint8_t* p, int64_t done, int64_t n) {
+      std::memcpy(buf + (at + done) * es, p, size_t(n * es));
+    });
+    std::memset(buf + (at + count) * es, 0, size_t((l.run_length(r) - count) * es));
+  }
+  return buf;
+}
+
+// Puts row j's decoded m elements (at row) back where row_elements took them from.
+void put_row(const zipccl::RowLayout& l, int64_t j, const uint8_t* row, const Leaves<uint8_t>& x) {
+  const int es = x.es;
+  for (int64_t r = 0; r < l.runs(); ++r) {
+    int64_t at, src, count;
+    l.run(j, r, &at, &src, &count);
+    x.pieces(src, count, [&](uint8_t* p, int64_t done, int64_t n) {
+      std::memcpy(p, row + (at + done) * es, size_t(n * es));
+    });
+  }
+}
+
+ffi::Error bad_rows(const std::string& what) { return ffi::Error::InvalidArgument("zipccl: " + what); }
+
+ffi::Error check_stream_limit(int64_t m, int dtype) {
+  if (zipccl::max_stream_bytes(m, dtype) > int64_t(UINT32_MAX))
+    return bad_rows("a row's stream could exceed 4 GiB: use more rows");
+  return ffi::Error::Success();
+}
+
+ffi::ErrorOr<Leaves<const uint8_t>> input_leaves(const ffi::RemainingArgs& args, int* dtype) {
+  return leaves_of<const uint8_t>(args.size(), dtype, [&](size_t i) { return args.get<ffi::AnyBuffer>(i); });
+}
+
+ffi::ErrorOr<Leaves<uint8_t>> output_leaves(const ffi::RemainingRets& rets, int* dtype) {
+  return leaves_of<uint8_t>(rets.size(), dtype, [&](size_t i) -> ffi::ErrorOr<ffi::AnyBuffer> {
+    auto r = rets.get<ffi::AnyBuffer>(i);
+    if (r.has_error()) return ffi::Unexpected(r.error());
+    return **r;
+  });
+}
+
+// sizes[j] = the length of row j's stream (the size pass before the consensus).
+ffi::Error StreamSizes(ffi::RemainingArgs args, ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t unit) {
+  int dtype = 0;
+  auto x = input_leaves(args, &dtype);
+  if (x.has_error()) return x.error();
+  const auto l = zipccl::RowLayout::of(x->size(), int64_t(sizes->element_count()), unit);
+  if (l.rows == 0) return bad_rows("stream_sizes needs at least one row");
+  if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
+  auto gathered = scratch_bytes(l.m * x->es);
+  for (int64_t j = 0; j < l.rows; ++j)  // the codec's size-only analysis: no stream is written
+    sizes->typed_data()[j] = uint32_t(zipccl::stream_bytes(dtype, row_elements(l, j, *x, gathered.get()), l.m));
+  return ffi::Error::Success();
+}
+
+// The rows' streams at capacity cap (the outputs' last dimension), the
+// outputs holding consecutive rows; raw: STORED_RAW streams (FORMAT.md §1),
+// the uncompressed path through the same transfer.
+ffi::Error EncodeRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t rows, int64_t unit, bool raw) {
+  int dtype = 0;
+  auto x = input_leaves(args, &dtype);
+  if (x.has_error()) return x.error();
+  const auto l = zipccl::RowLayout::of(x->size(), rows, unit);
+  if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
+  const int es = x->es;
+  std::vector<ffi::Result<ffi::Buffer<ffi::U8>>> bufs;
+  int64_t cap = -1, total = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    auto b = outs.get<ffi::Buffer<ffi::U8>>(i);
+    if (b.has_error()) return b.error();
+    const int64_t c = last_dim((*b)->dimensions());
+    if (cap >= 0 && c != cap) return bad_rows("encode_rows outputs differ in capacity");
+    cap = c;
+    total += c ? int64_t((*b)->element_count()) / c : 0;
+    bufs.push_back(*b);
+  }
+  if (total != rows || rows == 0) return bad_rows("encode_rows outputs do not hold the rows");
+  if (raw && cap < zipccl::max_stream_bytes(l.m, dtype)) return bad_rows("encode_rows: raw streams need their full capacity");
+  auto gathered = scratch_bytes(l.m * es);
+  auto stream = scratch_bytes(raw ? 0 : zipccl::max_stream_bytes(l.m, dtype));
+  int64_t j = 0;
+  for (auto& b : bufs) {
+    for (uint8_t* row = b->typed_data(); row < b->typed_data() + b->element_count(); row += cap, ++j) {
+      const uint8_t* elems = row_elements(l, j, *x, gathered.get());
+      if (raw) {
+        zipccl::write_header(row, dtype, zipccl::kFlagStoredRaw, uint64_t(l.m));
+        std::memcpy(row + zipccl::kHeaderBytes, elems, size_t(l.m * es));
+        std::memset(row + zipccl::kHeaderBytes + l.m * es, 0, size_t(cap - zipccl::max_stream_bytes(l.m, dtype)));
+      } else if (compress_bounded(dtype, elems, l.m, row, cap, stream.get()) < 0) {
+        return ffi::Error::Internal("zipccl: row " + std::to_string(j) + "'s stream is longer than the capacity " +
+                                    std::to_string(cap) + " its size pass agreed on");
+      }
+    }
+  }
+  return ffi::Error::Success();
+}
+
+// The received parts as one list of rows (each part [..., cap]).
+struct Rows {
+  std::vector<const uint8_t*> row;
+  int64_t cap = 0;
+};
+
+ffi::ErrorOr<Rows> rows_of(ffi::RemainingArgs parts) {
+  Rows r;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto b = parts.get<ffi::Buffer<ffi::U8>>(i);
+    if (b.has_error()) return ffi::Unexpected(b.error());
+    const int64_t c = last_dim(b->dimensions());
+    if ((i && c != r.cap) || c <= 0) return ffi::Unexpected(bad_rows("received parts differ in capacity"));
+    r.cap = c;
+    for (int64_t at = 0; at < int64_t(b->element_count()); at += c) r.row.push_back(b->typed_data() + at);
+  }
+  return r;
+}
+
+// Decodes the parts' rows into the outs (the leaves of one flat array),
+// each row where encode_rows took it from; padding is dropped.
+ffi::Error DecodeRows(ffi::RemainingArgs parts, ffi::RemainingRets outs, int64_t unit) {
+  int dtype = 0;
+  auto x = output_leaves(outs, &dtype);
+  if (x.has_error()) return x.error();
+  auto rows = rows_of(parts);
+  if (rows.has_error()) return rows.error();
+  const auto l = zipccl::RowLayout::of(x->size(), int64_t(rows->row.size()), unit);
+  if (l.rows == 0) return bad_rows("decode_rows needs at least one row");
+  auto row = scratch_bytes(l.m * x->es);
+  for (int64_t j = 0; j < l.rows; ++j) {
+    uint8_t* in_place = l.contiguous(j) ? x->span(j * l.m, l.m) : nullptr;
+    uint8_t* to = in_place ? in_place : row.get();
+    const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, l.m, to);
+    if (status != zipccl::kOk) return corrupt(j, status);
+    if (!in_place) put_row(l, j, to, *x);
+  }
+  return ffi::Error::Success();
+}
+
+// Sums the parts' rows in row order in float32 (FORMAT.md §8) and rounds
+// the sums once into the outs (float32 or the streams' dtype; the leaves of
+// one flat array of the streams' length).
+ffi::Error DecodeAccumulateRows(ffi::RemainingArgs parts, ffi::RemainingRets outs, int32_t dtype) {
+  int out_dtype = 0;
+  auto x = output_leaves(outs, &out_dtype);
+  if (x.has_error()) return x.error();
+  if (dtype < zipccl::kBF16 || dtype > zipccl::kF32 || (out_dtype != dtype && out_dtype != zipccl::kF32))
+    return ffi::Error::InvalidArgument("zipccl: accumulate output must be the input dtype or float32");
+  auto rows = rows_of(parts);
+  if (rows.has_error()) return rows.error();
+  const int64_t m = x->size();
+  if (rows->row.empty()) return bad_rows("decode_accumulate_rows needs at least one row");
+  const int es = zipccl::layout_of(dtype).elem_bytes;
+  std::vector<float> acc(static_cast<size_t>(m));
+  auto row = scratch_bytes(m * es);
+  const ExactSubnormals exact;
+  for (size_t j = 0; j < rows->row.size(); ++j) {
+    const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, m, row.get());
+    if (status != zipccl::kOk) return corrupt(int64_t(j), status);
+    for (int64_t i = 0; i < m; ++i) {
+      const float v = zipccl::element_to_f32(dtype, zipccl::load_element(row.get() + i * es, es));
+      acc[i] = j == 0 ? v : acc[i] + v;
+    }
+  }
+  x->pieces(0, m, [&](uint8_t* o, int64_t done, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      zipccl::store_element(o + i * x->es, zipccl::f32_to_element(out_dtype, acc[done + i]), x->es);
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclCompressCpu, Compress,
@@ -143,4 +400,30 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCpu, DecompressAccumulat
                                   .Arg<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<int64_t>("item_elems")
+                                  .Attr<int32_t>("dtype"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclStreamSizesCpu, StreamSizes,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .Ret<ffi::Buffer<ffi::U32>>()
+                                  .Attr<int64_t>("unit"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclEncodeRowsCpu, EncodeRows,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("unit")
+                                  .Attr<bool>("raw"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeRowsCpu, DecodeRows,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("unit"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCpu, DecodeAccumulateRows,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
                                   .Attr<int32_t>("dtype"));

@@ -13,23 +13,32 @@
 //             per block: descriptors, tables, bodies).
 // decompress: ValidateKernel (CUDA block per stream) -> DecodeKernel (CUDA
 //             block per group: decode tables in shared memory, a thread per
-//             sub-stream); the first error (lowest stream, block, sub-stream)
-//             lands in one device word that FinishDecode reads.
+//             sub-stream) -> PoisonKernel; each stream's first error (lowest
+//             block, sub-stream) lands in its status word, a result of the
+//             handler, and PoisonKernel fills a corrupt stream's output with
+//             all-one bytes (a NaN in every float format).
 // accumulate: per row j, the two decode kernels and AccumulateKernel; then
-//             RoundKernel.
+//             RoundKernel and PoisonKernel (a corrupt row poisons its sum).
 // Grids are sized from the device's SM count; kernels loop over their work.
-// Byte offsets are 64-bit (tensors may exceed 2 GiB).
+// Byte offsets are 64-bit (tensors may exceed 2 GiB). The handlers never wait
+// for the device and allocate nothing (their working arrays are a result XLA
+// allocates), so XLA may capture them into command buffers (docs/GPU.md).
 #ifndef ZIPCCL_HOST_EMULATION  // tests/cuda_host_shim.h stands in for it on the host
 #include <cuda_runtime.h>
 // A kernel's shared memory, one struct; the emulation gives each CUDA block its own.
 #define ZC_SHARED(Type, name) __shared__ Type name
 // Deliberately broken variants exist only in the host emulation's tests.
 #define ZC_INJECTED(k) false
+// The emulation puts an unaddressable gap after each workspace array, for ASan.
+#define ZC_WORKSPACE_GAP 0
+#define ZC_POISON_GAP(address, bytes) (void)0
 #endif
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 // The XLA FFI headers trip nvcc and gcc warnings (no return after an
 // exhaustive switch, always_inline on templates); they are not ours to fix.
@@ -41,7 +50,9 @@
 #include "xla/ffi/api/ffi.h"
 #pragma GCC diagnostic pop
 #pragma nv_diagnostic pop
+#include "zipccl_cuda_host.h"
 #include "zipccl_format.h"
+#include "zipccl_rows.h"
 
 namespace ffi = xla::ffi;
 namespace zc = zipccl;
@@ -545,11 +556,15 @@ struct StreamInfo {
 };
 constexpr int8_t kCoded = 0, kStoredRaw = 1, kCodedV2 = 2;
 
-// First error wins: the lowest (stream, block, sub-stream) -- the order a
-// serial decoder meets them in -- with its status, in one word; kNoError = none.
-__device__ void ReportError(unsigned long long* err, int64_t stream, int64_t block, int sub, int status) {
-  atomicMin(err, (static_cast<unsigned long long>(stream) << 40) |
-                     (static_cast<unsigned long long>(block * zc::kSubstreams + sub) << 8) | unsigned(status));
+// Each payload row has a status word on the device (0: no error so far). The
+// first error wins: the lowest (block, sub-stream) of the row -- the order a
+// serial decoder meets them in --, by atomicMax on (kLastPosition - position)
+// above the status in bits 0-7; PoisonKernel then keeps only the status.
+constexpr uint32_t kLastPosition = 0xFFFFFF;
+
+__device__ void ReportError(uint32_t* status, int64_t row, int64_t block, int sub, int st) {
+  const uint32_t position = uint32_t(Min<int64_t>(block * zc::kSubstreams + sub, kLastPosition));
+  atomicMax(&status[row], ((kLastPosition - position) << 8) | uint32_t(st));
 }
 
 // Versions 1-2: group g's plane mask in a coded stream with these header flags.
@@ -627,7 +642,7 @@ __device__ void ValidateV2(const uint8_t* in, int64_t cap, int64_t s, int64_t nb
 // Reads only [row, row + cap).
 __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride,
                                int64_t row_offset, int64_t nstreams, int64_t n, StreamInfo info,
-                               unsigned long long* err) {
+                               uint32_t* status) {
   ZC_SHARED(ValidateSmem, sm);
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
   ZC_FOR_BLOCKS(s, nstreams) {
@@ -672,7 +687,7 @@ __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, i
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (sm.status != zc::kOk) ReportError(err, row, 0, 0, sm.status);
+      if (sm.status != zc::kOk) ReportError(status, row, 0, 0, sm.status);
       info.state[s] = sm.status != zc::kOk                ? -1
                       : (sm.flags & zc::kFlagStoredRaw)    ? kStoredRaw
                       : sm.version == zc::kVersion         ? kCoded
@@ -737,7 +752,7 @@ __device__ void StoreStaged(DecodeSmem& sm, uint8_t* group_out, int elem_bytes) 
 
 // Versions 1-2 of DecodeKernel's group (see there).
 __device__ void DecodeGroupV2(int dtype, const uint8_t* in, int64_t s, int64_t g, int64_t row, int64_t n,
-                              StreamInfo info, uint8_t* group_out, DecodeSmem& sm, unsigned long long* err) {
+                              StreamInfo info, uint8_t* group_out, DecodeSmem& sm, uint32_t* status) {
   const zc::Layout lay = zc::layout_of(dtype);
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
   const int flags = in[6], mask = StreamMaskV2(in, nb, flags, g);
@@ -785,7 +800,7 @@ __device__ void DecodeGroupV2(int dtype, const uint8_t* in, int64_t s, int64_t g
     StoreStaged(sm, group_out, lay.elem_bytes);
   }
   if (coded && st == zc::kOk && !r.finished()) st = zc::kErrTrailing;
-  if (st != zc::kOk) ReportError(err, row, b, k, st);
+  if (st != zc::kOk) ReportError(status, row, b, k, st);
 }
 
 // Version 3 of DecodeKernel's group: the group's table area is read into
@@ -796,7 +811,7 @@ __device__ void DecodeGroupV2(int dtype, const uint8_t* in, int64_t s, int64_t g
 // area starts depends on them), then again into the output; otherwise once,
 // the stored area's place being known.
 __device__ void DecodeGroup(int dtype, const uint8_t* in, int64_t s, int64_t g, int64_t row, int64_t n,
-                            StreamInfo info, uint8_t* group_out, DecodeSmem& sm, unsigned long long* err) {
+                            StreamInfo info, uint8_t* group_out, DecodeSmem& sm, uint32_t* status) {
   const zc::Layout lay = zc::layout_of(dtype);
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
   const int mask = in[zc::records_offset(nb) + zc::kRecordBytes * g], nblocks = zc::group_block_count(nb, g);
@@ -884,7 +899,7 @@ __device__ void DecodeGroup(int dtype, const uint8_t* in, int64_t s, int64_t g, 
     st = zc::substream_end_status(k, w.pos, starts);
     if (st == zc::kOk && k == zc::kSubstreams - 1) st = zc::check_stored_area(body, size, w.pos, count, gl, &checked);
   }
-  if (st != zc::kOk) ReportError(err, row, b, k, st);
+  if (st != zc::kOk) ReportError(status, row, b, k, st);
 }
 
 // CUDA block per group of every valid stream: builds the group's decode
@@ -893,7 +908,7 @@ __device__ void DecodeGroup(int dtype, const uint8_t* in, int64_t s, int64_t g, 
 // the CUDA block stores them, lanes on consecutive bytes. Raw bodies are
 // copied, a quarter per thread; stored-raw streams by all.
 __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride, int64_t row_offset,
-                             int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out, unsigned long long* err) {
+                             int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out, uint32_t* status) {
   ZC_SHARED(DecodeSmem, sm);
   const zc::Layout lay = zc::layout_of(dtype);
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
@@ -908,8 +923,8 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
       for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) group_out[i] = in[zc::kHeaderBytes + first * lay.elem_bytes + i];
       continue;
     }
-    if (info.state[s] == kCodedV2) DecodeGroupV2(dtype, in, s, g, row, n, info, group_out, sm, err);
-    else DecodeGroup(dtype, in, s, g, row, n, info, group_out, sm, err);
+    if (info.state[s] == kCodedV2) DecodeGroupV2(dtype, in, s, g, row, n, info, group_out, sm, status);
+    else DecodeGroup(dtype, in, s, g, row, n, info, group_out, sm, status);
     __syncthreads();  // the shared memory is reused by the next group
   }
 }
@@ -930,13 +945,81 @@ __global__ void RoundKernel(const float* acc, int out_dtype, uint16_t* out, int6
   ZC_FOR_THREADS(i, count) out[i] = uint16_t(zc::f32_to_element(out_dtype, acc[i]));
 }
 
+// The end of every decode, CUDA block per item of k payload rows: if a row's
+// status word holds an error, the item's whole output becomes all-one bytes
+// -- a NaN in bfloat16, float16 and float32, so a result that nobody checks
+// cannot pass for data --; then each word keeps only its status (bits 0-7).
+__global__ void PoisonKernel(uint32_t* status, int64_t k, int64_t items, uint8_t* out, int64_t item_bytes) {
+  ZC_FOR_BLOCKS(item, items) {
+    bool corrupt = false;
+    for (int64_t j = 0; j < k; ++j) corrupt |= status[item * k + j] != 0;
+    __syncthreads();  // every thread has read the words before they are rewritten
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) status[item * k + j] &= 0xFFu;
+    for (int64_t i = threadIdx.x; corrupt && i < item_bytes; i += blockDim.x) out[item * item_bytes + i] = 0xFF;
+  }
+}
+
+// ---- the collectives' rows (zipccl_rows.h) ----
+
+// Up to kSpanLeaves leaves of a flat array: its elements [begin, begin + end[count - 1]).
+constexpr int kSpanLeaves = 16;
+struct LeafSpan {
+  uint8_t* data[kSpanLeaves];
+  int64_t end[kSpanLeaves];  // cumulative element counts from begin
+  int64_t begin;
+  int count;
+};
+
+// Moves the span's elements to their places in rows ([k, m], contiguous;
+// to_rows) or back from them: thread per element.
+__global__ void RowsKernel(zc::RowLayout l, LeafSpan span, int eb, uint8_t* rows, bool to_rows) {
+  ZC_FOR_THREADS(e, span.end[span.count - 1]) {
+    int leaf = 0;
+    while (e >= span.end[leaf]) ++leaf;
+    int64_t j, i;
+    l.locate(span.begin + e, &j, &i);
+    uint8_t* row = rows + (j * l.m + i) * eb;
+    uint8_t* x = span.data[leaf] + (e - (leaf ? span.end[leaf - 1] : 0)) * eb;
+    for (int b = 0; b < eb; ++b) {
+      if (to_rows) row[b] = x[b];
+      else x[b] = row[b];
+    }
+  }
+}
+
+// `rows` streams (lengths in sizes) from payload (a row every `pitch` bytes)
+// into out at `cap` bytes a row, zeros after each stream. A stream longer
+// than cap cannot be chosen by the size consensus (the size pass runs the
+// same kernels on the same rows); were it, it is cut, and its decoder
+// reports it truncated.
+__global__ void CopyRowsKernel(const uint8_t* payload, int64_t pitch, const uint32_t* sizes, int64_t rows,
+                               uint8_t* out, int64_t cap) {
+  ZC_FOR_THREADS(e, rows * cap) {
+    const int64_t r = e / cap, b = e % cap;
+    out[e] = b < int64_t(sizes[r]) ? payload[r * pitch + b] : 0;
+  }
+}
+
+// STORED_RAW streams (FORMAT.md §1) of rows of m elements (contiguous at
+// in) into out at `cap` bytes a row, zeros after each.
+__global__ void RawRowsKernel(int dtype, const uint8_t* in, int64_t m, int64_t rows, uint8_t* out, int64_t cap) {
+  const int64_t body = m * zc::layout_of(dtype).elem_bytes;
+  ZC_FOR_THREADS(e, rows * cap) {
+    const int64_t r = e / cap, b = e % cap;
+    if (b == 0) zc::write_header(out + r * cap, dtype, zc::kFlagStoredRaw, uint64_t(m));
+    else if (b >= zc::kHeaderBytes) out[e] = b - zc::kHeaderBytes < body ? in[r * body + b - zc::kHeaderBytes] : 0;
+  }
+}
+
+// The float32 sums into out as out_dtype (float32, or rounded to a 16-bit dtype).
+__global__ void StoreSumsKernel(const float* acc, int out_dtype, uint8_t* out, int64_t count) {
+  const int eb = zc::layout_of(out_dtype).elem_bytes;
+  ZC_FOR_THREADS(i, count) zc::store_element(out + i * eb, zc::f32_to_element(out_dtype, acc[i]), eb);
+}
+
 // ---- host side ----
 
 ffi::Error Invalid(const std::string& msg) { return ffi::Error(ffi::ErrorCode::kInvalidArgument, "zipccl: " + msg); }
-
-ffi::Error NoScratch() {
-  return ffi::Error(ffi::ErrorCode::kResourceExhausted, "zipccl: scratch allocation failed");
-}
 
 // Returns kInternal with the CUDA error string if expr fails.
 #define ZC_CUDA(expr)                                                                \
@@ -986,47 +1069,151 @@ int64_t Product(const Dims& dims, size_t begin, size_t end) {
   return p;
 }
 
-// Scratch for `count` T's (at least one, so an empty request is not null).
-template <typename T>
-T* Scratch(ffi::ScratchAllocator& scratch, int64_t count) {
-  const auto p = scratch.Allocate(size_t(std::max<int64_t>(count, 1)) * sizeof(T), 256);
-  return p.has_value() ? static_cast<T*>(*p) : nullptr;
+// ---- workspace: the handlers' working arrays ----
+
+// A handler's working arrays, carved in a fixed order out of its last result,
+// a uint8 buffer that XLA allocates (zipccl_jax/ops.py sizes it with
+// *WorkspaceBytes, which run the same carving on a Workspace that only
+// measures). A handler that allocated device memory itself could not be
+// captured into a command buffer: the memory would be freed when the handler
+// returns and the captured kernels replayed on it later (docs/GPU.md).
+class Workspace {
+ public:
+  static constexpr int64_t kAlign = 256;
+
+  Workspace() = default;  // measures only
+  Workspace(void* base, int64_t bytes) {
+    const auto b = reinterpret_cast<uintptr_t>(base);
+    const uintptr_t start = (b + kAlign - 1) / kAlign * kAlign;  // any alignment of base will do: needed() has room
+    start_ = reinterpret_cast<uint8_t*>(start);
+    capacity_ = bytes - int64_t(start - b);
+  }
+
+  // count T's (at least one, so that an empty array is not null); null once
+  // the buffer is too small.
+  template <typename T>
+  T* Take(int64_t count) {
+    const int64_t at = used_, bytes = std::max<int64_t>(count, 1) * int64_t(sizeof(T));
+    used_ += (bytes + ZC_WORKSPACE_GAP + kAlign - 1) / kAlign * kAlign;
+    if (!start_ || used_ > capacity_) return nullptr;
+    ZC_POISON_GAP(start_ + at + bytes, used_ - at - bytes);
+    return reinterpret_cast<T*>(start_ + at);
+  }
+
+  int64_t needed() const { return used_ + kAlign - 1; }  // bytes a buffer of any alignment needs
+  bool ok() const { return start_ && used_ <= capacity_; }
+
+ private:
+  uint8_t* start_ = nullptr;
+  int64_t capacity_ = 0, used_ = 0;
+};
+
+Workspace WorkspaceOf(ffi::Result<ffi::Buffer<ffi::U8>>& buffer) {
+  return Workspace(buffer->typed_data(), int64_t(buffer->element_count()));
 }
 
-// Scratch for what ValidateKernel learns of `streams` streams of n elements.
-bool AllocInfo(ffi::ScratchAllocator& scratch, int64_t streams, int64_t n, StreamInfo* info) {
+ffi::Error TooSmall(const char* op, ffi::Result<ffi::Buffer<ffi::U8>>& buffer, const Workspace& ws) {
+  return Invalid(std::string(op) + ": workspace of " + std::to_string(buffer->element_count()) + " bytes, " +
+                 std::to_string(ws.needed()) + " needed");
+}
+
+// Compress's arrays for `total` blocks in `total_groups` groups of `batch` items.
+struct CompressArrays {
+  uint32_t* refs;
+  uint8_t* lens;
+  uint16_t* codes;
+  uint8_t* bodies;
+  uint32_t* descs;
+  int64_t* table_at;
+  int64_t* body_at;
+  uint8_t* stored_raw;
+  PlaneScratch ps;
+};
+
+CompressArrays TakeCompressArrays(Workspace& ws, int dtype, int64_t batch, int64_t n) {
+  const int64_t nb = zc::num_blocks(n), total = batch * nb, total_groups = batch * zc::num_groups(nb);
+  CompressArrays a;
+  a.refs = ws.Take<uint32_t>(total);
+  a.lens = ws.Take<uint8_t>(total_groups * zc::kMaxSyms);
+  a.codes = ws.Take<uint16_t>(total_groups * zc::kMaxSyms);
+  a.bodies = ws.Take<uint8_t>(total * zc::kBlock * zc::layout_of(dtype).elem_bytes);
+  a.descs = ws.Take<uint32_t>(total);
+  a.table_at = ws.Take<int64_t>(total_groups);
+  a.body_at = ws.Take<int64_t>(total);
+  a.stored_raw = ws.Take<uint8_t>(batch);
+  a.ps.masks = ws.Take<int>(total_groups);
+  a.ps.lens = ws.Take<uint8_t>(total_groups * zc::kMaxPlanes * zc::kPlaneSyms);
+  a.ps.codes = ws.Take<uint16_t>(total_groups * zc::kMaxPlanes * zc::kPlaneSyms);
+  a.ps.table_bytes = ws.Take<uint32_t>(total_groups);
+  return a;
+}
+
+// What ValidateKernel learns of `streams` streams of n elements.
+StreamInfo TakeStreamInfo(Workspace& ws, int64_t streams, int64_t n) {
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  info->state = Scratch<int8_t>(scratch, streams);
-  info->body_at = Scratch<int64_t>(scratch, streams * nb);
-  info->table_at = Scratch<int64_t>(scratch, streams * ng);
-  info->table_ok = Scratch<uint8_t>(scratch, streams * ng);
-  return info->state && info->body_at && info->table_at && info->table_ok;
+  StreamInfo info;
+  info.state = ws.Take<int8_t>(streams);
+  info.body_at = ws.Take<int64_t>(streams * nb);
+  info.table_at = ws.Take<int64_t>(streams * ng);
+  info.table_ok = ws.Take<uint8_t>(streams * ng);
+  return info;
 }
 
-// Validates and decodes streams s = 0.. nstreams - 1 (payload rows s * row_stride + row_offset) into out.
+// DecompressAccumulate's arrays: one row of every item decoded at a time, and
+// float32 sums unless the output is float32 (then the sums go straight to it).
+struct AccumulateArrays {
+  StreamInfo info;
+  uint8_t* decoded;
+  float* acc;
+};
+
+AccumulateArrays TakeAccumulateArrays(Workspace& ws, int dtype, int64_t batch, int64_t n, int out_dtype) {
+  AccumulateArrays a;
+  a.info = TakeStreamInfo(ws, batch, n);
+  a.decoded = ws.Take<uint8_t>(batch * n * zc::layout_of(dtype).elem_bytes);
+  a.acc = out_dtype == zc::kF32 ? nullptr : ws.Take<float>(batch * n);
+  return a;
+}
+
+// ---- handlers ----
+
+// Validates and decodes streams s = 0.. nstreams - 1 (payload rows s * row_stride + row_offset) into out;
+// errors go to status[row].
 ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride,
                         int64_t row_offset, int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out,
-                        unsigned long long* d_err) {
+                        uint32_t* status) {
   const int64_t ng = zc::num_groups(zc::num_blocks(n));
   ZC_LAUNCH(ValidateKernel, nstreams, kThreads, stream, dtype, payload, cap, row_stride, row_offset, nstreams, n,
-            info, d_err);
+            info, status);
   ZC_LAUNCH(DecodeKernel, nstreams * ng, kDecodeThreads, stream, dtype, payload, cap, row_stride, row_offset,
-            nstreams, n, info, out, d_err);
+            nstreams, n, info, out, status);
   return ffi::Error::Success();
 }
 
-// Waits for the stream and turns the first device-side error into kDataLoss.
-ffi::Error FinishDecode(cudaStream_t stream, const unsigned long long* d_err) {
-  unsigned long long err = kNoError;
-  ZC_CUDA(cudaMemcpyAsync(&err, d_err, sizeof(err), cudaMemcpyDeviceToHost, stream));
-  ZC_CUDA(cudaStreamSynchronize(stream));
-  if (err == kNoError) return ffi::Error::Success();
-  return ffi::Error(ffi::ErrorCode::kDataLoss, "zipccl: corrupt payload (stream " + std::to_string(err >> 40) +
-                                                   "): " + zc::error_message(int(err & 0xFF)));
+// Compresses `batch` items of n elements at in into rows of `cap` bytes of
+// out (a row holds at least the header), their lengths into sizes, with a's
+// arrays. write = false stops after the layout: the headers and the lengths
+// only (the size pass; out then needs only 16 bytes per row).
+ffi::Error LaunchCompress(cudaStream_t stream, const CompressArrays& a, int dtype, const uint8_t* in, int64_t n,
+                          int64_t batch, uint8_t* out, int64_t cap, uint32_t* sizes, bool write) {
+  const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb), total = batch * nb, total_groups = batch * ng;
+  ZC_LAUNCH(EmaxKernel, (total + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, dtype, in, n, nb, total,
+            a.refs);
+  ZC_LAUNCH(ChooseKernel, total_groups, kThreads, stream, dtype, in, n, nb, ng, total_groups, a.refs, a.lens, a.codes,
+            a.ps);
+  ZC_LAUNCH(EncodeKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.codes, a.ps,
+            a.bodies, a.descs);
+  ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, a.ps.table_bytes, a.descs, a.table_at,
+            a.body_at, a.stored_raw, out, cap, sizes);
+  if (write)
+    ZC_LAUNCH(WriteKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.ps, a.bodies,
+              a.descs, a.table_at, a.body_at, a.stored_raw, out, cap);
+  return ffi::Error::Success();
 }
 
-ffi::Error Compress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
-                    ffi::Result<ffi::Buffer<ffi::U8>> payload, ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t n) {
+ffi::Error Compress(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::Buffer<ffi::U8>> payload,
+                    ffi::Result<ffi::Buffer<ffi::U32>> sizes, ffi::Result<ffi::Buffer<ffi::U8>> workspace,
+                    int64_t n) {
   const int dtype = DTypeCode(x.element_type());
   if (dtype == 0) return Unsupported(x.element_type());
   const auto dims = payload->dimensions();
@@ -1038,38 +1225,16 @@ ffi::Error Compress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Any
   if (cap < max_bytes || max_bytes > int64_t(UINT32_MAX))
     return Invalid("compress: payload capacity " + std::to_string(cap) + " is below " + std::to_string(max_bytes) +
                    " or a stream exceeds 4 GiB");
-  const int64_t eb = zc::layout_of(dtype).elem_bytes, nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  const int64_t total = batch * nb, total_groups = batch * ng;
-  uint32_t* refs = Scratch<uint32_t>(scratch, total);
-  uint8_t* lens = Scratch<uint8_t>(scratch, total_groups * zc::kMaxSyms);
-  uint16_t* codes = Scratch<uint16_t>(scratch, total_groups * zc::kMaxSyms);
-  uint8_t* bodies = Scratch<uint8_t>(scratch, total * zc::kBlock * eb);
-  uint32_t* descs = Scratch<uint32_t>(scratch, total);
-  int64_t* table_at = Scratch<int64_t>(scratch, total_groups);
-  int64_t* body_at = Scratch<int64_t>(scratch, total);
-  uint8_t* stored_raw = Scratch<uint8_t>(scratch, batch);
-  const PlaneScratch ps{Scratch<int>(scratch, total_groups),
-                        Scratch<uint8_t>(scratch, total_groups * zc::kMaxPlanes * zc::kPlaneSyms),
-                        Scratch<uint16_t>(scratch, total_groups * zc::kMaxPlanes * zc::kPlaneSyms),
-                        Scratch<uint32_t>(scratch, total_groups)};
-  if (!refs || !lens || !codes || !bodies || !descs || !table_at || !body_at || !stored_raw || !ps.masks ||
-      !ps.lens || !ps.codes || !ps.table_bytes)
-    return NoScratch();
-  const auto* in = static_cast<const uint8_t*>(x.untyped_data());
-  uint8_t* out = payload->typed_data();
-  ZC_LAUNCH(EmaxKernel, (total + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, dtype, in, n, nb, total,
-            refs);
-  ZC_LAUNCH(ChooseKernel, total_groups, kThreads, stream, dtype, in, n, nb, ng, total_groups, refs, lens, codes, ps);
-  ZC_LAUNCH(EncodeKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, refs, lens, codes, ps, bodies, descs);
-  ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, ps.table_bytes, descs, table_at, body_at,
-            stored_raw, out, cap, sizes->typed_data());
-  ZC_LAUNCH(WriteKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, refs, lens, ps, bodies, descs,
-            table_at, body_at, stored_raw, out, cap);
-  return ffi::Error::Success();
+  Workspace ws = WorkspaceOf(workspace);
+  const CompressArrays a = TakeCompressArrays(ws, dtype, batch, n);
+  if (!ws.ok()) return TooSmall("compress", workspace, ws);
+  return LaunchCompress(stream, a, dtype, static_cast<const uint8_t*>(x.untyped_data()), n, batch,
+                        payload->typed_data(), cap, sizes->typed_data(), true);
 }
 
-ffi::Error Decompress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Buffer<ffi::U8> payload,
-                      ffi::Result<ffi::AnyBuffer> out, int64_t n) {
+ffi::Error Decompress(cudaStream_t stream, ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::AnyBuffer> out,
+                      ffi::Result<ffi::Buffer<ffi::U32>> status, ffi::Result<ffi::Buffer<ffi::U8>> workspace,
+                      int64_t n) {
   const int dtype = DTypeCode(out->element_type());
   if (dtype == 0) return Unsupported(out->element_type());
   const auto dims = payload.dimensions();
@@ -1077,17 +1242,23 @@ ffi::Error Decompress(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::B
   const int64_t cap = dims[dims.size() - 1], nstreams = Product(dims, 0, dims.size() - 1);
   if (int64_t(out->element_count()) != nstreams * n)
     return Invalid("decompress: output size disagrees with payload batch * item_elems");
-  StreamInfo info;
-  auto* d_err = Scratch<unsigned long long>(scratch, 1);
-  if (!AllocInfo(scratch, nstreams, n, &info) || !d_err) return NoScratch();
-  ZC_CUDA(cudaMemsetAsync(d_err, 0xFF, sizeof(*d_err), stream));
-  const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, 1, 0, nstreams, n, info,
-                                           static_cast<uint8_t*>(out->untyped_data()), d_err);
-  return launched.failure() ? launched : FinishDecode(stream, d_err);
+  if (int64_t(status->element_count()) != nstreams) return Invalid("decompress: one status word per stream expected");
+  Workspace ws = WorkspaceOf(workspace);
+  const StreamInfo info = TakeStreamInfo(ws, nstreams, n);
+  if (!ws.ok()) return TooSmall("decompress", workspace, ws);
+  if (nstreams == 0) return ffi::Error::Success();
+  uint32_t* words = status->typed_data();
+  auto* decoded = static_cast<uint8_t*>(out->untyped_data());
+  ZC_CUDA(cudaMemsetAsync(words, 0, nstreams * sizeof(uint32_t), stream));
+  const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, 1, 0, nstreams, n, info, decoded, words);
+  if (launched.failure()) return launched;
+  ZC_LAUNCH(PoisonKernel, nstreams, kThreads, stream, words, 1, nstreams, decoded, n * zc::layout_of(dtype).elem_bytes);
+  return ffi::Error::Success();
 }
 
-ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Buffer<ffi::U8> payload,
-                                ffi::Result<ffi::AnyBuffer> out, int64_t n, int32_t dtype) {
+ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::AnyBuffer> out,
+                                ffi::Result<ffi::Buffer<ffi::U32>> status,
+                                ffi::Result<ffi::Buffer<ffi::U8>> workspace, int64_t n, int32_t dtype) {
   if (dtype < zc::kBF16 || dtype > zc::kF32) return Invalid("accumulate: bad dtype code");
   const int out_dtype = DTypeCode(out->element_type());
   if (out_dtype != dtype && out_dtype != zc::kF32)
@@ -1098,49 +1269,532 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::ScratchAllocator scrat
   const int64_t batch = Product(dims, 0, dims.size() - 2), count = batch * n;
   if (int64_t(out->element_count()) != (k > 0 ? count : 0))  // k == 0: nothing to sum, like the CPU codec
     return Invalid("accumulate: output size disagrees with payload batch * item_elems");
-  if (k == 0 || count == 0) return ffi::Error::Success();  // out may be null when empty
-  StreamInfo info;
-  auto* d_err = Scratch<unsigned long long>(scratch, 1);
-  uint8_t* decoded = Scratch<uint8_t>(scratch, count * zc::layout_of(dtype).elem_bytes);
-  // Sum straight into out when it is float32; otherwise into f32 scratch.
-  float* acc = out_dtype == zc::kF32 ? static_cast<float*>(out->untyped_data()) : Scratch<float>(scratch, count);
-  if (!AllocInfo(scratch, batch, n, &info) || !d_err || !decoded || !acc) return NoScratch();
-  ZC_CUDA(cudaMemsetAsync(d_err, 0xFF, sizeof(*d_err), stream));
-  for (int64_t j = 0; j < k; ++j) {
-    const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, k, j, batch, n, info, decoded, d_err);
+  if (int64_t(status->element_count()) != batch * k) return Invalid("accumulate: one status word per row expected");
+  Workspace ws = WorkspaceOf(workspace);
+  const AccumulateArrays a = TakeAccumulateArrays(ws, dtype, batch, n, out_dtype);
+  if (!ws.ok()) return TooSmall("accumulate", workspace, ws);
+  if (k == 0 || batch == 0) return ffi::Error::Success();  // no rows; out may be null when empty
+  uint32_t* words = status->typed_data();
+  auto* sums = static_cast<uint8_t*>(out->untyped_data());
+  float* acc = out_dtype == zc::kF32 ? reinterpret_cast<float*>(sums) : a.acc;
+  ZC_CUDA(cudaMemsetAsync(words, 0, batch * k * sizeof(uint32_t), stream));
+  for (int64_t j = 0; j < k; ++j) {  // n == 0 too: the headers are still checked, as the CPU codec does
+    const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, k, j, batch, n, a.info, a.decoded,
+                                             words);
     if (launched.failure()) return launched;
-    ZC_LAUNCH(AccumulateKernel, (count + kThreads - 1) / kThreads, kThreads, stream, dtype, decoded, acc, count, j == 0);
+    ZC_LAUNCH(AccumulateKernel, (count + kThreads - 1) / kThreads, kThreads, stream, dtype, a.decoded, acc, count,
+              j == 0);
   }
   if (out_dtype != zc::kF32)
     ZC_LAUNCH(RoundKernel, (count + kThreads - 1) / kThreads, kThreads, stream, acc, out_dtype,
-              static_cast<uint16_t*>(out->untyped_data()), count);
-  return FinishDecode(stream, d_err);
+              reinterpret_cast<uint16_t*>(sums), count);
+  ZC_LAUNCH(PoisonKernel, batch, kThreads, stream, words, k, batch, sums, n * zc::layout_of(out_dtype).elem_bytes);
+  return ffi::Error::Success();
+}
+
+// ---- the collectives' row ops: ffi/zipccl_cpu.cc says what each computes ----
+//
+// A row op's workspace holds what it cannot take from its operands and
+// results: the rows gathered from the leaves (unless one leaf holds them as
+// they are), the compressor's arrays, the worst-case streams an encode
+// assembles before copying c bytes of each, the decoder's stream info. The
+// decoders return a status word per row and poison a corrupt row's elements
+// (decode_rows) or the whole sum (decode_accumulate_rows), as Decompress does.
+
+// The leaves of a flat array: a handler's variadic buffers, of one dtype.
+struct LeafList {
+  std::vector<uint8_t*> data;
+  std::vector<int64_t> size;
+  int dtype = 0;
+  int64_t total = 0;
+};
+
+template <typename Get>
+ffi::ErrorOr<LeafList> Leaves(size_t count, Get get) {
+  LeafList l;
+  for (size_t i = 0; i < count; ++i) {
+    auto b = get(i);
+    if (b.has_error()) return ffi::Unexpected(b.error());
+    const int d = DTypeCode(b->element_type());
+    if (d == 0) return ffi::Unexpected(Unsupported(b->element_type()));
+    if (i && d != l.dtype) return ffi::Unexpected(Invalid("the leaves differ in dtype"));
+    l.dtype = d;
+    l.data.push_back(static_cast<uint8_t*>(b->untyped_data()));
+    l.size.push_back(int64_t(b->element_count()));
+    l.total += l.size.back();
+  }
+  if (count == 0) return ffi::Unexpected(Invalid("the row ops need an array"));
+  return l;
+}
+
+ffi::ErrorOr<LeafList> ArgLeaves(const ffi::RemainingArgs& args) {
+  return Leaves(args.size(), [&](size_t i) { return args.get<ffi::AnyBuffer>(i); });
+}
+
+// The results but the last `skip` (status words, workspace) as leaves.
+ffi::ErrorOr<LeafList> RetLeaves(const ffi::RemainingRets& rets, size_t skip) {
+  return Leaves(rets.size() - skip, [&](size_t i) -> ffi::ErrorOr<ffi::AnyBuffer> {
+    auto r = rets.get<ffi::AnyBuffer>(i);
+    if (r.has_error()) return ffi::Unexpected(r.error());
+    return **r;
+  });
+}
+
+// Result i of rets as a uint8 or uint32 buffer (status words, workspace).
+template <ffi::DataType T>
+ffi::ErrorOr<ffi::Result<ffi::Buffer<T>>> RetAt(const ffi::RemainingRets& rets, size_t i) {
+  return rets.get<ffi::Buffer<T>>(i);
+}
+
+// Whether the rows are one leaf as it lies: [k, m], no padding, no interleaving.
+bool InPlace(const zc::RowLayout& l, int64_t leaves) {
+  return leaves == 1 && (l.unit == 0 || l.main == 0) && l.size == l.rows * l.m;
+}
+
+ffi::Error CheckRows(const zc::RowLayout& l, int dtype) {
+  if (l.rows < 1) return Invalid("the row ops need at least one row");
+  if (zc::max_stream_bytes(l.m, dtype) > int64_t(UINT32_MAX)) return Invalid("a row's stream could exceed 4 GiB");
+  return ffi::Error::Success();
+}
+
+// The row ops' workspace arrays; null where an op needs none.
+struct RowArrays {
+  uint8_t* rows = nullptr;     // the rows' elements [k, m], unless in place
+  CompressArrays compress{};   // size pass and encode
+  uint8_t* streams = nullptr;  // size pass: k headers; encode: k worst-case streams
+  uint32_t* lengths = nullptr;  // encode
+  StreamInfo info{};            // decoders
+  uint8_t* decoded = nullptr;   // accumulate: one row
+  float* acc = nullptr;         // accumulate: the float32 sums
+};
+
+enum class RowOp { kSizes, kEncode, kEncodeRaw, kDecode, kAccumulate };
+
+// part_rows: the most rows one received part holds (decode).
+RowArrays TakeRowArrays(Workspace& ws, RowOp op, int dtype, const zc::RowLayout& l, int64_t leaves,
+                        int64_t part_rows) {
+  RowArrays a;
+  const int64_t eb = zc::layout_of(dtype).elem_bytes;
+  if (op != RowOp::kAccumulate && !InPlace(l, leaves)) a.rows = ws.Take<uint8_t>(l.rows * l.m * eb);
+  if (op == RowOp::kSizes || op == RowOp::kEncode) a.compress = TakeCompressArrays(ws, dtype, l.rows, l.m);
+  if (op == RowOp::kSizes) a.streams = ws.Take<uint8_t>(l.rows * zc::kHeaderBytes);
+  if (op == RowOp::kEncode) {
+    a.streams = ws.Take<uint8_t>(l.rows * zc::max_stream_bytes(l.m, dtype));
+    a.lengths = ws.Take<uint32_t>(l.rows);
+  }
+  if (op == RowOp::kDecode) a.info = TakeStreamInfo(ws, part_rows, l.m);
+  if (op == RowOp::kAccumulate) {
+    a.info = TakeStreamInfo(ws, 1, l.m);
+    a.decoded = ws.Take<uint8_t>(l.m * eb);
+    a.acc = ws.Take<float>(l.m);
+  }
+  return a;
+}
+
+// Moves elements between the leaves and rows ([k, m], contiguous): RowsKernel per span of leaves.
+ffi::Error MoveRows(cudaStream_t stream, const zc::RowLayout& l, const LeafList& leaves, uint8_t* rows, bool to_rows) {
+  const int eb = zc::layout_of(leaves.dtype).elem_bytes;
+  int64_t begin = 0;
+  for (size_t first = 0; first < leaves.data.size(); first += kSpanLeaves) {
+    LeafSpan span{};
+    span.begin = begin;
+    for (size_t i = first; i < leaves.data.size() && span.count < kSpanLeaves; ++i, ++span.count) {
+      span.data[span.count] = leaves.data[i];
+      span.end[span.count] = (span.count ? span.end[span.count - 1] : 0) + leaves.size[i];
+    }
+    const int64_t n = span.end[span.count - 1];
+    ZC_LAUNCH(RowsKernel, (n + kThreads - 1) / kThreads, kThreads, stream, l, span, eb, rows, to_rows);
+    begin += n;
+  }
+  return ffi::Error::Success();
+}
+
+// The rows' elements, [k, m] contiguous: the leaf itself, or gathered into
+// a.rows with the padding zeroed.
+ffi::ErrorOr<const uint8_t*> RowsIn(cudaStream_t stream, const zc::RowLayout& l, const LeafList& leaves,
+                                    const RowArrays& a) {
+  if (!a.rows) return static_cast<const uint8_t*>(leaves.data[0]);
+  const int64_t bytes = l.rows * l.m * zc::layout_of(leaves.dtype).elem_bytes;
+  if (l.size < l.rows * l.m && cudaMemsetAsync(a.rows, 0, size_t(bytes), stream) != cudaSuccess)
+    return ffi::Unexpected(Invalid("cudaMemsetAsync of the padding failed"));
+  if (const ffi::Error e = MoveRows(stream, l, leaves, a.rows, true); e.failure()) return ffi::Unexpected(e);
+  return static_cast<const uint8_t*>(a.rows);
+}
+
+// Buffers of whole rows of one capacity: encode_rows' outputs, or the received parts.
+struct RowBuffers {
+  std::vector<uint8_t*> data;
+  std::vector<int64_t> first;  // the first row of each
+  std::vector<int64_t> rows;
+  int64_t cap = -1, total = 0, most = 0;
+
+  template <typename Dims>
+  bool Add(uint8_t* p, const Dims& dims, int64_t elements) {
+    const int64_t c = dims.size() ? dims[dims.size() - 1] : 0;
+    if (c <= 0 || (cap >= 0 && c != cap)) return false;
+    cap = c;
+    data.push_back(p);
+    first.push_back(total);
+    rows.push_back(elements / c);
+    total += elements / c;
+    most = std::max(most, elements / c);
+    return true;
+  }
+};
+
+ffi::ErrorOr<RowBuffers> Parts(const ffi::RemainingArgs& parts) {
+  RowBuffers r;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto b = parts.get<ffi::Buffer<ffi::U8>>(i);
+    if (b.has_error()) return ffi::Unexpected(b.error());
+    if (!r.Add(b->typed_data(), b->dimensions(), int64_t(b->element_count())))
+      return ffi::Unexpected(Invalid("received parts differ in capacity"));
+  }
+  return r;
+}
+
+ffi::Error StreamSizes(cudaStream_t stream, ffi::RemainingArgs args, ffi::Result<ffi::Buffer<ffi::U32>> sizes,
+                       ffi::Result<ffi::Buffer<ffi::U8>> workspace, int64_t unit) {
+  auto leaves = ArgLeaves(args);
+  if (leaves.has_error()) return leaves.error();
+  const auto l = zc::RowLayout::of(leaves->total, int64_t(sizes->element_count()), unit);
+  if (auto e = CheckRows(l, leaves->dtype); e.failure()) return e;
+  Workspace ws = WorkspaceOf(workspace);
+  const RowArrays a = TakeRowArrays(ws, RowOp::kSizes, leaves->dtype, l, int64_t(leaves->data.size()), 0);
+  if (!ws.ok()) return TooSmall("stream_sizes", workspace, ws);
+  auto in = RowsIn(stream, l, *leaves, a);
+  if (in.has_error()) return in.error();
+  return LaunchCompress(stream, a.compress, leaves->dtype, *in, l.m, l.rows, a.streams, zc::kHeaderBytes,
+                        sizes->typed_data(), false);
+}
+
+// Results: the row buffers, then the workspace.
+ffi::Error EncodeRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t rows, int64_t unit,
+                      bool raw) {
+  auto leaves = ArgLeaves(args);
+  if (leaves.has_error()) return leaves.error();
+  const int dtype = leaves->dtype;
+  const auto l = zc::RowLayout::of(leaves->total, rows, unit);
+  if (auto e = CheckRows(l, dtype); e.failure()) return e;
+  if (outs.size() < 2) return Invalid("encode_rows: row buffers and a workspace expected");
+  RowBuffers out;
+  for (size_t i = 0; i + 1 < outs.size(); ++i) {
+    auto b = outs.get<ffi::Buffer<ffi::U8>>(i);
+    if (b.has_error()) return b.error();
+    if (!out.Add((*b)->typed_data(), (*b)->dimensions(), int64_t((*b)->element_count())))
+      return Invalid("encode_rows outputs differ in capacity");
+  }
+  if (out.total != rows) return Invalid("encode_rows outputs do not hold the rows");
+  const int64_t max_bytes = zc::max_stream_bytes(l.m, dtype), eb = zc::layout_of(dtype).elem_bytes;
+  if (raw && out.cap < max_bytes) return Invalid("encode_rows: raw streams need their full capacity");
+  auto workspace = RetAt<ffi::DataType::U8>(outs, outs.size() - 1);
+  if (workspace.has_error()) return workspace.error();
+  Workspace ws = WorkspaceOf(*workspace);
+  const RowArrays a = TakeRowArrays(ws, raw ? RowOp::kEncodeRaw : RowOp::kEncode, dtype, l,
+                                    int64_t(leaves->data.size()), 0);
+  if (!ws.ok()) return TooSmall("encode_rows", *workspace, ws);
+  auto in = RowsIn(stream, l, *leaves, a);
+  if (in.has_error()) return in.error();
+  if (!raw)
+    if (const ffi::Error e = LaunchCompress(stream, a.compress, dtype, *in, l.m, rows, a.streams, max_bytes, a.lengths,
+                                            true);
+        e.failure())
+      return e;
+  for (size_t o = 0; o < out.data.size(); ++o) {
+    const int64_t first = out.first[o], n = out.rows[o];
+    if (raw)
+      ZC_LAUNCH(RawRowsKernel, (n * out.cap + kThreads - 1) / kThreads, kThreads, stream, dtype, *in + first * l.m * eb,
+                l.m, n, out.data[o], out.cap);
+    else
+      ZC_LAUNCH(CopyRowsKernel, (n * out.cap + kThreads - 1) / kThreads, kThreads, stream,
+                a.streams + first * max_bytes, max_bytes, a.lengths + first, n, out.data[o], out.cap);
+  }
+  return ffi::Error::Success();
+}
+
+// Results: the leaves, a status word per row, the workspace.
+ffi::Error DecodeRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t unit) {
+  if (outs.size() < 3) return Invalid("decode_rows: leaves, status words and a workspace expected");
+  auto leaves = RetLeaves(outs, 2);
+  if (leaves.has_error()) return leaves.error();
+  auto parts = Parts(args);
+  if (parts.has_error()) return parts.error();
+  auto status = RetAt<ffi::DataType::U32>(outs, outs.size() - 2);
+  auto workspace = RetAt<ffi::DataType::U8>(outs, outs.size() - 1);
+  if (status.has_error()) return status.error();
+  if (workspace.has_error()) return workspace.error();
+  const int dtype = leaves->dtype;
+  const auto l = zc::RowLayout::of(leaves->total, parts->total, unit);
+  if (auto e = CheckRows(l, dtype); e.failure()) return e;
+  if (int64_t((*status)->element_count()) != l.rows) return Invalid("decode_rows: one status word per row expected");
+  Workspace ws = WorkspaceOf(*workspace);
+  const RowArrays a = TakeRowArrays(ws, RowOp::kDecode, dtype, l, int64_t(leaves->data.size()), parts->most);
+  if (!ws.ok()) return TooSmall("decode_rows", *workspace, ws);
+  const int64_t row_bytes = l.m * zc::layout_of(dtype).elem_bytes;
+  uint8_t* rows = a.rows ? a.rows : leaves->data[0];
+  uint32_t* words = (*status)->typed_data();
+  ZC_CUDA(cudaMemsetAsync(words, 0, size_t(l.rows) * sizeof(uint32_t), stream));
+  for (size_t p = 0; p < parts->data.size(); ++p) {
+    const ffi::Error launched = LaunchDecode(stream, dtype, parts->data[p], parts->cap, 1, 0, parts->rows[p], l.m,
+                                             a.info, rows + parts->first[p] * row_bytes, words + parts->first[p]);
+    if (launched.failure()) return launched;
+  }
+  ZC_LAUNCH(PoisonKernel, l.rows, kThreads, stream, words, 1, l.rows, rows, row_bytes);
+  if (a.rows) return MoveRows(stream, l, *leaves, a.rows, false);
+  return ffi::Error::Success();
+}
+
+// Results: the leaves (the sums), a status word per row, the workspace.
+ffi::Error DecodeAccumulateRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets outs, int32_t dtype) {
+  if (dtype < zc::kBF16 || dtype > zc::kF32) return Invalid("accumulate: bad dtype code");
+  if (outs.size() < 3) return Invalid("accumulate: sums, status words and a workspace expected");
+  auto leaves = RetLeaves(outs, 2);
+  if (leaves.has_error()) return leaves.error();
+  if (leaves->dtype != dtype && leaves->dtype != zc::kF32)
+    return Invalid("accumulate: output dtype must be the payload dtype or float32");
+  auto parts = Parts(args);
+  if (parts.has_error()) return parts.error();
+  auto status = RetAt<ffi::DataType::U32>(outs, outs.size() - 2);
+  auto workspace = RetAt<ffi::DataType::U8>(outs, outs.size() - 1);
+  if (status.has_error()) return status.error();
+  if (workspace.has_error()) return workspace.error();
+  if (parts->total < 1) return Invalid("accumulate: needs at least one row");
+  if (int64_t((*status)->element_count()) != parts->total) return Invalid("accumulate: one status word per row expected");
+  const int64_t m = leaves->total;
+  const auto l = zc::RowLayout::of(m, 1, 0);
+  Workspace ws = WorkspaceOf(*workspace);
+  const RowArrays a = TakeRowArrays(ws, RowOp::kAccumulate, dtype, l, int64_t(leaves->data.size()), 1);
+  if (!ws.ok()) return TooSmall("accumulate", *workspace, ws);
+  uint32_t* words = (*status)->typed_data();
+  ZC_CUDA(cudaMemsetAsync(words, 0, size_t(parts->total) * sizeof(uint32_t), stream));
+  for (size_t p = 0; p < parts->data.size(); ++p) {
+    for (int64_t r = 0; r < parts->rows[p]; ++r) {  // m == 0 too: the headers are still checked
+      const int64_t j = parts->first[p] + r;
+      const ffi::Error launched = LaunchDecode(stream, dtype, parts->data[p], parts->cap, 1, r, 1, m, a.info,
+                                               a.decoded, words + parts->first[p]);
+      if (launched.failure()) return launched;
+      ZC_LAUNCH(AccumulateKernel, (m + kThreads - 1) / kThreads, kThreads, stream, dtype, a.decoded, a.acc, m, j == 0);
+    }
+  }
+  int64_t at = 0;
+  for (size_t i = 0; i < leaves->data.size(); at += leaves->size[i++]) {
+    const int64_t count = leaves->size[i];
+    ZC_LAUNCH(StoreSumsKernel, (count + kThreads - 1) / kThreads, kThreads, stream, a.acc + at, leaves->dtype,
+              leaves->data[i], count);
+    // a corrupt row poisons every sum; the words keep their status once the last leaf is poisoned
+    ZC_LAUNCH(PoisonKernel, 1, kThreads, stream, words, parts->total, 1, leaves->data[i],
+              count * zc::layout_of(leaves->dtype).elem_bytes);
+  }
+  return ffi::Error::Success();
 }
 
 }  // namespace
 
+// The handlers launch the same kernels for the same shapes and attributes,
+// wait for nothing and allocate nothing: compatible with XLA's command buffers.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclCompressCuda, Compress,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::ScratchAllocator>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U32>>()
-                                  .Attr<int64_t>("item_elems"));
+                                  .Ret<ffi::Buffer<ffi::U8>>()   // payload
+                                  .Ret<ffi::Buffer<ffi::U32>>()  // sizes
+                                  .Ret<ffi::Buffer<ffi::U8>>()   // workspace
+                                  .Attr<int64_t>("item_elems"),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecompressCuda, Decompress,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::ScratchAllocator>()
                                   .Arg<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("item_elems"));
+                                  .Ret<ffi::AnyBuffer>()         // decoded
+                                  .Ret<ffi::Buffer<ffi::U32>>()  // status words
+                                  .Ret<ffi::Buffer<ffi::U8>>()   // workspace
+                                  .Attr<int64_t>("item_elems"),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCuda, DecompressAccumulate,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::ScratchAllocator>()
                                   .Arg<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()         // sums
+                                  .Ret<ffi::Buffer<ffi::U32>>()  // status words
+                                  .Ret<ffi::Buffer<ffi::U8>>()   // workspace
                                   .Attr<int64_t>("item_elems")
-                                  .Attr<int32_t>("dtype"));
+                                  .Attr<int32_t>("dtype"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclStreamSizesCuda, StreamSizes,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .RemainingArgs()               // the leaves
+                                  .Ret<ffi::Buffer<ffi::U32>>()  // sizes
+                                  .Ret<ffi::Buffer<ffi::U8>>()   // workspace
+                                  .Attr<int64_t>("unit"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclEncodeRowsCuda, EncodeRows,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .RemainingArgs()  // the leaves
+                                  .RemainingRets()  // the row buffers, the workspace
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("unit")
+                                  .Attr<bool>("raw"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeRowsCuda, DecodeRows,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .RemainingArgs()  // the received parts
+                                  .RemainingRets()  // the leaves, status words, the workspace
+                                  .Attr<int64_t>("unit"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCuda, DecodeAccumulateRows,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .RemainingArgs()  // the received parts
+                                  .RemainingRets()  // the sums' leaves, status words, the workspace
+                                  .Attr<int32_t>("dtype"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+// ---- for the host: workspace sizes, timing ----
+
+namespace zipccl_cuda {
+
+int64_t CompressWorkspaceBytes(int dtype, int64_t batch, int64_t n) {
+  Workspace ws;
+  TakeCompressArrays(ws, dtype, batch, n);
+  return ws.needed();
+}
+
+int64_t DecompressWorkspaceBytes(int /*dtype*/, int64_t streams, int64_t n) {
+  Workspace ws;
+  TakeStreamInfo(ws, streams, n);
+  return ws.needed();
+}
+
+int64_t AccumulateWorkspaceBytes(int dtype, int64_t batch, int64_t n, int out_dtype) {
+  Workspace ws;
+  TakeAccumulateArrays(ws, dtype, batch, n, out_dtype);
+  return ws.needed();
+}
+
+int64_t RowsWorkspaceBytes(const std::string& op, int dtype, int64_t rows, int64_t size, int64_t unit, int64_t leaves,
+                           int64_t part_rows) {
+  const RowOp kind = op == "zipccl_stream_sizes" ? RowOp::kSizes
+                     : op == "zipccl_encode_rows" ? RowOp::kEncode
+                     : op == "zipccl_encode_rows_raw" ? RowOp::kEncodeRaw
+                     : op == "zipccl_decode_rows" ? RowOp::kDecode
+                                                  : RowOp::kAccumulate;
+  Workspace ws;
+  TakeRowArrays(ws, kind, dtype, zc::RowLayout::of(size, rows, unit), leaves, part_rows);
+  return ws.needed();
+}
+
+namespace {
+
+// Device memory, events and a stream for TimeCodec, released on every path.
+struct TimingResources {
+  std::vector<void*> buffers;
+  cudaEvent_t events[4] = {};
+  cudaStream_t stream = nullptr;
+  ~TimingResources() {
+    for (void* p : buffers) cudaFree(p);
+    for (cudaEvent_t e : events)
+      if (e) cudaEventDestroy(e);
+    if (stream) cudaStreamDestroy(stream);
+  }
+  template <typename T>
+  cudaError_t Alloc(int64_t bytes, T** p) {
+    void* v = nullptr;
+    const cudaError_t e = cudaMalloc(&v, size_t(std::max<int64_t>(bytes, 1)));
+    if (e == cudaSuccess) buffers.push_back(v);
+    *p = static_cast<T*>(v);
+    return e;
+  }
+};
+
+// An XLA FFI buffer over device memory, to call the handlers outside XLA.
+struct DeviceView {
+  int64_t dims[2];
+  XLA_FFI_Buffer buffer;
+  DeviceView(ffi::DataType type, void* data, int64_t d0, int64_t d1) : dims{d0, d1} {
+    buffer = {XLA_FFI_Buffer_STRUCT_SIZE, nullptr, static_cast<XLA_FFI_DataType>(type), data, 2, dims};
+  }
+};
+
+ffi::DataType XlaType(int dtype) {
+  return dtype == zc::kBF16 ? ffi::DataType::BF16 : dtype == zc::kF16 ? ffi::DataType::F16 : ffi::DataType::F32;
+}
+
+ffi::Error TimeCodecOn(int device, int dtype, const void* host_input, int64_t n, int repeat,
+                       zipccl_cuda::CodecTiming* timing) {
+  if (dtype < zc::kBF16 || dtype > zc::kF32 || n < 0 || repeat < 1) return Invalid("time_codec: bad arguments");
+  const int64_t bytes = n * zc::layout_of(dtype).elem_bytes, cap = zc::max_stream_bytes(n, dtype);
+  const int64_t c_ws = zipccl_cuda::CompressWorkspaceBytes(dtype, 1, n);
+  const int64_t d_ws = zipccl_cuda::DecompressWorkspaceBytes(dtype, 1, n);
+  TimingResources r;
+  uint8_t *x, *payload, *y, *copy, *c_work, *d_work;
+  uint32_t *sizes, *status;
+  ZC_CUDA(cudaSetDevice(device));
+  ZC_CUDA(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  for (cudaEvent_t& e : r.events) ZC_CUDA(cudaEventCreate(&e));
+  ZC_CUDA(r.Alloc(bytes, &x));
+  ZC_CUDA(r.Alloc(cap, &payload));
+  ZC_CUDA(r.Alloc(bytes, &y));
+  ZC_CUDA(r.Alloc(bytes, &copy));
+  ZC_CUDA(r.Alloc(c_ws, &c_work));
+  ZC_CUDA(r.Alloc(d_ws, &d_work));
+  ZC_CUDA(r.Alloc(sizeof(uint32_t), &sizes));
+  ZC_CUDA(r.Alloc(sizeof(uint32_t), &status));
+  ZC_CUDA(cudaMemcpyAsync(x, host_input, size_t(bytes), cudaMemcpyHostToDevice, r.stream));
+  DeviceView vx(XlaType(dtype), x, 1, n), vpayload(ffi::DataType::U8, payload, 1, cap), vy(XlaType(dtype), y, 1, n),
+      vsizes(ffi::DataType::U32, sizes, 1, 1), vstatus(ffi::DataType::U32, status, 1, 1),
+      vc_work(ffi::DataType::U8, c_work, 1, c_ws), vd_work(ffi::DataType::U8, d_work, 1, d_ws);
+  const auto compress = [&] {
+    return Compress(r.stream, ffi::AnyBuffer(&vx.buffer), ffi::Buffer<ffi::U8>(&vpayload.buffer),
+                    ffi::Buffer<ffi::U32>(&vsizes.buffer), ffi::Buffer<ffi::U8>(&vc_work.buffer), n);
+  };
+  const auto decompress = [&] {
+    return Decompress(r.stream, ffi::Buffer<ffi::U8>(&vpayload.buffer), ffi::AnyBuffer(&vy.buffer),
+                      ffi::Buffer<ffi::U32>(&vstatus.buffer), ffi::Buffer<ffi::U8>(&vd_work.buffer), n);
+  };
+  if (const ffi::Error e = compress(); e.failure()) return e;  // warm-up
+  if (const ffi::Error e = decompress(); e.failure()) return e;
+  ZC_CUDA(cudaEventRecord(r.events[0], r.stream));
+  for (int i = 0; i < repeat; ++i)
+    if (const ffi::Error e = compress(); e.failure()) return e;
+  ZC_CUDA(cudaEventRecord(r.events[1], r.stream));
+  for (int i = 0; i < repeat; ++i)
+    if (const ffi::Error e = decompress(); e.failure()) return e;
+  ZC_CUDA(cudaEventRecord(r.events[2], r.stream));
+  for (int i = 0; i < repeat; ++i)
+    ZC_CUDA(cudaMemcpyAsync(copy, x, size_t(bytes), cudaMemcpyDeviceToDevice, r.stream));
+  ZC_CUDA(cudaEventRecord(r.events[3], r.stream));
+  ZC_CUDA(cudaEventSynchronize(r.events[3]));
+  float ms[3];
+  for (int i = 0; i < 3; ++i) ZC_CUDA(cudaEventElapsedTime(&ms[i], r.events[i], r.events[i + 1]));
+  std::vector<uint8_t> back(size_t(bytes) + 2 * sizeof(uint32_t));
+  ZC_CUDA(cudaMemcpyAsync(back.data(), y, size_t(bytes), cudaMemcpyDeviceToHost, r.stream));
+  ZC_CUDA(cudaMemcpyAsync(back.data() + bytes, sizes, sizeof(uint32_t), cudaMemcpyDeviceToHost, r.stream));
+  ZC_CUDA(cudaMemcpyAsync(back.data() + bytes + 4, status, sizeof(uint32_t), cudaMemcpyDeviceToHost, r.stream));
+  ZC_CUDA(cudaStreamSynchronize(r.stream));
+  uint32_t words[2];
+  std::memcpy(words, back.data() + bytes, sizeof(words));
+  timing->compress_ms = ms[0] / repeat;
+  timing->decompress_ms = ms[1] / repeat;
+  timing->copy_ms = ms[2] / repeat;
+  timing->compressed_bytes = words[0];
+  timing->round_trip = words[1] == 0 && (bytes == 0 || std::memcmp(back.data(), host_input, size_t(bytes)) == 0);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+std::string TimeCodec(int device, int dtype, const void* host_input, int64_t n, int repeat, CodecTiming* timing) {
+  const ffi::Error e = TimeCodecOn(device, dtype, host_input, n, repeat, timing);
+  return e.failure() ? e.message() : std::string();
+}
+
+}  // namespace zipccl_cuda

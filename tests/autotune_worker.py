@@ -3,12 +3,17 @@
     python autotune_worker.py COORDINATOR NUM_PROCESSES PROCESS_ID PROFILE_PATH
 
 Each process has 2 devices; the mesh is ("hosts", "local"), "hosts" across
-processes. Every process's measured figures are skewed by its process id
-(so they differ for certain), then autotune agrees on them. Prints JSON
-lines: LOCAL (this process's figures), INSTALLED (the agreed profile), PLANS
-(decisions and figures), RELOADED (the same plans after a restart from the
-saved profile), and FILE_IGNORED (the source a plan names with nothing
-installed and a profile file at $ZIPCCL_PROFILE: multi-process jobs ignore it).
+processes. Every process measures, then its figures are replaced by given
+ones skewed by its process id (so they differ for certain, each link figure
+slower on one process or the other), and so are the times of zip_psum's plans
+timed in situ on the data (after the real timing ran: the programs of both
+processes must match), each process preferring another plan; then autotune
+agrees on them. Prints JSON lines: LOCAL (this process's figures), IN_SITU
+(this process's medians per plan, per timed call), INSTALLED (the agreed
+profile), PLANS (decisions and figures), RELOADED (the same plans after a
+restart from the saved profile), and FILE_IGNORED (the source a plan names
+with nothing installed and a profile file at $ZIPCCL_PROFILE: multi-process
+jobs ignore it).
 """
 
 import dataclasses
@@ -32,6 +37,7 @@ import zipccl_jax as zc  # noqa: E402
 from zipccl_jax import profile, strategy  # noqa: E402
 
 tuning = importlib.import_module("zipccl_jax.autotune")  # the module (zc.autotune is the function)
+from zipccl_jax import insitu  # noqa: E402
 devices = np.array(jax.devices()).reshape(num_processes, 2)
 assert [{d.process_index for d in row} for row in devices] == [{i} for i in range(num_processes)]
 mesh = Mesh(devices, ("hosts", "local"))
@@ -41,22 +47,43 @@ measure = tuning._measure
 def skewed(*args):
     local = measure(*args)
     k = 1 + process_id
+    # link figures measured by each process on its own differ by chance: these are given, on process 1
+    # some slower and some faster than on process 0 (the measurement still ran, with its agreed loops)
+    base = {"latency": 3e-4, "bandwidth": 1e9, "consensus": 1e-4, "reduce_latency": 2e-3, "reduce_bandwidth": 8e8}
+    skew = {"latency": k, "bandwidth": 1 / k, "consensus": 1 / k, "reduce_latency": k, "reduce_bandwidth": k}
+    links = tuple((name, profile.Link(link.size, **{f: base[f] * skew[f] for f in base})) for name, link in local.links)
     local = dataclasses.replace(local, compress_rate=local.compress_rate * k, decompress_rate=local.decompress_rate / k,
-                                links=tuple((name, profile.Link(link.size, link.latency * k, link.bandwidth / k))
-                                            for name, link in local.links))
+                                links=links)
     print("LOCAL " + json.dumps(dataclasses.asdict(local)), flush=True)
     return local
 
 
+# per plan (strategy.plan_names order) in ms: process 0 alone would pick the
+# uncompressed reduce-scatter, process 1 XLA's all-reduce; the slower of each
+# (agreed) makes the uncompressed all-gather fastest
+IN_SITU_MS = [[5, 1, 3, 4, 2], [1, 5, 3, 2, 4]][process_id]
+time_plans = insitu._time_plans
+timed = []
+
+
+def skewed_times(*args):
+    time_plans(*args)  # the real collectives run (and would hang if the processes' programs differed)
+    timed.append([t / 1e3 * (1 + len(timed)) for t in IN_SITU_MS])
+    return np.array(timed[-1])
+
+
 def plans():
     calls = [("psum", 1 << 20, "bfloat16", ("hosts",), 2), ("psum", 64 << 20, "bfloat16", ("hosts", "local"), 4),
-             ("all_gather", 4 << 20, "float32", ("local",), 2), ("all_to_all", 1 << 16, "bfloat16", ("hosts",), 2)]
-    return [dataclasses.asdict(strategy.plan(*call)) for call in calls]
+             ("all_gather", 4 << 20, "float32", ("local",), 2), ("all_to_all", 1 << 16, "bfloat16", ("hosts",), 2),
+             ("psum", 1 << 17, "bfloat16", ("hosts",), 2), ("psum", 1 << 17, "bfloat16", ("local",), 2)]
+    return [dataclasses.asdict(strategy.plan(*call)) | {"name": strategy.plan(*call).name} for call in calls]
 
 
 tuning._measure = skewed
+insitu._time_plans = skewed_times
 data = {"w": np.random.default_rng(process_id).standard_normal(1 << 16, np.float32).astype(jax.numpy.bfloat16)}
 installed = zc.autotune(mesh, data=data, path=path, link_bytes=1 << 20, codec_bytes=1 << 20)
+print("IN_SITU " + json.dumps(timed), flush=True)
 print("INSTALLED " + json.dumps(dataclasses.asdict(installed)), flush=True)
 print("PLANS " + json.dumps(plans()), flush=True)
 

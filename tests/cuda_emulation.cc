@@ -3,29 +3,49 @@
 //   cuda_emulation SMS RESIDENT [INJECT] < requests > replies
 // The file is compiled whole with tests/cuda_host_shim.h in place of the
 // CUDA runtime, and the driver calls the real handlers (Compress, Decompress,
-// DecompressAccumulate) with XLA FFI buffers over host memory and a scratch
-// allocator that hands out exact-size blocks of garbage, so their argument
-// checks, scratch sizing and kernel order run as written. The emulated device
+// DecompressAccumulate, the collectives' row ops) with XLA FFI buffers over host memory, garbage-filled
+// as XLA's are, so their argument checks, workspace carving (each array
+// followed by a gap ASan reports) and kernel order run as written; and the
+// timing function the selftest calls. The emulated device
 // has SMS SMs (the handlers size their grids from it) and keeps RESIDENT CUDA
 // blocks running at once; INJECT (default 0) picks a deliberately broken
 // kernel variant (ZC_INJECTED in zipccl_cuda.cu) for the tests that must
 // catch it.
 //
-// A request is seven little-endian int64 (op, dtype, n, a, b, c, d) and
-// its input bytes:
+// A request is eight little-endian int64 (op, dtype, n, a, b, c, d, short)
+// and its input bytes; each handler gets a workspace of the bytes its
+// *WorkspaceBytes function asks for, less `short`:
 //   op 0 compress:    a = batch, b = cap; input batch * n elements.
 //                     Output: batch uint32 sizes, then the [batch, cap] payload.
 //   op 1 decompress:  a = streams, b = cap; input the [streams, cap] payload.
-//                     Output: streams * n elements.
+//                     Output: streams * n elements; status: streams words.
 //   op 2 accumulate:  a = batch, b = k, c = cap, d = output dtype; input the
-//                     [batch, k, cap] payload. Output: batch * n sums.
+//                     [batch, k, cap] payload. Output: batch * n sums; status:
+//                     batch * k words.
+//   op 3 time codec:  a = repeat; input n elements (zipccl_cuda::TimeCodec).
+//                     Output: compress, decompress and copy ms as 3 float64,
+//                     compressed bytes and round_trip as 2 int64.
+// The collectives' row ops (zipccl_rows.h): n elements in c leaves (leaf i
+// holds elements [i n / c, (i + 1) n / c)) cut into a rows with b = unit; the
+// row buffers (outputs or received parts) hold a / P rows each, P = d >> 32,
+// of cap = d & 0xFFFFFFFF bytes:
+//   op 4 stream_sizes: input n elements. Output: a uint32 sizes.
+//   op 5 encode_rows, op 6 the same with raw: input n elements. Output: the
+//                     buffers' bytes, a * cap in all.
+//   op 7 decode_rows: input the [a, cap] payload. Output: n elements;
+//                     status: a words.
+//   op 8 decode_accumulate_rows: n = elements per row, b = the output dtype
+//                     (no unit); input the [a, cap] payload. Output: n sums;
+//                     status: a words.
 // With ZIPCCL_EMU_COUNTS set, each kernel's counts (zc_emu::Counts) go to
 // stderr at the end, one line each: name launches threads warp_ops barriers
 // atomics.
 //
 // dtype is the format's code (1 bf16, 2 fp16, 3 fp32; any other: int32, which
-// the handlers refuse). A reply is int64 length + the handler's error message
-// ("" on success), then int64 length + the output bytes.
+// the handlers refuse). A reply is four fields, each an int64 length and its
+// bytes: the handler's error message ("" on success), the output, the status
+// words (uint32), and the number of host synchronisations the request made
+// (one int64: zc_emu::host_syncs).
 #include "cuda_host_shim.h"
 //
 #include "zipccl_cuda.cu"
@@ -35,20 +55,6 @@
 #include <utility>
 
 namespace {
-
-XLA_FFI_Error* Allocate(XLA_FFI_DeviceMemory_Allocate_Args* args) {
-  // Exact size, so AddressSanitizer sees one byte past a scratch array, and
-  // garbage, as cudaMalloc'd memory holds.
-  if (posix_memalign(&args->data, args->alignment < sizeof(void*) ? sizeof(void*) : args->alignment, args->size))
-    std::abort();
-  std::memset(args->data, 0xA5, args->size);
-  return nullptr;
-}
-
-XLA_FFI_Error* Free(XLA_FFI_DeviceMemory_Free_Args* args) {
-  std::free(args->data);
-  return nullptr;
-}
 
 // A handler's arguments: host buffers with their XLA_FFI_Buffer views.
 struct HostBuffer {
@@ -89,36 +95,147 @@ void Write(const void* data, int64_t bytes) {
   if (bytes) std::fwrite(data, 1, size_t(bytes), stdout);
 }
 
-// Runs one request; returns the handler's error and sets *out.
-ffi::Error Serve(const int64_t* req, std::vector<uint8_t>* out) {
-  XLA_FFI_Api api{};
-  api.XLA_FFI_DeviceMemory_Allocate = Allocate;
-  api.XLA_FFI_DeviceMemory_Free = Free;
-  ffi::DiagnosticEngine diagnostic;
-  ffi::ScratchAllocator scratch = *ffi::CtxDecoding<ffi::ScratchAllocator>::Decode(&api, nullptr, diagnostic);
-  const int64_t op = req[0], dtype = req[1], n = req[2], a = req[3], b = req[4], c = req[5];
+uint8_t* Bytes(void* p) { return static_cast<uint8_t*>(p); }
+
+// A workspace result of `bytes` (garbage, as XLA's buffers hold).
+HostBuffer WorkspaceBuffer(int64_t bytes) { return HostBuffer(ffi::DataType::U8, {std::max<int64_t>(bytes, 0)}); }
+
+// Variadic buffers, for RemainingArgs / RemainingRets; Finish() after the last Add.
+struct BufferList {
+  std::vector<HostBuffer> buffers;
+  std::vector<void*> pointers;
+  std::vector<int> types;  // XLA_FFI_ArgType_BUFFER == XLA_FFI_RetType_BUFFER == 1
+  XLA_FFI_Args args{};
+  XLA_FFI_Rets rets{};
+
+  void Finish() {
+    pointers.clear(), types.clear();
+    for (auto& b : buffers) pointers.push_back(&b.view), types.push_back(1);
+    args = {XLA_FFI_Args_STRUCT_SIZE, nullptr, int64_t(pointers.size()),
+            reinterpret_cast<XLA_FFI_ArgType*>(types.data()), pointers.data()};
+    rets = {XLA_FFI_Rets_STRUCT_SIZE, nullptr, int64_t(pointers.size()),
+            reinterpret_cast<XLA_FFI_RetType*>(types.data()), pointers.data()};
+  }
+  // The bytes of buffers [first, last).
+  std::vector<uint8_t> Bytes(size_t first, size_t last) const {
+    std::vector<uint8_t> all;
+    for (size_t i = first; i < last; ++i) all.insert(all.end(), buffers[i].bytes.begin(), buffers[i].bytes.end());
+    return all;
+  }
+};
+
+// n elements of `type` in `count` leaves (leaf i: elements [i n / count, (i + 1) n / count)), from data or garbage.
+void AddLeaves(BufferList* l, ffi::DataType type, int64_t n, int64_t count, const std::vector<uint8_t>* data) {
+  const int64_t eb = int64_t(ffi::ByteWidth(type));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t begin = i * n / count, end = (i + 1) * n / count;
+    if (data) l->buffers.emplace_back(type, std::vector<int64_t>{end - begin},
+                                      std::vector<uint8_t>(data->begin() + begin * eb, data->begin() + end * eb));
+    else l->buffers.emplace_back(type, std::vector<int64_t>{end - begin});
+  }
+}
+
+// `rows` rows of cap bytes in `count` buffers [rows / count, cap], from data or garbage.
+void AddRowBuffers(BufferList* l, int64_t rows, int64_t cap, int64_t count, const std::vector<uint8_t>* data) {
+  const int64_t each = rows / count;
+  for (int64_t i = 0; i < count; ++i) {
+    if (data) l->buffers.emplace_back(ffi::DataType::U8, std::vector<int64_t>{each, cap},
+                                      std::vector<uint8_t>(data->begin() + i * each * cap,
+                                                           data->begin() + (i + 1) * each * cap));
+    else l->buffers.emplace_back(ffi::DataType::U8, std::vector<int64_t>{each, cap});
+  }
+}
+
+// The collectives' row ops (requests 4-8).
+ffi::Error ServeRows(const int64_t* req, std::vector<uint8_t>* out, std::vector<uint8_t>* status) {
+  const int64_t op = req[0], dtype = req[1], n = req[2], a = req[3], b = req[4], c = req[5], shortfall = req[7];
+  const int64_t cap = req[6] & 0xFFFFFFFF, parts = req[6] >> 32;
+  const ffi::DataType type = XlaType(dtype);
+  const int size_dtype = dtype >= zc::kBF16 && dtype <= zc::kF32 ? int(dtype) : zc::kF32;  // refused anyway
+  const auto workspace = [&](const char* target, int64_t rows, int64_t size, int64_t unit, int64_t part_rows) {
+    return zipccl_cuda::RowsWorkspaceBytes(target, size_dtype, rows, size, unit, c, part_rows) - shortfall;
+  };
+  cudaStream_t stream = nullptr;
+  BufferList in, res;
+  if (op == 4 || op == 5 || op == 6) {
+    const auto data = Read(size_t(n * int64_t(ffi::ByteWidth(type))));
+    AddLeaves(&in, type, n, c, &data);
+    in.Finish();
+    if (op == 4) {
+      HostBuffer sizes(ffi::DataType::U32, {a});
+      HostBuffer ws = WorkspaceBuffer(workspace("zipccl_stream_sizes", a, n, b, 0));
+      const ffi::Error err = StreamSizes(stream, ffi::RemainingArgs(&in.args, 0), ffi::Buffer<ffi::U32>(&sizes.view),
+                                         ffi::Buffer<ffi::U8>(&ws.view), b);
+      *out = sizes.bytes;
+      return err;
+    }
+    AddRowBuffers(&res, a, cap, parts, nullptr);
+    res.buffers.push_back(WorkspaceBuffer(workspace(op == 6 ? "zipccl_encode_rows_raw" : "zipccl_encode_rows", a, n, b, 0)));
+    res.Finish();
+    const ffi::Error err = EncodeRows(stream, ffi::RemainingArgs(&in.args, 0), ffi::RemainingRets(&res.rets, 0), a, b,
+                                      op == 6);
+    *out = res.Bytes(0, size_t(parts));
+    return err;
+  }
+  const auto data = Read(size_t(a * cap));
+  AddRowBuffers(&in, a, cap, parts, &data);
+  in.Finish();
+  const bool decode = op == 7;
+  AddLeaves(&res, decode ? type : XlaType(b), n, c, nullptr);
+  res.buffers.emplace_back(ffi::DataType::U32, std::vector<int64_t>{a});
+  res.buffers.push_back(WorkspaceBuffer(decode ? workspace("zipccl_decode_rows", a, n, b, a / parts)
+                                               : workspace("zipccl_decode_accumulate_rows", 1, n, 0, 1)));
+  res.Finish();
+  const ffi::Error err = decode ? DecodeRows(stream, ffi::RemainingArgs(&in.args, 0), ffi::RemainingRets(&res.rets, 0), b)
+                                : DecodeAccumulateRows(stream, ffi::RemainingArgs(&in.args, 0),
+                                                       ffi::RemainingRets(&res.rets, 0), int32_t(dtype));
+  *out = res.Bytes(0, size_t(c));
+  *status = res.buffers[size_t(c)].bytes;
+  return err;
+}
+
+// Runs one request; returns the handler's error and sets *out and *status.
+ffi::Error Serve(const int64_t* req, std::vector<uint8_t>* out, std::vector<uint8_t>* status) {
+  const int64_t op = req[0], dtype = req[1], n = req[2], a = req[3], b = req[4], c = req[5], shortfall = req[7];
   const ffi::DataType type = XlaType(dtype);
   const int64_t eb = int64_t(ffi::ByteWidth(type));
+  const int size_dtype = dtype >= zc::kBF16 && dtype <= zc::kF32 ? int(dtype) : zc::kF32;  // refused anyway
+  if (op >= 4) return ServeRows(req, out, status);
   cudaStream_t stream = nullptr;
   ffi::Error err = ffi::Error::Success();
   if (op == 0) {
     HostBuffer x(type, {a, n}, Read(size_t(a * n * eb)));
     HostBuffer payload(ffi::DataType::U8, {a, b}), sizes(ffi::DataType::U32, {a});
-    err = Compress(stream, std::move(scratch), ffi::AnyBuffer(&x.view), ffi::Buffer<ffi::U8>(&payload.view),
-                   ffi::Buffer<ffi::U32>(&sizes.view), n);
+    HostBuffer ws = WorkspaceBuffer(zipccl_cuda::CompressWorkspaceBytes(size_dtype, a, n) - shortfall);
+    err = Compress(stream, ffi::AnyBuffer(&x.view), ffi::Buffer<ffi::U8>(&payload.view),
+                   ffi::Buffer<ffi::U32>(&sizes.view), ffi::Buffer<ffi::U8>(&ws.view), n);
     *out = sizes.bytes;
     out->insert(out->end(), payload.bytes.begin(), payload.bytes.end());
   } else if (op == 1) {
     HostBuffer payload(ffi::DataType::U8, {a, b}, Read(size_t(a * b)));
-    HostBuffer y(type, {a * n});
-    err = Decompress(stream, std::move(scratch), ffi::Buffer<ffi::U8>(&payload.view), ffi::AnyBuffer(&y.view), n);
+    HostBuffer y(type, {a * n}), words(ffi::DataType::U32, {a});
+    HostBuffer ws = WorkspaceBuffer(zipccl_cuda::DecompressWorkspaceBytes(size_dtype, a, n) - shortfall);
+    err = Decompress(stream, ffi::Buffer<ffi::U8>(&payload.view), ffi::AnyBuffer(&y.view),
+                     ffi::Buffer<ffi::U32>(&words.view), ffi::Buffer<ffi::U8>(&ws.view), n);
     *out = y.bytes;
-  } else {
+    *status = words.bytes;
+  } else if (op == 2) {
     HostBuffer payload(ffi::DataType::U8, {a, b, c}, Read(size_t(a * b * c)));
-    HostBuffer y(XlaType(req[6]), {b > 0 ? a * n : 0});
-    err = DecompressAccumulate(stream, std::move(scratch), ffi::Buffer<ffi::U8>(&payload.view),
-                               ffi::AnyBuffer(&y.view), n, int32_t(dtype));
+    HostBuffer y(XlaType(req[6]), {b > 0 ? a * n : 0}), words(ffi::DataType::U32, {a, b});
+    HostBuffer ws = WorkspaceBuffer(zipccl_cuda::AccumulateWorkspaceBytes(size_dtype, a, n, int(req[6])) - shortfall);
+    err = DecompressAccumulate(stream, ffi::Buffer<ffi::U8>(&payload.view), ffi::AnyBuffer(&y.view),
+                               ffi::Buffer<ffi::U32>(&words.view), ffi::Buffer<ffi::U8>(&ws.view), n, int32_t(dtype));
     *out = y.bytes;
+    *status = words.bytes;
+  } else {
+    const std::vector<uint8_t> x = Read(size_t(n * eb));
+    zipccl_cuda::CodecTiming t;
+    const std::string message = zipccl_cuda::TimeCodec(0, int(dtype), x.data(), n, int(a), &t);
+    if (!message.empty()) return ffi::Error(ffi::ErrorCode::kInternal, message);
+    const double ms[3] = {t.compress_ms, t.decompress_ms, t.copy_ms};
+    const int64_t ints[2] = {t.compressed_bytes, t.round_trip};
+    out->assign(Bytes((void*)ms), Bytes((void*)ms) + sizeof(ms));
+    out->insert(out->end(), Bytes((void*)ints), Bytes((void*)ints) + sizeof(ints));
   }
   return err;
 }
@@ -133,12 +250,16 @@ int main(int argc, char** argv) {
   zc_emu::sms = std::atoi(argv[1]);
   zc_emu::resident = unsigned(std::atoi(argv[2]));
   zc_emu::inject = argc == 4 ? std::atoi(argv[3]) : 0;
-  int64_t req[7];
+  int64_t req[8];
   while (std::fread(req, sizeof(req), 1, stdin) == 1) {
-    std::vector<uint8_t> out;
-    const ffi::Error err = Serve(req, &out);
+    std::vector<uint8_t> out, status;
+    zc_emu::host_syncs = 0;
+    const ffi::Error err = Serve(req, &out, &status);
+    const int64_t syncs = int64_t(zc_emu::host_syncs);
     Write(err.message().data(), int64_t(err.message().size()));
     Write(out.data(), int64_t(out.size()));
+    Write(status.data(), int64_t(status.size()));
+    Write(&syncs, sizeof(syncs));
   }
   if (std::getenv("ZIPCCL_EMU_COUNTS"))
     for (const auto& [name, c] : zc_emu::counts)

@@ -14,7 +14,11 @@
 // kTimeoutSeconds, ends the process with a message naming the block, warp,
 // lanes and intrinsic: the test fails rather than hangs. Shared-memory and
 // global atomics are std::atomic_ref. "Device" memory is host memory:
-// cudaMemcpyAsync is a memcpy, streams are ignored.
+// cudaMemcpyAsync is a memcpy, streams are ignored, and events read a host
+// clock when recorded (launches return when their kernel has run). Every call
+// that would make the host wait for the device or move bytes between host and
+// device (stream and event synchronisation, host<->device copies) is counted
+// in zc_emu::host_syncs: the handlers must make none.
 #pragma once
 
 #include <algorithm>
@@ -67,6 +71,7 @@ struct Counts {
 inline std::mutex counts_mutex;
 inline std::vector<std::pair<std::string, Counts>> counts;
 inline std::atomic<uint64_t> warp_ops{0}, barriers{0}, atomics{0};
+inline std::atomic<uint64_t> host_syncs{0};
 
 [[noreturn]] inline void Fail(const std::string& what) {
   std::fprintf(stderr, "cuda emulation: block %u: %s\n", blockIdx.x, what.c_str());
@@ -348,6 +353,16 @@ T atomicOr(T* address, T val) {
 }
 
 template <typename T>
+T atomicMax(T* address, T val) {
+  zc_emu::atomics.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_ref<T> a(*address);
+  T old = a.load();
+  while (val > old && !a.compare_exchange_weak(old, val)) {
+  }
+  return old;
+}
+
+template <typename T>
 T atomicMin(T* address, T val) {
   zc_emu::atomics.fetch_add(1, std::memory_order_relaxed);
   std::atomic_ref<T> a(*address);
@@ -361,27 +376,83 @@ T atomicMin(T* address, T val) {
 #define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) \
   zc_emu::Launch(#kernel, grid, threads, kernel, __VA_ARGS__)
 
-// The runtime API the handlers call.
+// The workspace's arrays (ffi/zipccl_cuda.cu) are each followed by a gap that
+// AddressSanitizer reports when touched, as it would a separate allocation.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define ZC_WORKSPACE_GAP 64
+#define ZC_POISON_GAP(address, bytes) ASAN_POISON_MEMORY_REGION(address, size_t(bytes))
+#else
+#define ZC_WORKSPACE_GAP 0
+#define ZC_POISON_GAP(address, bytes) (void)0
+#endif
+
+// The runtime API the handlers and the timing call.
 using cudaStream_t = struct zc_emu_stream*;
-enum cudaError_t { cudaSuccess = 0 };
-enum cudaMemcpyKind { cudaMemcpyDeviceToHost = 2 };
+using cudaEvent_t = struct zc_emu_event*;
+enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+constexpr unsigned cudaStreamNonBlocking = 1;
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline const char* cudaGetErrorString(cudaError_t) { return "no error"; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory"; }
 inline cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
   *value = zc_emu::sms;
+  return cudaSuccess;
+}
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = std::malloc(bytes);
+  if (*p) std::memset(*p, 0xA5, bytes);  // garbage, as device memory holds
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = nullptr;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  ++zc_emu::host_syncs;
   return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  if (kind != cudaMemcpyDeviceToDevice) ++zc_emu::host_syncs;
   std::memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+// An event: the host clock when it was recorded.
+struct zc_emu_event {
+  std::chrono::steady_clock::time_point at;
+};
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new zc_emu_event;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  e->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  ++zc_emu::host_syncs;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;
 }

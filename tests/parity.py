@@ -31,7 +31,7 @@ from zipccl_jax import reference
 from zipccl_jax.bench.data import gaussian, special_values
 
 N = 8
-COMPRESS_CALL = 'custom_call_target="zipccl_compress"'
+COMPRESS_CALL = 'custom_call_target="zipccl_stream_sizes"'  # the size pass: one per compressed transfer
 
 LAX = SimpleNamespace(psum=lax.psum, all_gather=lax.all_gather, psum_scatter=lax.psum_scatter,
                       all_to_all=lax.all_to_all, ppermute=lax.ppermute)
@@ -206,7 +206,7 @@ def assert_compressed(hlo: str, strategy: str):
     """Under ZIPCCL_STRATEGY=compressed a program with a float collective must
     run the codec: a silent fallback to lax's collectives cannot pass."""
     if strategy == "compressed":
-        assert COMPRESS_CALL in hlo, "ZIPCCL_STRATEGY=compressed, yet the compiled program never calls zipccl_compress"
+        assert COMPRESS_CALL in hlo, "ZIPCCL_STRATEGY=compressed, yet the compiled program never sizes a stream (zipccl_stream_sizes)"
 
 
 _OP = re.compile(r"= .*? (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)"

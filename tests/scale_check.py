@@ -5,6 +5,7 @@
     python tests/scale_check.py chunks ELEMENTS K     # bf16 in K streams (compress_chunks)
     python tests/scale_check.py leaves LEAVES         # zip_psum of a pytree vs lax.psum, 8 devices
     python tests/scale_check.py memory                # compiled temp bytes of each collective vs lax's
+    python tests/scale_check.py transfer [REPEAT]     # CPU cost of compiling and running each collective
 
 Each prints one line of `key=value` figures and exits non-zero on a wrong bit.
 """
@@ -109,17 +110,53 @@ def memory() -> str:
     for dtype in (jnp.bfloat16, jnp.float32):
         for m in (1 << 16, 1 << 20, 1 << 22):
             message = m * jnp.dtype(dtype).itemsize
-            for name, (ours, theirs, k) in COLLECTIVES.items():
+            for name, (ours, theirs, _, upper) in COLLECTIVES.items():
                 zip_temp, lax_temp = temp_bytes(ours, name, m, dtype), temp_bytes(theirs, name, m, dtype)
                 rows.append(f"| {jnp.dtype(dtype).name} | {message:,} | {name} | {zip_temp:,} | "
-                            f"{zip_temp / message:.2f}x | {k}x | {lax_temp / message:.2f}x |")
+                            f"{zip_temp / message:.3f}x | {upper:g}x | {lax_temp / message:.2f}x |")
     return "ok=True\n" + "\n".join(rows)
+
+
+def transfer(repeat: int) -> str:
+    """Per compressed collective (strategy="compressed", 8 devices, 2 MiB of Gaussian bf16 each):
+    CPU seconds of this process (all threads) to trace+lower and to compile it, and CPU
+    milliseconds per call (median of `repeat`): the codec's work of all 8 devices and XLA's
+    collectives. Public API only, so it runs against any installed version, for side-by-side
+    comparisons in alternation."""
+    from zipccl_jax.bench.data import gaussian
+
+    n, m = 8, 1 << 20
+    mesh = jax.make_mesh((n,), ("d",), devices=jax.devices("cpu")[:n])
+    x = jax.device_put(gaussian(n * m, "bfloat16", seed=1), NamedSharding(mesh, P("d")))
+    cases = {"psum": (lambda a: zc.zip_psum(a, "d", strategy="compressed"), P()),
+             "psum_scatter": (lambda a: zc.zip_psum_scatter(a, "d", tiled=True, strategy="compressed"), P("d")),
+             "all_to_all": (lambda a: zc.zip_all_to_all(a, "d", 0, 0, tiled=True, strategy="compressed"), P("d")),
+             "all_gather": (lambda a: zc.zip_all_gather(a, "d", tiled=True, strategy="compressed"), P("d"))}
+    fields = []
+    for name, (fn, spec) in cases.items():
+        f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("d"), out_specs=spec, check_vma=False))
+        t0 = time.process_time()
+        lowered = f.lower(x)
+        t1 = time.process_time()
+        compiled = lowered.compile()
+        t2 = time.process_time()
+        jax.block_until_ready(compiled(x))
+        runs = []
+        for _ in range(repeat):
+            t = time.process_time()
+            jax.block_until_ready(compiled(x))
+            runs.append(time.process_time() - t)
+        fields.append(f"{name}_lower_cpu_s={t1 - t0:.3f} {name}_compile_cpu_s={t2 - t1:.3f} "
+                      f"{name}_run_cpu_ms={1e3 * float(np.median(runs)):.1f}")
+    return "ok=True " + " ".join(fields)
 
 
 if __name__ == "__main__":
     what = sys.argv[1]
     if what == "memory":
         line = memory()
+    elif what == "transfer":
+        line = transfer(int(sys.argv[2]) if len(sys.argv) > 2 else 9)
     elif what == "leaves":
         line = leaves(int(sys.argv[2]))
     else:

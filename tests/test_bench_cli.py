@@ -69,7 +69,8 @@ def test_bench_train_on_local_devices(tmp_path, capsys):
     captured = capsys.readouterr()
     assert [r["sync"] for r in rows] == list(trainbench.SYNCS)
     assert rows[1]["losses = compress=False"] is True
-    assert rows[1]["plan"] == "raw" and rows[3]["plan"] == "compressed reduce_scatter+all_gather"  # CPU default
+    assert rows[1]["plan"] == "raw all_reduce" and rows[3]["plan"] == "compressed reduce_scatter+all_gather"  # CPU default
+    assert rows[2]["plan"] == "raw all_reduce" and rows[1]["in situ ms"] == "-"  # not autotuned
     result = json.loads(out_json.read_text())["result"]
     zipped = result["syncs"][trainbench.COMPRESSED]
     assert trainbench.losses_identical(result["syncs"]["zip_psum"]["losses"],

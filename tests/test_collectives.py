@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 import zipccl_jax as zc
 from conftest import cpu_devices
 from zipccl_jax import reference as ref
-from zipccl_jax import strategy
+from zipccl_jax import _zipccl_cpu, strategy
 from zipccl_jax.bench.data import gaussian, random_bits, special_values
 
 FLOATS = [jnp.bfloat16, jnp.float16, jnp.float32]
@@ -68,7 +68,7 @@ def test_psum_is_the_rank_ordered_fp32_sum_bit_for_bit(dtype):
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
 def test_psum_with_and_without_codec_and_both_algorithms_agree_bitwise(dtype):
     x = per_device((20_000,), dtype, seed=3)
-    slow = dict(link_bandwidth=1e3)  # compression pays
+    slow = dict(link_bandwidth=1e3, reduce_bandwidth=1.0)  # compression pays, over either algorithm
     ag = strategy.CostModel(psum_algorithm="all_gather+local_reduce", **slow)
     rs = strategy.CostModel(psum_algorithm="reduce_scatter+all_gather", **slow)
     results = {}
@@ -80,6 +80,31 @@ def test_psum_with_and_without_codec_and_both_algorithms_agree_bitwise(dtype):
         assert plan.compress  # compress=False keeps the plan and turns the codec off
         assert plan.algorithm == ("reduce_scatter+all_gather" if name.startswith("rs") else "all_gather+local_reduce")
     assert len(set(results.values())) == 1
+
+
+@pytest.mark.parametrize("algorithm", strategy.PSUM_ALGORITHMS)
+def test_uncompressed_plans_are_the_rank_ordered_sum_of_the_raw_bits_without_consensus(algorithm):
+    x = per_device((20_000,), jnp.bfloat16, seed=3)
+    mesh = mesh1()
+    xs = jax.device_put(x, NamedSharding(mesh, P("d")))
+    sums = {}
+    for name in (f"uncompressed {algorithm}", f"compressed {algorithm}", "raw all_reduce"):
+        f = jax.jit(jax.shard_map(lambda a, name=name: zc.zip_psum(a[0], "d", strategy=strategy.Pinned(name),
+                                                                    with_stats=True),
+                                  mesh=mesh, in_specs=P("d"), out_specs=P()))
+        strategy.last_plans(clear=True)
+        hlo = f.lower(xs).as_text()
+        assert [p.name for p in strategy.last_plans()] == [name]
+        out, stats = f(xs)
+        sums[name], wire, raw = bits(out), float(stats.wire_bytes), float(stats.raw_bytes)
+        if name.startswith("uncompressed"):
+            # no size pass, no pmax (no all-reduce at all), no codec: STORED_RAW streams, raw bytes plus a
+            # 16-byte header per stream and phase
+            assert "zipccl_stream_sizes" not in hlo and "all_reduce" not in hlo and "all-reduce" not in hlo
+            assert wire == raw + (N - 1) * 16 * (2 if algorithm.startswith("reduce") else 1), (wire, raw)
+    assert sums[f"uncompressed {algorithm}"] == sums[f"compressed {algorithm}"] == bits(rank_sum(x, jnp.bfloat16))
+    lax_fp32 = run(lambda a: lax.psum(a.astype(jnp.float32), "d").astype(a.dtype), x, out_specs=P())
+    assert sums["raw all_reduce"] == bits(lax_fp32)  # XLA's own sum (here in the same order: not promised)
 
 
 def test_psum_agrees_with_lax_psum_within_rounding():
@@ -113,7 +138,7 @@ def test_psum_of_a_pytree_packs_leaves_into_few_buckets():
     for k, v in tree.items():
         expected = v.sum(0).astype(v.dtype) if k == "step" else rank_sum(v, v.dtype)
         assert bits(out[k]) == bits(expected), k
-    assert f.lower(xs).as_text().count("zipccl_compress") < 20
+    assert f.lower(xs).as_text().count("zipccl_stream_sizes") < 20
 
 
 # ---------------------------------------------------------------------------- all_gather / psum_scatter
@@ -185,14 +210,16 @@ def test_every_rung_is_reached_and_wire_bytes_follow_the_largest_stream():
     f = jax.jit(jax.shard_map(lambda a: (lambda r: (r[0], r[1].wire_bytes[None]))(
         zc.zip_all_gather(a[0], "d", strategy="compressed", with_stats=True)), mesh=mesh, in_specs=P("d"),
         out_specs=(P("d"), P("d"))))
+    scratch = np.zeros(cap, np.uint8)
+    length = lambda a: _zipccl_cpu.compress_into(a.view(np.uint8), 1, scratch)  # noqa: E731 (= the reference's)
     base = [spread(m, 1, seed=i) for i in range(N)]
-    others = max(len(ref.compress(b)) for b in base)
+    others = max(length(b) for b in base)
     # device 3 decides: its first k values spread over `width` exponents, the rest over one
-    candidates = [(m, w) for w in range(1, 257)] + [(k, 4) for k in range(0, m, 200)]
+    candidates = [(m, w) for w in range(1, 257)] + [(k, w) for w in (4, 8) for k in range(0, m, 100)]
     lands = {}  # rung -> the first candidate whose stream lands on it
     for k, width in candidates:
         mine = np.where(np.arange(m) < k, spread(m, width, seed=3), base[3])
-        lands.setdefault(next(r for r in rungs if r >= max(len(ref.compress(mine)), others)), mine)
+        lands.setdefault(next(r for r in rungs if r >= max(length(mine), others)), mine)
     assert set(lands) == set(rungs)
     for rung, mine in sorted(lands.items()):
         x = np.stack([mine if i == 3 else base[i] for i in range(N)])
@@ -373,9 +400,23 @@ def test_plans_are_visible_and_small_messages_go_raw():
     out, stats = run(lambda a: (lambda r: (r[0], r[1].wire_bytes[None]))(zc.zip_psum(a, "d", with_stats=True)), x,
                      out_specs=(P(), P("d")))
     plan = strategy.last_plans()[-1]
-    assert not plan.compress and "raw" in plan.reason
+    assert not plan.compress and "raw" in plan.reason and plan.widened
     np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(rank_sum(x, np.float32)), rtol=1e-2)
-    assert float(stats[0]) == 2 * x[0].nbytes * (N - 1) / N
+    # XLA:CPU's all-reduce moves the bf16 values as float32: the Stats count what it sends
+    assert float(stats[0]) == 2 * x[0].size * 4 * (N - 1) / N
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+def test_raw_plans_of_psum_and_psum_scatter_count_the_float32_xla_sends(dtype):
+    x = per_device((N, 16), dtype)
+    wire = {}
+    for name, fn in (("psum", lambda a: zc.zip_psum(a, "d", strategy="raw", with_stats=True)),
+                     ("psum_scatter", lambda a: zc.zip_psum_scatter(a, "d", strategy="raw", with_stats=True))):
+        _, stats = run(lambda a: (lambda r: (r[0], jnp.stack([r[1].wire_bytes, r[1].raw_bytes])[None]))(fn(a)), x,
+                       out_specs=(P() if name == "psum" else P("d"), P("d")))
+        wire[name] = stats[0].tolist()
+    share = x[0].size * 4 * (N - 1) / N  # float32 on CPU, whatever the dtype
+    assert wire == {"psum": [2 * share, 2 * share], "psum_scatter": [share, share]}
 
 
 def test_integers_pass_through_every_collective_raw():

@@ -68,6 +68,26 @@ def test_cuda_rejects_a_corrupt_payload_with_a_clear_error():
         jax.block_until_ready(zc.decompress(zc.Compressed(on_gpu(payload), c.nbytes, c.shape, c.dtype)))
 
 
+def test_cuda_decoders_under_jit_poison_a_corrupt_item_and_return_its_status():
+    """No host sync inside the handlers: under jit a corrupt stream decodes to all-one bytes and its
+    status word holds the decoder's code; the other streams decode; the accumulate poisons the sum
+    of the item with the bad row only."""
+    x = np.stack([gaussian(9000, jnp.bfloat16, seed=i) for i in range(4)])
+    c = zc.compress(on_gpu(x), batch_dims=1)
+    payload = np.asarray(c.payload).copy()
+    payload[1, 19] = 7  # stream 1, block 0: a bad mode
+    bad = zc.Compressed(on_gpu(payload), c.nbytes, c.shape, c.dtype)
+    out, status = jax.jit(lambda b: zc.decompress(b, with_status=True))(bad)
+    assert zc.ops.corrupt_payload_error(status) == "zipccl: corrupt payload (stream 1): corrupt block descriptor (bad mode)"
+    out = np.asarray(out)
+    assert (out[1].view(np.uint16) == 0xFFFF).all() and bits(out[[0, 2, 3]]) == bits(x[[0, 2, 3]])
+    sums, words = jax.jit(lambda p: zc.decompress_accumulate(p, m=9000, dtype=jnp.bfloat16, with_status=True))(
+        on_gpu(payload.reshape(2, 2, -1)))
+    assert np.asarray(words).tolist() == [[0, 7], [0, 0]]
+    assert (np.asarray(sums)[0].view(np.uint16) == 0xFFFF).all()
+    assert bits(np.asarray(sums)[1]) == bits(ref.accumulate(list(x[2:]), np.dtype(jnp.bfloat16)))
+
+
 def test_collectives_on_the_gpu_mesh():
     """Every collective on a mesh of all visible GPUs (one GPU: an axis of size 1)."""
     from jax import lax

@@ -2,7 +2,11 @@
 
 tests/cuda_emulation.cc compiles ffi/zipccl_cuda.cu with g++ (tests/cuda_host_shim.h stands in for
 the CUDA runtime) and calls the real Compress, Decompress and DecompressAccumulate handlers on host
-buffers. Every CUDA thread is a std::thread; several CUDA blocks of a launch run at once, each with
+buffers, each with the workspace its size function asks for (every array followed by a gap that
+ASan reports), and the timing function of `python -m zipccl_jax selftest`. Every handler call is
+checked to make no host synchronisation (the shim counts stream and event waits and host<->device
+copies); a decoder's verdict is read from the status words it returns, as zipccl_jax.ops reads them,
+and a corrupt item's output must be poisoned (all-one bytes). Every CUDA thread is a std::thread; several CUDA blocks of a launch run at once, each with
 its own shared memory (garbage at the start of every block); the 32 lanes of a warp meet in lockstep
 at every warp intrinsic (__shfl*_sync, __ballot_sync, __syncwarp) and exchange their values there;
 __syncthreads is a real barrier; shared-memory atomics are atomic. A lane that skips an intrinsic its
@@ -15,10 +19,11 @@ table placement, per-item and per-row indexing, scratch sizes, error reporting, 
 checks; under ThreadSanitizer, that the threads of a block and the blocks of a grid order their
 shared and global reads and writes (an injected race must be reported). What needs a GPU stays
 unchecked: the device's weaker memory model (the emulation's barriers are sequentially consistent),
-warp scheduling and speed, device memory errors (compute-sanitizer, with tests/test_cuda.py) and GPU
-arithmetic (NaN payloads of sums)."""
+warp scheduling and speed, device memory errors (compute-sanitizer, with tests/test_cuda.py), GPU
+arithmetic (NaN payloads of sums) and XLA's capture of the handlers into command buffers."""
 
 import hashlib
+import re
 import shutil
 import struct
 import subprocess
@@ -32,6 +37,7 @@ import numpy as np
 import pytest
 
 from zipccl_jax import reference as ref
+from zipccl_jax.ops import corrupt_payload_error
 from test_codec_cpu import mutate
 from test_reference import KINDS, make
 
@@ -42,7 +48,7 @@ SIZES = [0, 1, 4095, 4096, 4097, 65537]  # 65537: 17 blocks in two groups
 # (SMs, resident CUDA blocks): the emulated device. One SM: grids of 16 or 32 CUDA blocks that loop
 # over their work, one block at a time; several SMs: bigger grids, several blocks racing at once.
 LAUNCHES = [(1, 1), (4, 3)]
-COMPRESS, DECOMPRESS, ACCUMULATE = 0, 1, 2
+COMPRESS, DECOMPRESS, ACCUMULATE, TIME = 0, 1, 2, 3
 CORRUPT = "zipccl: corrupt payload (stream {}): "
 TRUNCATED = "truncated payload (shorter than its header says)"
 
@@ -70,24 +76,46 @@ def tsan_emulator(tmp_path_factory):
 
 
 def run_emulator(exe, requests, launch, inject=0):
-    data = b"".join(struct.pack("<7q", *(list(h) + [0] * (7 - len(h)))) + body for h, body in requests)
+    data = b"".join(struct.pack("<8q", *(list(h) + [0] * (8 - len(h)))) + body for h, body in requests)
     return subprocess.run([str(exe), *map(str, launch), str(inject)], input=data, capture_output=True, timeout=300)
 
 
-def emulate(exe, requests, launch=LAUNCHES[-1]):
-    """Runs requests (header tuple, input bytes) -> [(error message, output bytes)]."""
-    run = run_emulator(exe, requests, launch)
+def replies_of(run, count):
+    """The emulator's replies: [(error message, output, status words, host syncs)]."""
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     replies, pos = [], 0
     while pos < len(run.stdout):
         fields = []
-        for _ in range(2):
+        for _ in range(4):
             (size,) = struct.unpack_from("<q", run.stdout, pos)
             fields.append(run.stdout[pos + 8 : pos + 8 + size])
             pos += 8 + size
-        replies.append((fields[0].decode(), fields[1]))
-    assert len(replies) == len(requests)
+        replies.append((fields[0].decode(), fields[1], np.frombuffer(fields[2], np.uint32),
+                        struct.unpack("<q", fields[3])[0]))
+    assert len(replies) == count
     return replies
+
+
+def verdict(header, message, out, status):
+    """The handler's error, else what zipccl_jax.ops raises for its status words (the CPU codec's
+    wording), "" when every stream decoded. A corrupt item's output must be all-one bytes (NaN)."""
+    if message or header[0] not in (DECOMPRESS, ACCUMULATE) or not status.size:
+        return message
+    assert status.max() <= 12, f"status words hold only the decoder's codes: {status}"
+    rows = header[4] if header[0] == ACCUMULATE else 1
+    corrupt = status.reshape(-1, rows).any(axis=1)
+    items = np.frombuffer(out, np.uint8).reshape(len(corrupt), -1)
+    assert all((item == 0xFF).all() for item in items[corrupt]), "a corrupt item's output is not poisoned"
+    return corrupt_payload_error(status, rows) or ""
+
+
+def emulate(exe, requests, launch=LAUNCHES[-1]):
+    """Runs requests (header tuple, input bytes) -> [(error message, output bytes)]. The handlers
+    must not synchronise with the host."""
+    replies = replies_of(run_emulator(exe, requests, launch), len(requests))
+    for (header, _), (_, _, _, syncs) in zip(requests, replies):
+        assert syncs == 0, f"request {header} made {syncs} host synchronisations"
+    return [(verdict(h, m, out, st), out) for (h, _), (m, out, st, _) in zip(requests, replies)]
 
 
 def compress_request(items):
@@ -213,8 +241,8 @@ def test_a_body_size_past_the_end_is_reported_as_truncated(emulator):
 
 
 def test_first_corrupt_stream_is_named_and_the_others_still_decode(emulator):
-    """Decompress names the first bad stream of a batch (the first in launch order, here row order);
-    accumulate names the bad payload row, item * k + j."""
+    """Decompress names the first bad stream of a batch (row order); accumulate names the first item
+    with a bad row, as the CPU codec does, and poisons only that item's sums."""
     dtype, n = np.float32, 9000
     streams = [ref.compress(make(kind, n, dtype)) for kind in ["gauss", "low_precision", "mixed_precision", "wide"]]
     bad_mode = bytearray(streams[2])
@@ -231,8 +259,49 @@ def test_first_corrupt_stream_is_named_and_the_others_still_decode(emulator):
         assert got[i].tobytes() == ref.decompress(batch[i], dtype, n).tobytes()
     rows = np.frombuffer(decompress_request(batch, dtype, n, cap)[1], np.uint8).reshape(5, cap)
     payload = np.stack([rows[[0, 1, 3]], rows[[0, 2, 1]]])  # [2 items, k = 3, cap]: row 1 * 3 + 1 is bad
-    (err, _), = emulate(emulator, [accumulate_request(payload, dtype, n, dtype)])
-    assert err == CORRUPT.format(4) + "corrupt block descriptor (bad mode)"
+    (err, out), = emulate(emulator, [accumulate_request(payload, dtype, n, dtype)])
+    assert err == CORRUPT.format(1) + "corrupt block descriptor (bad mode)"
+    first = [ref.decompress(batch[i], dtype, n) for i in [0, 1, 3]]
+    assert_same_sums(np.frombuffer(out, dtype)[:n], ref.accumulate(first, dtype))
+
+
+def test_headers_of_empty_streams_are_checked(emulator):
+    """n = 0: no element to decode, but a bad header is still refused, by decompress and accumulate
+    alike (the CPU codec checks them too)."""
+    good = ref.compress(np.zeros(0, np.float32))
+    bad = b"ZCCX" + good[4:]
+    with pytest.raises(ref.CorruptPayload) as reason:
+        ref.decompress(bad, np.float32, 0)
+    payload = np.frombuffer(good + bad, np.uint8).reshape(1, 2, len(good))
+    replies = emulate(emulator, [decompress_request([good, bad], np.float32, 0),
+                                 accumulate_request(payload, np.float32, 0, np.float32)])
+    assert [err for err, _ in replies] == [CORRUPT.format(1) + str(reason.value), CORRUPT.format(0) + str(reason.value)]
+
+
+def test_a_short_workspace_is_refused(emulator):
+    """Each handler checks the workspace result against what it carves out of it. The size functions
+    leave 255 bytes for aligning the buffer's start: 256 fewer can never be enough."""
+    x = make("gauss", 5000, np.float32)
+    (_, code, n, batch, cap), body = compress_request(x[None])
+    payload = np.frombuffer(ref.compress(x) + bytes(cap - len(ref.compress(x))), np.uint8)
+    requests = [((COMPRESS, code, n, batch, cap, 0, 0, 256), body),
+                ((DECOMPRESS, code, n, 1, cap, 0, 0, 256), payload.tobytes()),
+                ((ACCUMULATE, code, n, 1, 1, cap, code, 256), payload.tobytes())]
+    for op, (err, _) in zip(["compress", "decompress", "accumulate"], emulate(emulator, requests)):
+        size, needed = map(int, re.fullmatch(f"zipccl: {op}: workspace of (\\d+) bytes, (\\d+) needed", err).groups())
+        assert size == needed - 256
+
+
+def test_the_selftest_timing_runs_and_round_trips(emulator):
+    """zipccl_cuda::TimeCodec, which `python -m zipccl_jax selftest` calls on a GPU: its events read
+    the host clock here, so only the bookkeeping is checked (sizes, round trip, positive times)."""
+    x = make("gauss", 65537, ml_dtypes.bfloat16)
+    replies = replies_of(run_emulator(emulator, [((TIME, 1, x.size, 2), x.tobytes())], (4, 3)), 1)
+    (err, out, _, syncs), = replies
+    assert err == "" and syncs >= 1  # it waits for its last event: not a handler
+    ms, (compressed, round_trip) = struct.unpack_from("<3d", out), struct.unpack_from("<2q", out, 24)
+    assert all(0 < t < 60_000 for t in ms), ms
+    assert compressed == len(ref.compress(x)) and round_trip == 1
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -266,15 +335,23 @@ def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
 def test_threads_and_blocks_do_not_race(tsan_emulator):
     """ThreadSanitizer over four SMs, three CUDA blocks at once: what one thread writes and another
     reads is ordered by __syncthreads, a warp intrinsic or a kernel boundary, and the results stay bit
-    exact."""
+    exact (the codec's handlers and the collectives' row ops)."""
     dtype, n, k = np.float32, 65537, 2
     items, streams = items_of(dtype, n)[:4], streams_of(dtype, n)[:4]
     cap = ref.max_stream_bytes(n, dtype)
     rows = decompress_request(streams, dtype, n, cap)
     payload = np.frombuffer(rows[1], np.uint8).reshape(2, k, cap)
-    (c_err, c_out), (d_err, d_out), (a_err, a_out) = emulate(
-        tsan_emulator, [compress_request(items), rows, accumulate_request(payload, dtype, n, dtype)], (4, 3))
-    assert (c_err, d_err, a_err) == ("", "", "")
+    flat = items.reshape(-1)[: 4 * n - 5]  # the row ops: interleaved rows of three leaves, padded
+    cut = ref.cut_rows(flat, 4, ref.BLOCK)
+    row_streams = [ref.compress(r) for r in cut]
+    row_cap = max(map(len, row_streams))
+    (c_err, c_out), (d_err, d_out), (a_err, a_out), (e_err, e_out), (r_err, r_out) = emulate(
+        tsan_emulator, [compress_request(items), rows, accumulate_request(payload, dtype, n, dtype),
+                        row_request(ENCODE_OP, dtype, flat.size, 4, ref.BLOCK, 3, 2, row_cap, flat.tobytes()),
+                        row_request(DECODE_ROWS_OP, dtype, flat.size, 4, ref.BLOCK, 3, 4, row_cap,
+                                    b"".join(s + bytes(row_cap - len(s)) for s in row_streams))], (4, 3))
+    assert (c_err, d_err, a_err, e_err, r_err) == ("", "", "", "", "")
+    assert e_out == b"".join(s + bytes(row_cap - len(s)) for s in row_streams) and r_out == flat.tobytes()
     sizes = np.frombuffer(c_out[:16], np.uint32)
     got = np.frombuffer(c_out[16:], np.uint8).reshape(4, cap)
     assert [r[:s].tobytes() for r, s in zip(got, sizes)] == streams
@@ -297,3 +374,83 @@ def test_a_lane_that_skips_a_warp_intrinsic_is_reported(emulator):
     run = run_emulator(emulator, [compress_request(items_of(np.float32, 4097)[:1])], (1, 1), inject=2)
     assert run.returncode == 3
     assert ("wait at __shfl_xor_sync; lanes that left the kernel: [5]" in run.stderr.decode()), run.stderr.decode()
+
+
+# ---------------------------------------------------------------------------- the collectives' row ops
+
+SIZES_OP, ENCODE_OP, ENCODE_RAW_OP, DECODE_ROWS_OP, ACCUMULATE_ROWS_OP = 4, 5, 6, 7, 8
+# (elements, rows, unit, leaves, buffers): contiguous rows in one leaf and in 20 leaves (more than a kernel
+# takes at once), interleaved blocks with padding, a row shorter than its unit
+ROW_LAYOUTS = [(4 * 4100, 4, 0, 1, 2), (4 * 4100, 4, 0, 20, 4), (2 * 4 * ref.BLOCK + 4 * 300 + 3, 4, ref.BLOCK, 3, 1),
+               (2 * 1000, 2, ref.BLOCK, 2, 2)]
+
+
+def flat_of(dtype, size, seed):
+    """Mixed kinds end to end: Gaussian, random bits (a stored-raw row), specials."""
+    parts = [make(k, size // 3 + 1, dtype, seed=seed + i) for i, k in enumerate(["gauss", "random_bits", "specials"])]
+    return np.concatenate(parts)[:size]
+
+
+def row_request(op, dtype, size, rows, unit, leaves, buffers=1, cap=0, body=b""):
+    return (op, CODES[np.dtype(dtype)], size, rows, unit, leaves, (buffers << 32) | cap), body
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"sms{l[0]}_resident{l[1]}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_row_ops_are_byte_identical_to_the_reference(emulator, dtype, launch):
+    requests, checks = [], []
+    for i, (size, rows, unit, leaves, buffers) in enumerate(ROW_LAYOUTS):
+        x = flat_of(dtype, size, seed=i)
+        cut = ref.cut_rows(x, rows, unit)
+        m = cut.shape[1]
+        streams = [ref.compress(r) for r in cut]
+        cap, full = max(map(len, streams)) + 3, ref.max_stream_bytes(m, dtype)
+        payload = b"".join(s + bytes(cap - len(s)) for s in streams)
+        raw = b"".join(ref.header(CODES[np.dtype(dtype)], ref.FLAG_STORED_RAW, m) + r.tobytes() for r in cut)
+        requests += [row_request(SIZES_OP, dtype, size, rows, unit, leaves, body=x.tobytes()),
+                     row_request(ENCODE_OP, dtype, size, rows, unit, leaves, buffers, cap, x.tobytes()),
+                     row_request(ENCODE_RAW_OP, dtype, size, rows, unit, leaves, buffers, full, x.tobytes()),
+                     row_request(DECODE_ROWS_OP, dtype, size, rows, unit, leaves, buffers, cap, payload)]
+        checks += [np.array([len(s) for s in streams], np.uint32).tobytes(), payload, raw, x.tobytes()]
+        for out_dtype in (dtype, np.float32):
+            req = (ACCUMULATE_ROWS_OP, CODES[np.dtype(dtype)], m, rows, CODES[np.dtype(out_dtype)], leaves,
+                   (buffers << 32) | cap)
+            requests.append((req, payload))
+            checks.append(ref.accumulate(list(cut), out_dtype))
+    for (err, out), expected in zip(emulate(emulator, requests, launch), checks):
+        assert err == ""
+        if isinstance(expected, bytes):
+            assert out == expected
+        else:
+            assert_same_sums(np.frombuffer(out, expected.dtype), expected)
+
+
+def test_row_ops_report_and_poison_the_corrupt_row_and_refuse_bad_arguments(emulator):
+    """decode_rows: the corrupt row's status word and its elements all-one bytes (NaN), the other rows
+    decoded; decode_accumulate_rows: the row's word and every sum poisoned. The words give the CPU
+    row ops' error. Then: a short workspace, a raw encode below the full capacity, no rows."""
+    dtype, size, rows = np.float32, 4 * 5000, 4
+    x = flat_of(dtype, size, seed=7)
+    streams = [ref.compress(r) for r in ref.cut_rows(x, rows)]
+    cap = max(map(len, streams))
+    payload = bytearray(b"".join(s + bytes(cap - len(s)) for s in streams))
+    payload[2 * cap + 18] = 21  # row 2 (the second buffer's first), block 0's width: at most 20
+    code = CODES[np.dtype(dtype)]
+    requests = [row_request(DECODE_ROWS_OP, dtype, size, rows, 0, 1, 2, cap, bytes(payload)),
+                ((ACCUMULATE_ROWS_OP, code, size // rows, rows, code, 1, (2 << 32) | cap), bytes(payload))]
+    (d_err, d_out, d_status, d_syncs), (a_err, a_out, a_status, a_syncs) = replies_of(
+        run_emulator(emulator, requests, LAUNCHES[-1]), 2)
+    assert (d_err, a_err, d_syncs, a_syncs) == ("", "", 0, 0)
+    for status in d_status, a_status:
+        assert corrupt_payload_error(status) == CORRUPT.format(2) + "corrupt block descriptor (bad mode)"
+    decoded = np.frombuffer(d_out, np.uint8).reshape(rows, -1)
+    assert (decoded[2] == 0xFF).all() and decoded[[0, 1, 3]].tobytes() == x.reshape(rows, -1)[[0, 1, 3]].tobytes()
+    assert set(a_out) == {0xFF}
+    full = ref.max_stream_bytes(size // rows, dtype)
+    replies = emulate(emulator, [
+        (row_request(SIZES_OP, dtype, size, rows, 0, 1, body=x.tobytes())[0] + (256,), x.tobytes()),
+        row_request(ENCODE_RAW_OP, dtype, size, rows, 0, 1, 1, full - 1, x.tobytes()),
+        row_request(SIZES_OP, dtype, size, 0, 0, 1, body=x.tobytes())])
+    assert re.fullmatch(r"zipccl: stream_sizes: workspace of \d+ bytes, \d+ needed", replies[0][0])
+    assert [err for err, _ in replies[1:]] == ["zipccl: encode_rows: raw streams need their full capacity",
+                                               "zipccl: the row ops need at least one row"]

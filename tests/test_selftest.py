@@ -1,4 +1,7 @@
-"""`python -m zipccl_jax selftest` on the CPU devices (8 virtual ones, tests/conftest.py)."""
+"""`python -m zipccl_jax selftest` on the CPU devices (8 virtual ones, tests/conftest.py), and its
+GPU timing's Python half (the CUDA half runs in tests/test_cuda_emulation.py)."""
+
+import numpy as np
 
 from zipccl_jax import selftest
 
@@ -11,6 +14,7 @@ def test_selftest_passes_on_cpu_and_says_what_it_did_not_check(capsys):
     assert "not checked: the CUDA codec: JAX sees no GPU here" in out
     assert "strategy: psum of 64 KiB bfloat16 over 8 devices ->" in out
     assert "compress" in out.split("speed on ")[1] and "read+write pass" in out
+    assert "  measured with wall-clock medians of 1 jitted calls" in out
     assert out.rstrip().endswith("verdict: correct")
 
 
@@ -27,3 +31,36 @@ def test_selftest_reports_a_codec_that_disagrees_with_the_reference(monkeypatch)
     assert len(rejected) == cases - 3 and not any(" n=0:" in w for w in rejected)
     assert len(wrong) == 2 * cases - 3
     assert "float16 random_bits n=4097: stream differs from the reference" in wrong
+
+
+RAW = {"compress_ms": 0.5, "decompress_ms": 0.25, "copy_ms": 0.05, "compressed_bytes": 22_000_000,
+       "round_trip": True, "elements": 1 << 24, "bytes": 2 << 24, "repeat": 5}
+
+
+class FakeGpu:
+    platform, id, local_hardware_id = "gpu", 9, 3
+
+    def __str__(self):
+        return "cuda:3"
+
+
+def test_on_a_gpu_the_codec_is_timed_by_the_cuda_module_and_reported_in_gb_per_second(monkeypatch):
+    """time_codec hands the CUDA module's time_codec the device's CUDA ordinal, the bfloat16 code, the
+    raw bytes and the repeat count, and turns its milliseconds per call into GB/s of raw input."""
+    calls = []
+
+    class Module:
+        @staticmethod
+        def time_codec(device, dtype, raw, repeat):
+            calls.append((device, dtype, raw.dtype, raw.size, repeat))
+            return RAW
+
+    monkeypatch.setattr(selftest._ffi, "cuda_module", lambda: Module)
+    speed = selftest.time_codec(FakeGpu(), 1 << 10, 5)
+    assert calls == [(3, 1, np.uint8, 2 << 10, 5)]
+    assert selftest.speed_lines(FakeGpu(), 1 << 24, speed) == [
+        "speed on cuda:3 (16777216 bfloat16 Gaussians, ratio 1.525): compress 67.1 GB/s, decompress 134.2 GB/s, "
+        "device-to-device copy 671.1 GB/s",
+        "  measured with CUDA events around 5 back-to-back calls on one stream after a warm-up, device buffers "
+        "reused; the copy is cudaMemcpyAsync device to device of the input"]
+    assert speed["round_trip"] and not selftest.speed_from_cuda_events({**RAW, "round_trip": False})["round_trip"]

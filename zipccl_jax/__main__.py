@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
                    help="link rates each way, comma-separated (kbit/mbit/gbit; 'off': unshaped)")
     g.add_argument("--timeout", type=float, default=900, help="seconds each run of the processes may take")
     g.add_argument("--cleanup", action="store_true", help="only remove namespaces left by killed runs")
+    g.add_argument("--pin", action="store_true",
+                   help="pin process i to core i mod the cores (its network thread then waits for scheduler ticks)")
     g.add_argument("--profile", default=None, metavar="PATH.json",
                    help="every process loads this profile instead of running autotune")
     g = b.add_argument_group("wire")
@@ -53,7 +55,8 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("selftest", help="check the codec and every collective against the reference on the local "
                                          "devices (the GPUs if any), time the codec, run autotune; a verdict")
     t.add_argument("--elements", type=int, default=1 << 24, help="bfloat16 values for the timing")
-    t.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (median)")
+    t.add_argument("--repeat", type=int, default=5,
+                   help="timed calls per measurement (GPU: their mean between CUDA events; CPU: their median)")
     c = sub.add_parser("calibrate", help="autotune over this process's devices and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
     return p

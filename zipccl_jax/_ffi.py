@@ -7,7 +7,27 @@ import importlib
 
 import jax
 
-TARGETS = ("zipccl_compress", "zipccl_decompress", "zipccl_decompress_accumulate")
+# the collectives' row ops (ops.stream_sizes, ...): their CUDA workspace is sized by row_workspace_bytes
+ROW_TARGETS = ("zipccl_stream_sizes", "zipccl_encode_rows", "zipccl_decode_rows", "zipccl_decode_accumulate_rows")
+TARGETS = ("zipccl_compress", "zipccl_decompress", "zipccl_decompress_accumulate") + ROW_TARGETS
+
+
+@functools.cache
+def cuda_module():
+    """The CUDA codec's module, or None when this build has no CUDA codec."""
+    try:
+        return importlib.import_module("zipccl_jax._zipccl_cuda")
+    except ImportError:
+        return None  # built without a CUDA compiler: the CPU codec still works
+
+
+def _command_buffer_traits():
+    """XLA's trait for handlers it may capture into command buffers (CUDA graphs).
+    The handlers declare it themselves; it is passed at registration too, for
+    jaxlibs that read it only there."""
+    from jaxlib import xla_client
+
+    return xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE
 
 
 @functools.cache
@@ -20,11 +40,11 @@ def register() -> tuple[str, ...]:
     from . import _zipccl_cpu
 
     platforms = [("cpu", _zipccl_cpu)]
-    try:
-        platforms.append(("CUDA", importlib.import_module("zipccl_jax._zipccl_cuda")))
-    except ImportError:
-        pass  # built without a CUDA compiler: the CPU codec still works
+    if cuda_module() is not None:
+        platforms.append(("CUDA", cuda_module()))
     for platform, module in platforms:
+        compatible = getattr(module, "command_buffer_compatible", ())
         for name, capsule in module.registrations().items():
-            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+            traits = {"traits": _command_buffer_traits()} if name in compatible else {}
+            jax.ffi.register_ffi_target(name, capsule, platform=platform, **traits)
     return tuple(p for p, _ in platforms)

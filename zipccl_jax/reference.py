@@ -781,3 +781,37 @@ def decompress_accumulate(rows: np.ndarray, dtype, n: int, out_dtype=None) -> np
     """Decode each row (a stream of n elements) and accumulate in row order."""
     chunks = [decompress(r.tobytes(), dtype, n) for r in rows]
     return accumulate(chunks, out_dtype or dtype)
+
+
+# ---------------------------------------------------------------------------
+# The collectives' rows (ffi/zipccl_rows.h): the oracle of the row ops.
+
+
+def row_order(size: int, rows: int, unit: int = 0) -> np.ndarray:
+    """[rows, m] source positions of each row's elements in a flat array of
+    `size` elements (m = ceil(size / rows)); -1 marks zero padding. unit 0:
+    contiguous rows. unit > 0: row j holds the units j, j + rows, ... of the
+    largest prefix of the padded rows * m elements that is a multiple of
+    rows units, then its contiguous share of the rest."""
+    m = -(-size // rows)
+    padded = rows * m
+    if unit:
+        main = padded // (rows * unit) * (rows * unit)
+        head = np.arange(main).reshape(-1, rows, unit).transpose(1, 0, 2).reshape(rows, -1)
+        order = np.concatenate([head, np.arange(main, padded).reshape(rows, -1)], axis=1)
+    else:
+        order = np.arange(padded).reshape(rows, m)
+    return np.where(order < size, order, -1)
+
+
+def cut_rows(x: np.ndarray, rows: int, unit: int = 0) -> np.ndarray:
+    """flat x -> [rows, m] as row_order lays it out (padding zero)."""
+    order = row_order(x.size, rows, unit)
+    out = x.reshape(-1)[np.maximum(order, 0)]
+    out[order < 0] = 0
+    return out
+
+
+def stream_sizes(x: np.ndarray, rows: int, unit: int = 0) -> np.ndarray:
+    """The length of each row's stream: what the size pass returns."""
+    return np.array([len(compress(r)) for r in cut_rows(x, rows, unit)], np.uint32)

@@ -6,13 +6,17 @@ On the local devices (the GPUs when JAX sees any, else the CPU devices) it check
    kinds and sizes, their decoding, the decoding of reference streams, the rejection of a corrupt one;
 2. every collective (zip_psum, zip_all_gather, zip_psum_scatter, zip_all_to_all, zip_ppermute, the
    compressed path forced) on a mesh of all local devices, against results built from the inputs;
-3. the codec's speed next to a memory-bound pass over the same bytes (a jitted XOR that reads and
-   writes them), so its GB/s reads against what the device's memory can do;
+3. the codec's speed next to a plain copy of the same bytes, so its GB/s reads against what the
+   device's memory can do. On a GPU: CUDA events around `repeat` back-to-back calls of the CUDA
+   handlers on one stream, in device buffers of their own, after a warm-up call (the CUDA module's
+   time_codec), next to as many device-to-device cudaMemcpyAsync of the input; GPU time per call,
+   no host or XLA overhead. On a CPU: wall-clock medians of jitted calls (block_until_ready, fresh
+   outputs) next to a jitted XOR that reads and writes the same bytes;
 4. `zipccl_jax.autotune.autotune` over the local devices, when this build has it, and the plans the
    strategy then makes for a few message sizes.
 
 It prints one line per check and a verdict, says what it could not check, and returns 1 if anything
-was wrong. Timings are wall-clock medians of jitted loops (block_until_ready), not CUDA events.
+was wrong.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from jax.sharding import PartitionSpec as P
 
 from . import _ffi, reference, strategy
 from .collectives import zip_all_gather, zip_all_to_all, zip_ppermute, zip_psum, zip_psum_scatter
-from .ops import Compressed, compress, decompress, stream_capacity
+from .dtypes import DTYPE_CODES
+from .ops import Compressed, compress, corrupt_payload_error, decompress, stream_capacity
 
 DTYPES = (ml_dtypes.bfloat16, np.float16, np.float32)
 SIZES = (0, 1, 4095, 4097, 16 * 4096 + 1)  # empty, one element, partial and several blocks, two groups
@@ -77,15 +82,31 @@ def check_codec(device) -> list[str]:
             padded[: len(expected)] = np.frombuffer(expected, np.uint8)
             if not _decodes_to(Compressed(jax.device_put(padded, device), len(expected), x.shape, np.dtype(dtype)), x):
                 wrong.append(f"{name}: the reference's stream does not decode to the input")
+    return wrong + check_corrupt_payload(device)
+
+
+def check_corrupt_payload(device) -> list[str]:
+    """A stream whose block 0 has a bad mode: decoded eagerly it raises the CPU codec's error; on a
+    GPU, under jit, the handler does not wait for the device: the stream decodes to all-one bytes
+    (NaN) and its status word holds the error. Returns what went wrong."""
     c = compress(jax.device_put(_data("gaussian", 9000, np.float32, 0), device))
     bad = np.asarray(c.payload).copy()
     bad[16 + 3] = 9  # block 0's mode
+    corrupt = Compressed(jax.device_put(bad, device), c.nbytes, c.shape, c.dtype)
+    expected = "zipccl: corrupt payload (stream 0): corrupt block descriptor (bad mode)"
+    wrong = []
     try:
-        jax.block_until_ready(decompress(Compressed(jax.device_put(bad, device), c.nbytes, c.shape, c.dtype)))
+        jax.block_until_ready(decompress(corrupt))
         wrong.append("a corrupt payload was accepted")
     except Exception as e:  # noqa: BLE001
-        if "zipccl: corrupt payload" not in str(e):
+        if expected not in str(e):
             wrong.append(f"a corrupt payload was rejected with an unclear error: {e}")
+    if device.platform == "gpu":
+        out, status = jax.jit(lambda p: decompress(p, with_status=True))(corrupt)
+        if corrupt_payload_error(status) != expected:
+            wrong.append(f"under jit, a corrupt payload's status words {np.asarray(status)} do not name its error")
+        if not (np.asarray(out).view(np.uint32) == 0xFFFFFFFF).all():
+            wrong.append("under jit, a corrupt payload's output is not poisoned (all-one bytes)")
     return wrong
 
 
@@ -130,16 +151,45 @@ def _median_seconds(fn, *args, repeat: int) -> float:
     return float(np.median(times))
 
 
-def time_codec(device, elements: int, repeat: int) -> dict[str, float]:
-    """GB/s (of raw input bytes) of compress, decompress and a read+write pass over the same bytes."""
-    x = jax.device_put(_data("gaussian", elements, ml_dtypes.bfloat16, 0), device)
+def time_codec(device, elements: int, repeat: int) -> dict:
+    """The codec's speed on `device` in GB/s of raw bfloat16 input, next to a copy of the same bytes,
+    with the stream's ratio and how it was measured (the module's docstring, item 3)."""
+    x = _data("gaussian", elements, ml_dtypes.bfloat16, 0)
+    if device.platform == "gpu":
+        ordinal = getattr(device, "local_hardware_id", None)
+        raw = _ffi.cuda_module().time_codec(device.id if ordinal is None else ordinal,
+                                            DTYPE_CODES["bfloat16"], x.view(np.uint8), repeat)
+        return speed_from_cuda_events(raw)
+    x = jax.device_put(x, device)
     c = jax.jit(compress)(x)
     copy = jax.jit(lambda a: (a.view(jnp.uint16) ^ jnp.uint16(1)).view(a.dtype))
     gb = x.size * x.dtype.itemsize / 1e9
     return {"compress": gb / _median_seconds(jax.jit(compress), x, repeat=repeat),
             "decompress": gb / _median_seconds(jax.jit(decompress), c, repeat=repeat),
-            "read+write pass": gb / _median_seconds(copy, x, repeat=repeat),
-            "ratio": float(c.ratio())}
+            "copy": gb / _median_seconds(copy, x, repeat=repeat), "copy_name": "read+write pass",
+            "ratio": float(c.ratio()), "round_trip": True,
+            "how": f"wall-clock medians of {repeat} jitted calls (fresh outputs); the pass is a jitted XOR "
+                   "reading and writing the same bytes"}
+
+
+def speed_from_cuda_events(raw: dict) -> dict:
+    """The CUDA module's time_codec result (GPU milliseconds per call between CUDA events) as time_codec's
+    GB/s of raw input bytes."""
+    gb = raw["bytes"] / 1e9
+    rate = lambda ms: gb / (ms / 1e3) if ms > 0 else float("inf")  # noqa: E731
+    return {"compress": rate(raw["compress_ms"]), "decompress": rate(raw["decompress_ms"]),
+            "copy": rate(raw["copy_ms"]), "copy_name": "device-to-device copy",
+            "ratio": raw["bytes"] / max(raw["compressed_bytes"], 1), "round_trip": bool(raw["round_trip"]),
+            "how": f"CUDA events around {raw['repeat']} back-to-back calls on one stream after a warm-up, device "
+                   "buffers reused; the copy is cudaMemcpyAsync device to device of the input"}
+
+
+def speed_lines(device, elements: int, speed: dict) -> list[str]:
+    """What the selftest prints for time_codec's result."""
+    return [f"speed on {device} ({elements} bfloat16 Gaussians, ratio {speed['ratio']:.3f}): "
+            f"compress {speed['compress']:.1f} GB/s, decompress {speed['decompress']:.1f} GB/s, "
+            f"{speed['copy_name']} {speed['copy']:.1f} GB/s",
+            f"  measured with {speed['how']}"]
 
 
 def run_autotune(devices) -> tuple[str, object]:
@@ -176,16 +226,20 @@ def main(elements: int = 1 << 24, repeat: int = 5) -> int:
         wrong += problems
     else:
         not_checked.append("collectives across devices: one local device (they were not run)")
-    speed = time_codec(devices[0], elements, repeat)
-    print(f"speed on {devices[0]} ({elements} bfloat16 Gaussians, ratio {speed['ratio']:.3f}): "
-          f"compress {speed['compress']:.1f} GB/s, decompress {speed['decompress']:.1f} GB/s, "
-          f"read+write pass {speed['read+write pass']:.1f} GB/s")
+    try:
+        speed = time_codec(devices[0], elements, repeat)
+    except RuntimeError as e:  # e.g. no device memory left beside XLA's preallocation
+        not_checked.append(f"the codec's speed on {devices[0]}: {e}")
+    else:
+        print("\n".join(speed_lines(devices[0], elements, speed)))
+        if not speed["round_trip"]:
+            wrong.append(f"speed on {devices[0]}: the timed stream did not decode to its input")
     how, _ = run_autotune(devices)
     print(f"autotune: {how}")
     for size in (64 << 10, 16 << 20):
         plan = strategy.plan("psum", size, ml_dtypes.bfloat16, ("devices",), max(len(devices), 2))
         print(f"strategy: psum of {size >> 10} KiB bfloat16 over {plan.axis_size} devices -> "
-              f"{'compressed' if plan.compress else 'raw'} {plan.algorithm} ({plan.reason})")
+              f"{plan.name} ({plan.reason})")
     not_checked.append("links between hosts: run it under jax.distributed for those")
     for line in wrong:
         print(f"WRONG: {line}")

@@ -1,16 +1,41 @@
 """When to compress, which algorithm, and how many bytes to send.
 
-Every compressed collective asks `plan()` for its decision: raw or
-compressed and, for psum, reduce-scatter+all-gather or all-gather+local-reduce,
-by comparing the modelled times (latency, link bandwidth, codec rates, the
-expected ratio rounded up to the ladder rung the streams will land on).
+Every compressed collective asks `plan()` for its decision among the plans
+it can run (plan_names): XLA's own collective on the operand ("raw"), a
+rank-ordered algorithm moving the raw bits ("uncompressed", psum only) or
+moving compressed streams ("compressed"), and for psum the algorithm,
+reduce-scatter+all-gather or all-gather+local-reduce. It compares, per plan:
+
+1. the times `autotune(mesh, data=...)` measured in situ for a call of the
+   same collective, axes, dtype and bytes (the job's own buckets, each plan
+   run with the real collectives: insitu.py), where they exist;
+2. else the modelled times of what each plan runs (modelled_terms):
+   - raw psum / psum_scatter: XLA's own all-reduce / reduce-scatter (in
+     float32 on CPU, so 4 bytes per 16-bit value there): reduce_latency +
+     the bytes each device sends / reduce_bandwidth;
+   - raw all_gather, all_to_all, ppermute: the operand's bits,
+     latency + the bytes each device receives / link_bandwidth;
+   - uncompressed psum (what compress=False runs for a rank-ordered plan):
+     per phase latency (no consensus: the size is known), the raw bytes
+     received / link_bandwidth, and packing and unpacking STORED_RAW streams
+     (the float32 sum included) at copy_rate;
+   - compressed, per phase (one sized transfer each: 2 for
+     reduce-scatter+all-gather, 1 otherwise): consensus_latency (the pmax
+     that agrees on the size) + latency, the bytes received at the ladder
+     rung the expected ratio lands on / link_bandwidth; and the codec: the
+     size pass (each stream's exact length before the pmax, at size_rate:
+     a full compress until the codec offers an analysis-only count, so
+     size_rate defaults to compress_rate), the compress at the rung
+     (compress_rate) and the decode, fused with the sum (decompress_rate).
 
 Where the figures come from, for each mesh axis the collective runs over
 (the first that applies):
 
-1. `strategy=CostModel(...)` passed to the call;
+1. `strategy=CostModel(...)` passed to the call (which also ignores the
+   times measured in situ);
 2. what `zipccl_jax.autotune` installed in this process for that axis, or for
-   every axis ("*", from `autotune(mesh=None)`);
+   every axis ("*", from `autotune(mesh=None)`): each figure measured with
+   the collective the plans run (autotune.py);
 3. in a single-process job only, the profile file at $ZIPCCL_PROFILE (default
    ~/.cache/zipccl_jax/profile.json, what `python -m zipccl_jax calibrate`
    writes). A multi-process job ignores it: nothing guarantees that every host
@@ -18,13 +43,16 @@ Where the figures come from, for each mesh axis the collective runs over
    programs. There `autotune(mesh, path=...)` loads a profile and agrees on it;
 4. the platform default (PLATFORM_DEFAULTS): assumed figures, not measured.
 
-Codec rates, ratios and the ladder come from the same chain per platform.
-A collective over several axes uses the slowest: the largest latency and the
-smallest bandwidth. $ZIPCCL_STRATEGY=auto|raw|compressed overrides the
-default for the whole process (read at each decision); a per-call `strategy=`
-wins over it. Every decision is recorded with its reason and figures
-(`last_plans()`). Decisions are deterministic functions of the arguments and
-the installed figures, which autotune makes identical on every process.
+Codec rates, ratios, the ladder and the times measured in situ come from the
+same chain per platform. A collective over several axes uses the slowest: the
+largest of each fixed cost and the smallest of each bandwidth.
+$ZIPCCL_STRATEGY=auto|raw|compressed overrides the default for the whole
+process (read at each decision); a per-call `strategy=` wins over it
+("raw": XLA's collective; "compressed": the compressed plans; Pinned(name):
+that plan). Every decision is recorded with its reason, its modelled (and
+measured) time and the figures behind it (`last_plans()`). Decisions are
+deterministic functions of the arguments and the installed figures, which
+autotune makes identical on every process.
 """
 
 from __future__ import annotations
@@ -33,6 +61,7 @@ import collections
 import dataclasses
 import functools
 import os
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -42,64 +71,148 @@ from .dtypes import is_compressible
 
 PROFILE_ENV = "ZIPCCL_PROFILE"
 STRATEGY_ENV = "ZIPCCL_STRATEGY"
-STRATEGIES = ("auto", "raw", "compressed")
+STRATEGIES = ("auto", "raw", "compressed")  # strategy= also takes a CostModel or a Pinned plan
 COLLECTIVES = ("psum", "all_gather", "psum_scatter", "all_to_all", "ppermute")
 
 # Capacities (fractions of the raw bytes) the compressed transfer can use; the
 # smallest one every device's streams fit is sent. The top rung is raw. Steps
-# of 3.7% (geometric from 0.56 to 0.93, where bf16 and fp32 land), where the
-# 9 rungs before stepped 4-8%; each rung is a branch of compile time
-# (docs/BENCHMARKS.md, "Wire bytes against the codec").
-DEFAULT_LADDER = (0.56, 0.581, 0.602, 0.624, 0.647, 0.671, 0.696, 0.722, 0.748, 0.776, 0.805, 0.834, 0.865,
-                  0.897, 0.93, 1.0)
+# of 1.7% (geometric from 0.56 to 0.93, where bf16 and fp32 land): a rung is a
+# switch branch of custom calls and one collective, cheap to compile since no
+# branch slices a payload (docs/BENCHMARKS.md, "Wire bytes against the codec").
+DEFAULT_LADDER = (0.56, 0.57, 0.579, 0.589, 0.599, 0.609, 0.62, 0.63, 0.641, 0.652, 0.663, 0.674, 0.686, 0.698, 0.71,
+                  0.722, 0.734, 0.746, 0.759, 0.772, 0.785, 0.799, 0.812, 0.826, 0.84, 0.855, 0.869, 0.884, 0.899,
+                  0.914, 0.93, 1.0)
 
-# The raw psum / psum_scatter path is XLA's reduction in float32
-# (collectives.py): a 16-bit operand travels as 4 bytes per value there.
+# The raw psum / psum_scatter path is XLA's reduction, in float32 on CPU
+# (collectives/psum.py): a 16-bit operand travels as 4 bytes per value there.
 _WIDENED = ("psum", "psum_scatter")
+PSUM_ALGORITHMS = ("reduce_scatter+all_gather", "all_gather+local_reduce")
+
+
+def plan_name(compress: bool, algorithm: str) -> str:
+    """What last_plans(), Pinned and the measured times call a plan:
+    "raw all_reduce" / "raw direct" (XLA's own collective on the operand),
+    "uncompressed <psum algorithm>" (the rank-ordered algorithm moving the raw
+    bits: what compress=False runs for it), "compressed <algorithm>"."""
+    if compress:
+        return f"compressed {algorithm}"
+    return f"uncompressed {algorithm}" if algorithm in PSUM_ALGORITHMS else f"raw {algorithm}"
+
+
+def plan_names(collective: str) -> tuple[str, ...]:
+    """The plans a collective can run, in the order that breaks ties (the
+    simpler first)."""
+    if collective == "psum":
+        return ("raw all_reduce", *(plan_name(c, a) for c in (False, True) for a in PSUM_ALGORITHMS))
+    return ("raw direct", "compressed direct")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pinned:
+    """strategy=Pinned(name): run the plan of that name (plan_names()),
+    whatever the figures say, e.g. zip_psum(g, "data",
+    strategy=Pinned("uncompressed all_gather+local_reduce")). A dtype the
+    codec does not take, or an axis of size 1, still goes raw. autotune
+    times each candidate plan in situ this way."""
+
+    plan: str
+
+
+class Terms(typing.NamedTuple):
+    """A plan's modelled seconds per device, by what it runs (module docstring)."""
+
+    fixed: float  # the collectives' fixed costs (per sized transfer: consensus + latency)
+    wire: float  # bytes on the wire / bandwidth
+    size_pass: float  # compressed plans: each stream's exact length, before the consensus
+    encode: float  # compress at the rung; uncompressed plans: pack STORED_RAW streams
+    decode: float  # decode (fused with the sum); uncompressed plans: unpack (and sum) them
+
+    @property
+    def total(self) -> float:
+        return sum(self)
+
+
+class Figures(typing.NamedTuple):
+    """A CostModel's link figures with the optional ones resolved."""
+
+    latency: float
+    link_bandwidth: float
+    consensus_latency: float
+    reduce_latency: float
+    reduce_bandwidth: float
 
 
 @dataclasses.dataclass(frozen=True)
 class CostModel:
     """Figures of the cost model: times in seconds, rates in bytes per second
     per device. The field defaults are the CPU platform default. `source`
-    (not part of equality) says where the figures come from."""
+    (not part of equality) says where the figures come from. The last three
+    fields are optional: None stands for `latency` (consensus_latency,
+    reduce_latency) or `link_bandwidth` (reduce_bandwidth), so a model given
+    as CostModel(latency=..., link_bandwidth=...) keeps its meaning."""
 
-    latency: float = 100e-6  # one collective's fixed cost (also the size consensus)
-    link_bandwidth: float = 1.25e9  # what one device sends per second over the axis
+    latency: float = 100e-6  # fixed cost of a byte transfer (all_to_all, all_gather, ppermute)
+    link_bandwidth: float = 1.25e9  # bytes one device receives per second in a byte transfer over the axis
     compress_rate: float = 2e9  # codec input bytes per second on one device
     decompress_rate: float = 3e9
     ratios: tuple = (("bfloat16", 1.5), ("float16", 1.18), ("float32", 1.2))
     ladder: tuple = DEFAULT_LADDER
     psum_algorithm: str | None = None  # force "reduce_scatter+all_gather" or "all_gather+local_reduce"
     source: str = dataclasses.field(default="a CostModel given per call", compare=False)
+    consensus_latency: float | None = None  # the tiny pmax every sized transfer pays once
+    reduce_latency: float | None = None  # XLA's all-reduce (raw psum, psum_scatter): fixed cost
+    reduce_bandwidth: float | None = None  # and bytes each device sends per second
+    # The size pass before the consensus, in codec input bytes per second. None:
+    # compress_rate, because today's size pass is a full compress (the lengths
+    # kept, the streams dropped); when the codec offers an analysis-only count
+    # (codec_cpu.h: stream_bytes) autotune's measure of the same op rises with it.
+    size_rate: float | None = None
+    copy_rate: float = 5e9  # packing / unpacking STORED_RAW streams (uncompressed plans), bytes per second
 
     def ratio(self, dtype) -> float:
         return dict(self.ratios).get(np.dtype(dtype).name, 1.0)
 
+    def figures(self) -> Figures:
+        return Figures(self.latency, self.link_bandwidth,
+                       self.latency if self.consensus_latency is None else self.consensus_latency,
+                       self.latency if self.reduce_latency is None else self.reduce_latency,
+                       self.link_bandwidth if self.reduce_bandwidth is None else self.reduce_bandwidth)
+
+    def size_pass_rate(self) -> float:
+        return self.compress_rate if self.size_rate is None else self.size_rate
+
 
 PLATFORM_DEFAULTS = {
     # Assumed, not measured: hosts linked by 10 Gbit/s Ethernet (1.25 GB/s per
-    # device, 100 us per collective over gloo/TCP), one core per device running
-    # the codec at 2 GB/s compress, 3 GB/s decompress: the bf16 AVX-512 speeds
-    # in docs/BENCHMARKS.md (a CPU without AVX-512 codes ~0.75 GB/s). At these
-    # figures bf16 goes raw; autotune finds slower links where it pays.
-    "cpu": CostModel(source="cpu default (assumed 10 Gbit/s link)"),
+    # device; 100 us per collective over gloo/TCP, for the pmax of the size
+    # consensus, a byte transfer and XLA's all-reduce alike), one core per
+    # device running the codec at 2 GB/s compress, 3 GB/s decompress: the bf16
+    # AVX-512 speeds in docs/BENCHMARKS.md (a CPU without AVX-512 codes ~0.75
+    # GB/s), its size pass a full compress, and STORED_RAW streams packed and
+    # summed at 5 GB/s. At these figures a large bf16 psum goes uncompressed
+    # (rank-ordered: bf16 on the wire, where XLA's all-reduce moves float32);
+    # autotune finds slower links where compression pays.
+    "cpu": CostModel(consensus_latency=100e-6, reduce_latency=100e-6, reduce_bandwidth=1.25e9,
+                     source="cpu default (assumed 10 Gbit/s link)"),
     # Assumed, not measured: a 200 Gbit/s NIC per GPU between hosts (25 GB/s),
-    # 20 us per NCCL collective, and a CUDA codec at 100 / 200 GB/s (no GPU
-    # timing of it exists yet; published GPU codecs reach 250-2,000 GB/s).
+    # 20 us per NCCL collective, a CUDA codec at 100 / 200 GB/s (no GPU
+    # timing of it exists yet; published GPU codecs reach 250-2,000 GB/s) and
+    # STORED_RAW copies at 500 GB/s.
     # At these figures everything goes raw: compression needs a measured link.
     "gpu": CostModel(latency=20e-6, link_bandwidth=25e9, compress_rate=100e9, decompress_rate=200e9,
+                     consensus_latency=20e-6, reduce_latency=20e-6, reduce_bandwidth=25e9, copy_rate=500e9,
                      source="gpu default (assumed 200 Gbit/s link, codec not measured)"),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What a collective will do, why, and the figures behind it."""
+    """What a collective will do, why, and the figures behind it (the slowest
+    of its axes'): `model` holds every figure, the fields below the common ones."""
 
     collective: str
-    compress: bool
-    algorithm: str
+    compress: bool  # the codec runs
+    algorithm: str  # raw psum: "all_reduce" (XLA's); raw others: "direct"; else the algorithm
     reason: str  # one readable line
     raw_bytes: int
     axis_size: int
@@ -110,6 +223,25 @@ class Plan:
     compress_rate: float
     decompress_rate: float
     ratio: float
+    consensus_latency: float = 0.0
+    reduce_latency: float = 0.0
+    reduce_bandwidth: float = 0.0
+    modelled: float = 0.0  # seconds the model gives the chosen plan
+    dtype: str = ""
+    widened: bool = False  # a raw psum / psum_scatter of 16-bit floats that XLA runs in float32 (CPU)
+    model: CostModel | None = None
+    terms: Terms | None = None  # the chosen plan's modelled time, by what it runs
+    measured: tuple = ()  # (plan name, seconds) of every candidate, where measured in situ decided
+
+    @property
+    def name(self) -> str:
+        """"raw all_reduce", "uncompressed all_gather+local_reduce", "compressed ..." (plan_name)."""
+        return plan_name(self.compress, self.algorithm)
+
+    @property
+    def measured_seconds(self) -> float | None:
+        """The in-situ time of the chosen plan, or None where the model decided."""
+        return dict(self.measured).get(self.name)
 
 
 _PLANS: collections.deque = collections.deque(maxlen=10_000)  # bounded: traces repeat in long jobs
@@ -129,13 +261,17 @@ def last_plans(clear: bool = False) -> list[Plan]:
 
 _LINKS: dict = {}  # (platform, axis) -> (profile.Link, source)
 _CODECS: dict = {}  # platform -> (profile.Profile, source): codec rates, ratios, ladder
+_MEASURED: dict = {}  # (platform, measured_key) -> ({plan name: seconds}, source)
 
 
 def install(profile: profile_file.Profile, source: str = "autotune") -> None:
-    """Makes profile's figures this process's default: its links per axis
-    (added to, or replacing, what was installed), its codec, ratios and ladder."""
+    """Makes profile's figures this process's default: its links and its
+    plans measured in situ (each added to, or replacing, what was installed
+    for the same axis or call), its codec, ratios and ladder."""
     for axis, link in profile.links:
         _LINKS[(profile.platform, axis)] = (link, source)
+    for m in profile.measured:
+        _MEASURED[(profile.platform, m.key)] = (dict(m.seconds), source)
     _CODECS[profile.platform] = (profile, source)
 
 
@@ -143,6 +279,7 @@ def uninstall() -> None:
     """Forgets every installed figure: back to the profile file or the defaults."""
     _LINKS.clear()
     _CODECS.clear()
+    _MEASURED.clear()
 
 
 def profile_path() -> Path:
@@ -189,14 +326,29 @@ def _link(platform: str, axis, file):
 
 
 def _check_strategy(strategy) -> None:
-    if not (strategy is None or isinstance(strategy, CostModel) or strategy in STRATEGIES):
-        raise ValueError(f"zipccl: strategy must be None, 'auto', 'raw', 'compressed' or a CostModel, got {strategy!r}")
+    if not (strategy is None or isinstance(strategy, (CostModel, Pinned)) or strategy in STRATEGIES):
+        raise ValueError("zipccl: strategy must be None, 'auto', 'raw', 'compressed', a CostModel or a Pinned plan, "
+                         f"got {strategy!r}")
+
+
+def _link_figures(link: profile_file.Link | None, default: Figures) -> Figures:
+    if link is None:
+        return default
+    return Figures(link.latency, link.bandwidth, link.latency if link.consensus is None else link.consensus,
+                   link.latency if link.reduce_latency is None else link.reduce_latency,
+                   link.bandwidth if link.reduce_bandwidth is None else link.reduce_bandwidth)
+
+
+def _slowest(figures: list[Figures]) -> Figures:
+    """Per figure the slowest: the largest fixed cost, the smallest bandwidth."""
+    return Figures(*(min(col) if name.endswith("bandwidth") else max(col)
+                     for name, col in zip(Figures._fields, zip(*figures))))
 
 
 def model_for(axes, strategy=None, *, platform: str | None = None) -> CostModel:
     """The CostModel a collective over `axes` uses: `strategy` itself when it
     is a CostModel, else the figures installed, in the profile file, or the
-    platform's default (module docstring), the slowest link of the axes."""
+    platform's default (module docstring), the slowest of the axes' links."""
     _check_strategy(strategy)
     if isinstance(strategy, CostModel):
         return strategy
@@ -205,19 +357,34 @@ def model_for(axes, strategy=None, *, platform: str | None = None) -> CostModel:
     file = _file_profile(platform)
     codec, codec_source = _CODECS.get(platform) or file or (None, default.source)
     links = {axis: _link(platform, axis, file) for axis in axes}
-    latency = max((link.latency if link else default.latency) for link, _ in links.values()) if links \
-        else default.latency
-    bandwidth = min((link.bandwidth if link else default.link_bandwidth) for link, _ in links.values()) if links \
-        else default.link_bandwidth
+    figures = _slowest([_link_figures(link, default.figures()) for link, _ in links.values()] or [default.figures()])
     sources = {source for _, source in links.values()} | {codec_source}
     source = sources.pop() if len(sources) == 1 else "; ".join(
         [f"link {axis!r}: {source}" for axis, (_, source) in links.items()] + [f"codec: {codec_source}"])
-    if codec is None:
-        return dataclasses.replace(default, latency=latency, link_bandwidth=bandwidth, source=source)
-    return CostModel(latency=latency, link_bandwidth=bandwidth, compress_rate=codec.compress_rate,
-                     decompress_rate=codec.decompress_rate, ratios=tuple({**dict(default.ratios),
-                                                                          **dict(codec.ratios)}.items()),
-                     ladder=codec.ladder or DEFAULT_LADDER, source=source)
+    base = default if codec is None else CostModel(
+        compress_rate=codec.compress_rate, decompress_rate=codec.decompress_rate, size_rate=codec.size_rate,
+        copy_rate=codec.copy_rate or default.copy_rate,
+        ratios=tuple({**dict(default.ratios), **dict(codec.ratios)}.items()), ladder=codec.ladder or DEFAULT_LADDER)
+    return dataclasses.replace(base, **figures._asdict(), source=source)
+
+
+def measured_for(collective: str, nbytes: int, dtype, axes, axis_size: int, *,
+                 platform: str | None = None) -> tuple[dict, str] | None:
+    """({plan name: seconds}, source) that autotune measured in situ for a
+    call of this collective, bytes, dtype, axes and axis size, or over axis
+    "*" of that size (installed, else in a single-process job's profile
+    file), or None."""
+    platform = platform_family(platform)
+    keys = [profile_file.Measured.key_of(collective, a, axis_size, np.dtype(dtype).name, nbytes)
+            for a in (tuple(axes), (profile_file.ANY_AXIS,))]  # "*": autotune(mesh=None), over all devices
+    file = None if platform in _CODECS else _file_profile(platform)
+    for key in keys:
+        if (platform, key) in _MEASURED:
+            return _MEASURED[(platform, key)]
+        for m in file[0].measured if file else ():
+            if m.key == key:
+                return dict(m.seconds), file[1]
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -225,8 +392,8 @@ def model_for(axes, strategy=None, *, platform: str | None = None) -> CostModel:
 
 
 def _forced(strategy) -> tuple[str | None, str]:
-    """("raw" / "compressed" / None, what forced it) for a strategy argument
-    that is not a CostModel; None reads $ZIPCCL_STRATEGY."""
+    """("raw" / "compressed" / a pinned plan's name / None, what forced it)
+    for a strategy argument that is not a CostModel; None reads $ZIPCCL_STRATEGY."""
     if strategy is None:
         value = os.environ.get(STRATEGY_ENV, "").strip().lower()
         if not value:
@@ -235,14 +402,16 @@ def _forced(strategy) -> tuple[str | None, str]:
             raise ValueError(f"zipccl: ${STRATEGY_ENV} must be one of {', '.join(STRATEGIES)} (or unset), got "
                              f"{os.environ[STRATEGY_ENV]!r}")
         return (None if value == "auto" else value), f"{STRATEGY_ENV}={value}"
+    if isinstance(strategy, Pinned):
+        return strategy.plan, f"strategy=Pinned({strategy.plan!r})"
     if isinstance(strategy, CostModel) or strategy == "auto":
         return None, ""
     return strategy, f"strategy={strategy!r}"
 
 
 def _algorithms(collective: str, nbytes: int, n: int) -> dict:
-    """Per algorithm, per device: (collective steps, bytes received, bytes
-    compressed, bytes decompressed), for an operand of nbytes per device."""
+    """Per rank-ordered algorithm, per device: (sized transfers, bytes
+    received, bytes encoded, bytes decoded), for an operand of nbytes per device."""
     share = nbytes * (n - 1) / n
     if collective == "psum":
         return {"reduce_scatter+all_gather": (2, 2 * share, nbytes + nbytes / n, 2 * nbytes),
@@ -261,45 +430,128 @@ def wire_fraction(model: CostModel, dtype) -> float:
     return min((f for f in model.ladder if f >= need), default=1.0)
 
 
+def widens(collective: str, dtype, platform: str | None = None) -> bool:
+    """Whether the raw plan of `collective` moves a 16-bit float as float32:
+    XLA:CPU's all-reduce and reduce-scatter (the raw psum / psum_scatter)."""
+    return (collective in _WIDENED and is_compressible(dtype) and np.dtype(dtype).itemsize < 4
+            and platform_family(platform) == "cpu")
+
+
+def modelled_terms(collective: str, nbytes: int, dtype, axis_size: int, model: CostModel, *,
+                   widened: bool = False, codec: bool = True) -> dict:
+    """(compress, algorithm) -> Terms: the modelled seconds per device of each
+    plan, for an operand of nbytes per device (module docstring). widened:
+    the raw plan moves float32 for a 16-bit dtype. psum's uncompressed plans
+    are (False, algorithm). codec=False: the compressed plans as
+    compress=False runs them (no codec, no consensus: STORED_RAW streams at
+    the top rung; all_gather, all_to_all and ppermute: their raw plan)."""
+    f, n = model.figures(), axis_size
+    share = nbytes * (n - 1) / n
+    wide = 4 / np.dtype(dtype).itemsize if widened else 1.0
+    if collective == "psum":
+        terms = {(False, "all_reduce"): Terms(f.reduce_latency, 2 * share * wide / f.reduce_bandwidth, 0, 0, 0)}
+    elif collective == "psum_scatter":
+        terms = {(False, "direct"): Terms(f.reduce_latency, share * wide / f.reduce_bandwidth, 0, 0, 0)}
+    else:
+        received = _algorithms(collective, nbytes, n)["direct"][1]
+        terms = {(False, "direct"): Terms(f.latency, received / f.link_bandwidth, 0, 0, 0)}
+    fraction = wire_fraction(model, dtype)
+    for algo, (steps, wire, encoded, decoded) in _algorithms(collective, nbytes, n).items():
+        plain = Terms(steps * f.latency, wire / f.link_bandwidth, 0.0, encoded / model.copy_rate,
+                      decoded / model.copy_rate)
+        if collective == "psum":
+            terms[(False, algo)] = plain
+        if not codec and collective in ("all_gather", "all_to_all", "ppermute"):
+            plain = terms[(False, "direct")]  # compress=False sends these raw (their raw plan)
+        terms[(True, algo)] = plain if not codec else Terms(
+            steps * (f.consensus_latency + f.latency), wire * fraction / f.link_bandwidth,
+            encoded / model.size_pass_rate(), encoded / model.compress_rate, decoded / model.decompress_rate)
+    return terms
+
+
+def modelled_times(collective: str, nbytes: int, dtype, axis_size: int, model: CostModel, *,
+                   widened: bool = False, codec: bool = True) -> dict:
+    """(compress, algorithm) -> modelled seconds (modelled_terms, summed)."""
+    return {k: t.total for k, t in modelled_terms(collective, nbytes, dtype, axis_size, model, widened=widened,
+                                                  codec=codec).items()}
+
+
 def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=None, *,
          platform: str | None = None) -> Plan:
-    """Decides raw vs compressed, and for psum reduce-scatter+all-gather vs
-    all-gather+local-reduce, by comparing modelled times; records the Plan."""
+    """Decides among the plans a collective can run (plan_names) by the times
+    measured in situ for this call where autotune measured them, else by the
+    modelled times; records the Plan."""
     if collective not in COLLECTIVES:
         raise ValueError(f"zipccl: unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
-    axes = tuple(axes)
+    axes, order = tuple(axes), plan_names(collective)
     model = model_for(axes, strategy, platform=platform)
+    if model.psum_algorithm not in (None, *PSUM_ALGORITHMS):
+        raise ValueError(f"zipccl: unknown psum_algorithm {model.psum_algorithm!r}; expected one of "
+                         f"{', '.join(PSUM_ALGORITHMS)}")
     forced, forced_by = _forced(strategy)
+    if forced not in (None, *STRATEGIES, *order):
+        raise ValueError(f"zipccl: {collective} has no plan {forced!r}; its plans: {', '.join(order)}")
     dtype, n = np.dtype(dtype), axis_size
-    fraction = wire_fraction(model, dtype)
-    widen = 4 / dtype.itemsize if collective in _WIDENED and is_compressible(dtype) else 1.0
-    options = []  # (modelled seconds, compress, algorithm)
-    for algo, (steps, wire, packed, unpacked) in _algorithms(collective, nbytes, n).items():
-        options.append((steps * model.latency + wire * widen / model.link_bandwidth, False, algo))
-        codec = packed / model.compress_rate + unpacked / model.decompress_rate
-        # each step also pays a pmax that agrees on the size: twice the latency
-        options.append((2 * steps * model.latency + wire * fraction / model.link_bandwidth + codec, True, algo))
+    widened = widens(collective, dtype, platform)
+    terms = modelled_terms(collective, nbytes, dtype, n, model, widened=widened)
     why = ""
     if not is_compressible(dtype):
         forced, why = "raw", f"dtype {dtype.name} is not compressed"
     elif n == 1:
         forced, why = "raw", "axis of size 1: nothing crosses a link"
-    candidates = [o for o in options if (forced is None or o[1] == (forced == "compressed"))
-                  and (collective != "psum" or model.psum_algorithm in (None, o[2]))]
-    if not candidates:
-        raise ValueError(f"zipccl: unknown psum_algorithm {model.psum_algorithm!r}")
-    t, compress, algo = min(candidates)
+
+    def allowed(compress, algo):
+        name = plan_name(compress, algo)
+        return ((forced is None or forced == name or forced == "compressed" and compress
+                 or forced == "raw" and name.startswith("raw "))
+                and (algo not in PSUM_ALGORITHMS or model.psum_algorithm in (None, algo)))
+
+    candidates = sorted((k for k in terms if allowed(*k)), key=lambda k: order.index(plan_name(*k)))
+    found = None if isinstance(strategy, CostModel) or why else measured_for(collective, nbytes, dtype, axes, n,
+                                                                                platform=platform)
+    measured = {name: t for name, t in found[0].items() if name in order} if found else {}
+    measured = measured if all(plan_name(*k) in measured for k in candidates) else {}
+    seconds = {k: measured[plan_name(*k)] if measured else t.total for k, t in terms.items()
+               if not measured or plan_name(*k) in measured}
+    compress, algo = min(candidates, key=seconds.get)  # ties: the first in plan_names' order
     if not why:
-        other = min(o[0] for o in options if o[1] != compress)
-        why = ((f"{forced_by}: " if forced else "") + f"{'compressed' if compress else 'raw'} {algo}, modelled "
-               f"{_duration(t)} vs {_duration(other)} {'raw' if compress else 'compressed'}")
-    figures = (f"{axes} from {model.source}: latency {_duration(model.latency)}, link "
-               f"{_rate(model.link_bandwidth)}, codec {_rate(model.compress_rate)} / "
-               f"{_rate(model.decompress_rate)}, {dtype.name} ratio {model.ratio(dtype):.3f} (sends {fraction:.0%})")
-    result = Plan(collective, compress, algo, f"{why}; {figures}", nbytes, n, axes, model.source, model.latency,
-                  model.link_bandwidth, model.compress_rate, model.decompress_rate, model.ratio(dtype))
+        how = f"measured in situ ({found[1]})" if measured else "modelled"
+        why = (f"{forced_by}: " if forced else "") + _comparison((compress, algo), seconds, how) + (
+            f" (modelled {_duration(terms[(compress, algo)].total)})" if measured else "")
+    f, chosen = model.figures(), terms[(compress, algo)]
+    result = Plan(collective, compress, algo, f"{why}; {_figures_line(collective, axes, model, dtype, widened)}",
+                  nbytes, n, axes, model.source, f.latency, f.link_bandwidth, model.compress_rate,
+                  model.decompress_rate, model.ratio(dtype), f.consensus_latency, f.reduce_latency, f.reduce_bandwidth,
+                  chosen.total, dtype.name, widened, model, chosen,
+                  tuple(sorted(measured.items(), key=lambda kv: order.index(kv[0]))))
     _PLANS.append(result)
     return result
+
+
+def _comparison(chosen, seconds: dict, how: str) -> str:
+    """"<plan>, <how> <time> vs <other plan> <time>, ..." (the others fastest first)."""
+    others = sorted((t, plan_name(*k)) for k, t in seconds.items() if k != chosen)
+    return f"{plan_name(*chosen)}, {how} {_duration(seconds[chosen])}" + (
+        " vs " + ", ".join(f"{name} {_duration(t)}" for t, name in others) if others else "")
+
+
+def _figures_line(collective: str, axes: tuple, model: CostModel, dtype, widened: bool) -> str:
+    """The figures behind a plan, as the reason's second half."""
+    f = model.figures()
+    reduce = f", all-reduce {_duration(f.reduce_latency)} + {_rate(f.reduce_bandwidth)}" + (
+        " (float32)" if widened else "") if collective in _WIDENED else ""
+    return (f"{axes} from {model.source}: consensus {_duration(f.consensus_latency)}, transfer "
+            f"{_duration(f.latency)} + {_rate(f.link_bandwidth)}{reduce}, codec {_rate(model.compress_rate)} / "
+            f"{_rate(model.decompress_rate)} (size pass {_rate(model.size_pass_rate())}, stored copy "
+            f"{_rate(model.copy_rate)}), {dtype.name} ratio {model.ratio(dtype):.3f} "
+            f"(sends {wire_fraction(model, dtype):.0%})")
+
+
+def modelled_time(p: Plan, codec: bool = True) -> float:
+    """Seconds the model gives plan p; codec=False: the same plan run with
+    compress=False (a compressed plan's transfers at the top rung, no codec)."""
+    return modelled_times(p.collective, p.raw_bytes, p.dtype, p.axis_size, p.model, widened=p.widened,
+                          codec=codec)[(p.compress, p.algorithm)]
 
 
 def _duration(seconds: float) -> str:

@@ -7,13 +7,15 @@ bridge, every link shaped to `rate` each way with tbf) and, per rate, starts
 one JAX process per namespace with `ip netns exec` (CPU, one device each,
 jax.distributed with the coordinator on host 0's address, gloo collectives
 over the shaped links). Each process first runs `zipccl_jax.autotune` on the
-mesh, with a training step's gradients as its data, as a job would
-(`--profile PATH` loads that profile instead), then trains the LM with
+mesh, with a training step's gradients as its data, as a job would (it
+also times zip_psum's plans in situ on them; `--profile PATH` loads that
+profile instead), then trains the LM with
 lax.psum, zip_psum (the default strategy), zip_psum(compress=False) and
 zip_psum(strategy="compressed") (train.measure), reading its own link's
-byte counter around the timed gradient syncs. Process i is pinned to core i
-mod the core count: on a small machine the processes, and the codec, share
-cores, as they would not on real hosts.
+byte counter around the timed gradient syncs. The processes share the
+machine's cores (on a small machine the codecs compete, as they would not on
+real hosts); `--pin` pins process i to core i mod the core count (worker()
+says what that costs).
 
 Every process has a deadline; a hang fails with the processes' last output,
 and the namespaces are removed in every case (netns.Network).
@@ -91,14 +93,16 @@ def _combine(results: list[dict]) -> dict:
             raise RuntimeError(f"net benchmark: processes disagree on the {label} losses")
         out["syncs"][label] = {**per[0], "step_ms": max(p["step_ms"] for p in per),
                                "comm_ms": max(p["comm_ms"] for p in per),
+                               "comm_quartiles_ms": [max(q) for q in zip(*(p["comm_quartiles_ms"] for p in per))],
                                "link_bytes": sum(p["link_bytes"] for p in per) / len(per)}
     return out
 
 
 def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int, timeout: float = 600,
-        progress: report.Progress | None = None, profile=None) -> list[dict]:
+        progress: report.Progress | None = None, profile=None, pin: bool = False) -> list[dict]:
     """The benchmark; returns one combined result (with its rate) per rate.
-    Each process autotunes, or with `profile` loads that profile file."""
+    Each process autotunes, or with `profile` loads that profile file. `pin`
+    pins process i to core i mod the core count (see worker())."""
     for rate in rates:
         if rate != "off":
             netns.rate_bits(rate)  # bad input fails before anything is built
@@ -106,7 +110,7 @@ def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int,
     if why:
         raise RuntimeError(f"net benchmark: {why}")
     spec = {"procs": procs, "coordinator": f"{netns.SUBNET}.1:{PORT}", "config": dataclasses.asdict(cfg),
-            "steps": steps, "warmup": warmup, "repeat": repeat, "profile": profile and str(Path(profile).resolve())}
+            "steps": steps, "warmup": warmup, "repeat": repeat, "profile": profile and str(Path(profile).resolve()), "pin": pin}
     runs = []
     with netns.Network(procs) as net, tempfile.TemporaryDirectory() as cwd:
         for rate in rates:
@@ -127,23 +131,52 @@ def summary_rows(runs: list[dict]) -> list[dict]:
 
 
 def strategy_rows(runs: list[dict]) -> list[dict]:
-    """Per rate: what autotune measured, what the default strategy chose, and
-    its communication time against the codec off and against the faster of
-    the two forced choices (compress=False, strategy="compressed")."""
+    """Per rate: what autotune measured (the figures of the link the syncs
+    run over: the pmax of the size consensus, a byte transfer's fixed cost and
+    rate, XLA's all-reduce's), what the default strategy chose, and its
+    communication time against the codec off and against the faster of the
+    two forced choices (compress=False, strategy="compressed")."""
     rows = []
     for r in runs:
         syncs, tuned = r["syncs"], r["tune"]
         comm = {label: syncs[label]["comm_ms"] for label in (train.DEFAULT, train.REFERENCE, train.COMPRESSED)}
         link = dict(tuned["profile"]["links"]).get("data") or dict(tuned["profile"]["links"]).get("*") or {}
-        rows.append({"rate": r["rate"], "figures": tuned["source"],
-                     "latency us": link.get("latency", 0) * 1e6, "link MB/s": link.get("bandwidth", 0) / 1e6,
-                     "codec GB/s": f"{tuned['profile']['compress_rate'] / 1e9:.2f} / "
-                                   f"{tuned['profile']['decompress_rate'] / 1e9:.2f}",
+        rows.append({"rate": r["rate"], "figures": tuned["source"], "consensus us": _us(link, "consensus"),
+                     "transfer us + MB/s": f"{_us(link, 'latency')} + {_mb(link, 'bandwidth')}",
+                     "all-reduce us + MB/s": f"{_us(link, 'reduce_latency')} + {_mb(link, 'reduce_bandwidth')}",
+                     "codec GB/s (size pass)": f"{tuned['profile']['compress_rate'] / 1e9:.2f} / "
+                                               f"{tuned['profile']['decompress_rate'] / 1e9:.2f} "
+                                               f"({(tuned['profile'].get('size_rate') or 0) / 1e9:.2f})",
                      "bf16 ratio": dict(tuned["profile"]["ratios"]).get("bfloat16", "-"),
                      "tune s": tuned["seconds"], "default plan": train.plan_label(syncs[train.DEFAULT]),
+                     # a forced sync that runs the default's very program: their ratio is the bench's noise
+                     "same program as": ", ".join(label for label in (train.REFERENCE, train.COMPRESSED) if
+                                                  train.plan_label(syncs[label]) == train.plan_label(
+                                                      syncs[train.DEFAULT])) or "-",
                      "speedup vs compress=False": comm[train.REFERENCE] / comm[train.DEFAULT],
                      "time / faster forced": comm[train.DEFAULT] / min(comm[train.REFERENCE], comm[train.COMPRESSED])})
     return rows
+
+
+def in_situ_rows(runs: list[dict]) -> list[dict]:
+    """Per rate and bucket: autotune's in-situ time of each zip_psum plan on
+    a step's gradients (ms: median per process, the slower process's), which
+    the default strategy prefers over the model for that very call."""
+    rows = []
+    for r in runs:
+        for m in r["tune"]["profile"].get("measured") or []:
+            rows.append({"rate": r["rate"], "bucket": f"{m['nbytes']:,} B {m['dtype']} over {'/'.join(m['axes'])}",
+                         **{name: t * 1e3 for name, t in m["seconds"]},
+                         "default plan": train.plan_label(r["syncs"][train.DEFAULT])})
+    return rows
+
+
+def _us(link: dict, figure: str) -> str:
+    return "-" if link.get(figure) is None else f"{link[figure] * 1e6:,.0f}"
+
+
+def _mb(link: dict, figure: str) -> str:
+    return "-" if link.get(figure) is None else f"{link[figure] / 1e6:,.4g}"
 
 
 def plot(path, runs: list[dict], procs: int) -> None:
@@ -162,7 +195,8 @@ def run_cli(args) -> list[dict]:
         return []
     cfg = train.config_from_args(args)
     progress = report.Progress(len(args.rate))
-    runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress, args.profile)
+    runs = run(args.procs, args.rate, cfg, args.steps, args.warmup, args.repeat, args.timeout, progress, args.profile,
+               args.pin)
     print(f"## LM training over a shaped network: {args.procs} processes, one CPU device each; {cfg}\n")
     print("\n".join(f"{r['rate']}: {train.wire_line(r)}" for r in runs) + "\n")
     rows = summary_rows(runs)
@@ -170,6 +204,10 @@ def run_cli(args) -> list[dict]:
     print("\nThe default strategy (targets: >= 1.3x faster than compress=False on slow links; at most 1.1x the "
           "faster forced choice at every rate):\n")
     print(report.table(strategy_rows(runs)))
+    measured = in_situ_rows(runs)
+    if measured:
+        print("\nzip_psum's plans timed in situ by autotune (ms; the default takes the fastest):\n")
+        print(report.table(measured))
     if args.json:
         report.save_json(args.json, procs=args.procs, config=dataclasses.asdict(cfg), runs=runs)
     if args.plot:
@@ -182,8 +220,14 @@ def run_cli(args) -> list[dict]:
 
 
 def worker(spec: dict) -> None:
+    """Pinned to one core (--pin), a process's gloo thread, which busy-polls
+    epoll, and its XLA threads share that core, and a thread waiting for a
+    collective often resumes only at the next scheduler tick (4 ms at 250 Hz):
+    unshaped syncs then cost about one tick whatever they send. Unpinned (the
+    default), the processes share the machine's cores, as their threads would
+    share a real host's."""
     i = spec["process"]
-    if hasattr(os, "sched_setaffinity"):
+    if spec.get("pin") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[i % len(os.sched_getaffinity(0))]})
     import jax
 

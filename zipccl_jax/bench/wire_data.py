@@ -83,11 +83,11 @@ def lm_gradients(cfg: lm.Config, captures: list[int], n: int) -> list:
 
 
 def psum_buckets(grads) -> list[np.ndarray]:
-    """zip_psum's buckets of a pytree of [n, ...] leaves: [n, size] each (collectives/psum.py _buckets)."""
+    """zip_psum's buckets of a pytree of [n, ...] leaves: [n, size] each (collectives/psum.py buckets)."""
     leaves = [leaf.reshape(leaf.shape[0], -1) for leaf in jax.tree.leaves(grads)]
     per_device = [leaf[0] for leaf in leaves]
     return [np.concatenate([leaves[i] for i in idx], axis=1)
-            for idx in psum_module._buckets(per_device, _mirror.DEFAULT_BUCKET_BYTES)]
+            for idx in psum_module.buckets(per_device, _mirror.DEFAULT_BUCKET_BYTES)]
 
 
 def psum_case(data: str, samples: list) -> Case:

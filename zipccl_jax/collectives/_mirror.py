@@ -43,7 +43,7 @@ STRATEGIES = (None, "auto", "raw", "compressed")
 class Options:
     """What a zip collective does beyond lax's parameters (hashable: it is a
     primitive parameter). strategy: None (the process default), "auto", "raw",
-    "compressed" or a strategy.CostModel."""
+    "compressed", a strategy.CostModel or a strategy.Pinned plan."""
 
     compress: bool = True
     strategy: object = None
@@ -51,9 +51,10 @@ class Options:
     stats: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.strategy, strategy_lib.CostModel) and self.strategy not in STRATEGIES:
-            raise ValueError("zipccl: strategy must be a CostModel, 'auto', 'raw', 'compressed' or None, "
-                             f"got {self.strategy!r}")
+        if not isinstance(self.strategy, (strategy_lib.CostModel, strategy_lib.Pinned)) and \
+                self.strategy not in STRATEGIES:
+            raise ValueError("zipccl: strategy must be a CostModel, a Pinned plan, 'auto', 'raw', 'compressed' or "
+                             f"None, got {self.strategy!r}")
         if not isinstance(self.bucket_bytes, int) or self.bucket_bytes < 1:
             raise ValueError(f"zipccl: bucket_bytes must be a positive int, got {self.bucket_bytes!r}")
 

@@ -194,8 +194,10 @@ def compressed(fn=None, *, compress: bool = True, strategy=None, bucket_bytes: i
     """`fn` with every lax.psum, all_gather, psum_scatter, all_to_all and
     ppermute inside it (in shard_map bodies, scans, conds, jit-ed and custom
     functions, at any depth) carried out by the zip collectives with these
-    options. Integer operands, and messages the strategy sends raw, give
-    lax's results. Usable as a decorator, with or without arguments.
+    options. Integer operands, and messages the strategy sends raw (XLA's
+    collective), give lax's results; sums by a rank-ordered plan are the
+    rank-ordered float32 sum (zip_psum). Usable as a decorator, with or
+    without arguments.
 
     fn's array arguments are traced once per call (wrap the result in jax.jit
     to trace once per shape, as usual); its other arguments are passed as they

@@ -4,7 +4,7 @@ These functions run while a zip primitive is lowered (see _mirror.py): inside
 the manual region, with plain types, so lax's collectives here are the ones
 XLA runs (NCCL on GPU, gloo on CPU).
 
-A transfer compresses its rows into streams (worst-case capacity), agrees
+A transfer sizes its rows' streams (a size pass), agrees
 with the other devices on the largest stream with one `pmax` (a value that is
 the same on every device: the only safe predicate for a collective inside a
 branch), and in a `lax.switch` over the capacity ladder sends that many bytes
@@ -22,7 +22,6 @@ import numpy as np
 from jax import lax
 
 from .. import ops, reference, strategy
-from ..dtypes import DTYPE_CODES
 
 
 @jax.tree_util.register_dataclass
@@ -82,54 +81,97 @@ def bitwise(collective, x):
     return lax.bitcast_convert_type(collective(lax.bitcast_convert_type(x, bits)), x.dtype)
 
 
-def raw_streams(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """rows [k, m] -> STORED_RAW streams [k, 16 + m * itemsize] (FORMAT.md §1):
-    the uncompressed path runs through the same transfer and decode."""
-    k, m = rows.shape
-    head = np.frombuffer(reference.header(DTYPE_CODES[rows.dtype.name], reference.FLAG_STORED_RAW, m), np.uint8)
-    body = lax.bitcast_convert_type(rows, jnp.uint8).reshape(k, m * rows.dtype.itemsize)
-    payload = jnp.concatenate([jnp.broadcast_to(jnp.asarray(head), (k, head.size)), body], axis=1)
-    return payload, jnp.full((k,), payload.shape[1], jnp.uint32)
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """A flat array -- one or more leaves of one dtype end to end, never
+    joined in memory -- cut into k rows, one stream each, as
+    reference.row_order lays them out (unit 0: contiguous; unit > 0:
+    zip_psum's interleaved chunks). The codec reads the rows in place and
+    decode_rows writes them back in place."""
+
+    leaves: tuple
+    k: int
+    unit: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(x.size for x in self.leaves)
+
+    @property
+    def dtype(self):
+        return self.leaves[0].dtype
+
+    @property
+    def m(self) -> int:
+        return ops.row_elems(self.size, self.k)
+
+    @property
+    def capacity(self) -> int:
+        """A stream's worst case: raw plus the header."""
+        return ops.stream_capacity(self.m, self.dtype)
 
 
-def streams(rows: jax.Array, compress: bool):
-    return ops.compress_items(rows) if compress else raw_streams(rows)
+def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, rungs_from, *, raw=None):
+    """Moves the rows' streams at the smallest ladder rung that every
+    device's streams fit, then decodes. Returns (decoded, bytes per stream sent).
 
+    A size pass gives each stream's exact length; one pmax agrees on the
+    largest; in the chosen branch the codec writes each row's stream straight
+    into its own buffer of the rung's capacity, one per destination, which
+    XLA:CPU's all_to_all sends without a copy (it cuts an array operand into
+    per-destination pieces; buffers computed apart are taken as they are). So
+    no worst-case payload exists (docs/DESIGN.md, Memory).
 
-def sized_transfer(payload, nbytes, axes: Axes, send, decode, compress: bool, rungs_from, *, raw=None):
-    """Sends payload [..., cap] streams with the smallest ladder rung that all
-    devices' streams fit, then decodes. Returns (decoded, bytes per stream sent).
-    rungs_from: the ladder (fractions of the raw size). raw: (function of no
-    argument giving what decode would, bytes per stream it sends), run instead
-    of the top rung: it moves the operand's own bits, without a stream header."""
-    cap = payload.shape[-1]
+    send(outs: k uint8 [1, c] arrays) -> the received parts (a list of uint8
+    [r, c]); decode(parts) -> the result. The top rung (and compress=False)
+    sends STORED_RAW streams through the same send and decode, or runs
+    raw = (function of the leaves giving what decode would, bytes per stream
+    it sends): the operand's own bits, without a stream header."""
+    cap = rows.capacity
+
+    def move(*leaves, c, stored_raw=False):
+        return decode(send(ops.encode_rows(leaves, rows.k, c, outputs=rows.k, unit=rows.unit, raw=stored_raw)))
+
     if not compress:
-        return decode(send(payload)), f32(cap)
+        return move(*rows.leaves, c=cap, stored_raw=True), f32(cap)
     rungs = strategy.capacities(cap, cap - reference.HEADER_BYTES, rungs_from)
-    need = lax.pmax(jnp.max(nbytes), axes.names, **axes.kw())  # the same on every device: a safe predicate
+    sizes = ops.stream_sizes(rows.leaves, rows.k, unit=rows.unit)
+    need = lax.pmax(jnp.max(sizes), axes.names, **axes.kw())  # the same on every device: a safe predicate
     index = jnp.sum(need > jnp.asarray(rungs[:-1], jnp.uint32)).astype(jnp.int32)
-    branches = [functools.partial(lambda p, c: decode(send(p[..., :c])), c=c) for c in rungs]
+    branches = [functools.partial(move, c=c) for c in rungs[:-1]]
     sent = list(rungs)
-    if raw is not None:
-        top, sent[-1] = raw
-        branches[-1] = lambda p: top()
-    return lax.switch(index, branches, payload), jnp.asarray(sent, jnp.float32)[index]
+    if raw is None:
+        branches.append(functools.partial(move, c=cap, stored_raw=True))
+    else:
+        branches.append(raw[0])
+        sent[-1] = raw[1]
+    return lax.switch(index, branches, *rows.leaves), jnp.asarray(sent, jnp.float32)[index]
 
 
-def gather_rows(part, axes: Axes, compress: bool, rungs_from):
-    """part [m] on each device -> [n, m], the devices' parts in rank order.
-    The top rung gathers part's bits as they are."""
-    payload, nbytes = streams(part[None], compress)
-    send = lambda p: lax.all_gather(p[0], axes.names, axis=0, tiled=False, **axes.kw())  # noqa: E731
-    decode = lambda r: ops.decompress_items(r, m=part.size, dtype=part.dtype)  # noqa: E731
-    raw = (lambda: bitwise(lambda a: lax.all_gather(a, axes.names, axis=0, tiled=False, **axes.kw()), part),
-           part.size * part.dtype.itemsize)
-    return sized_transfer(payload, nbytes, axes, send, decode, compress, rungs_from, raw=raw)
+def gather_rows(part, axes: Axes, compress: bool, rungs_from, *, sizes=None, unit=0, raw=True):
+    """part [m] on each device -> the devices' parts in rank order, as the
+    rows of a flat array: leaves of `sizes` elements (default one of n m:
+    [n, m] flattened; reference.row_order with `unit` places the rows,
+    dropping padding). Returns (the leaves, bytes per stream sent). raw: the
+    top rung gathers part's bits as they are (else STORED_RAW streams)."""
+    sizes = (axes.size * part.size,) if sizes is None else sizes
+    send = lambda outs: [lax.all_gather(outs[0][0], axes.names, axis=0, tiled=False, **axes.kw())]  # noqa: E731
+    decode = lambda parts: ops.decode_rows(parts, sizes, part.dtype, unit=unit)  # noqa: E731
+    gather = lambda p: [bitwise(lambda a: lax.all_gather(a, axes.names, axis=0, tiled=True, **axes.kw()), p)]  # noqa: E731
+    top = (gather, part.size * part.dtype.itemsize) if raw else None
+    return sized_transfer(Rows((part,), 1), axes, send, decode, compress, rungs_from, raw=top)
 
 
-def reduce_scatter_rows(rows, axes: Axes, compress: bool, rungs_from):
-    """rows [n, m] on each device -> this device's row of the rank-ordered sum."""
-    payload, nbytes = streams(rows, compress)
-    send = lambda p: lax.all_to_all(p, axes.names, 0, 0, tiled=True, **axes.kw())  # noqa: E731
-    decode = lambda r: ops.decompress_accumulate(r, m=rows.shape[1], dtype=rows.dtype)  # noqa: E731
-    return sized_transfer(payload, nbytes, axes, send, decode, compress, rungs_from)
+def exchange(outs, axes: Axes):
+    """all_to_all of k one-row buffers (row j to device j) -> the k received
+    rows, in source order, as k parts (so the decode takes them as XLA:CPU's
+    all_to_all delivers them, without joining them first)."""
+    received = lax.all_to_all(jnp.concatenate(outs), axes.names, 0, 0, tiled=True, **axes.kw())
+    return [received[j:j + 1] for j in range(len(outs))]
+
+
+def reduce_scatter_rows(rows: Rows, axes: Axes, compress: bool, rungs_from):
+    """rows (k = n) on each device -> ([this device's row of the rank-ordered
+    sum], bytes per stream sent)."""
+    decode = lambda parts: ops.decode_accumulate_rows(parts, (rows.m,), rows.dtype)  # noqa: E731
+    return sized_transfer(rows, axes, lambda outs: exchange(outs, axes), decode, compress, rungs_from)

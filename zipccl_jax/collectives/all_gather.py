@@ -27,7 +27,7 @@ def _lower(info, x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_i
     if not plan("all_gather", x, axes, info).compress or not info.options.compress:
         out = bitwise(lambda a: lax.all_gather(a, axes.names, axis=dim, tiled=tiled, **axes.kw()), x)
         return [out], raw, raw
-    rows, sent = gather_rows(x.reshape(-1), axes, True, ladder(axes, info))
+    (rows,), sent = gather_rows(x.reshape(-1), axes, True, ladder(axes, info))  # [n * x.size]
     out = jnp.moveaxis(rows.reshape(n, *x.shape), 0, dim)
     if tiled:
         out = out.reshape(*x.shape[:dim], n * x.shape[dim], *x.shape[dim + 1:])

@@ -10,8 +10,6 @@ operands' exact bits (a raw plan moves them as integer bits).
 
 from __future__ import annotations
 
-import math
-
 import jax.numpy as jnp
 from jax import lax
 from jax._src.lax import parallel as lax_parallel
@@ -19,7 +17,7 @@ from jax._src.lax import parallel as lax_parallel
 from .. import ops
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Stats, bitwise, f32, ladder, plan, sized_transfer
+from ._transfer import Axes, Rows, Stats, bitwise, exchange, f32, ladder, plan, sized_transfer
 
 
 def _lower(info, x, *, split_axis, concat_axis, axis_name, tiled, axis_index_groups=None):
@@ -32,10 +30,11 @@ def _lower(info, x, *, split_axis, concat_axis, axis_name, tiled, axis_index_gro
         return [out], raw, raw
     moved = jnp.moveaxis(x, split_axis, 0)
     chunk_shape = (x.shape[split_axis] // n, *moved.shape[1:])
-    payload, nbytes = ops.compress_items(moved.reshape(n, -1))
-    send = lambda p: lax.all_to_all(p, axes.names, 0, 0, tiled=True, **axes.kw())  # noqa: E731
-    decode = lambda r: ops.decompress_items(r, m=math.prod(chunk_shape), dtype=x.dtype)  # noqa: E731
-    rows, sent = sized_transfer(payload, nbytes, axes, send, decode, True, ladder(axes, info))
+    decode = lambda parts: ops.decode_rows(parts, (x.size,), x.dtype)  # noqa: E731
+    bits = lambda a: [bitwise(lambda b: lax.all_to_all(b, axes.names, 0, 0, tiled=True, **axes.kw()),  # noqa: E731
+                              a.reshape(n, -1)).reshape(-1)]
+    (rows,), sent = sized_transfer(Rows((moved,), n), axes, lambda outs: exchange(outs, axes), decode, True,
+                                   ladder(axes, info), raw=(bits, x.size * x.dtype.itemsize // n))
     # rows[j]: source j's chunk for this device, shaped like x with split_axis cut
     chunks = jnp.moveaxis(rows.reshape(n, *chunk_shape), 1, split_axis + 1)
     out = jnp.moveaxis(chunks, 0, concat_axis)

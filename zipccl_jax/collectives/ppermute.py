@@ -16,7 +16,7 @@ from jax._src.lax import parallel as lax_parallel
 from .. import ops
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Stats, bitwise, f32, ladder, plan, sized_transfer
+from ._transfer import Axes, Rows, Stats, bitwise, f32, ladder, plan, sized_transfer
 
 
 def _lower(info, x, *, axis_name, perm):
@@ -24,15 +24,15 @@ def _lower(info, x, *, axis_name, perm):
     raw = f32(x.size * x.dtype.itemsize)
     if not plan("ppermute", x, axes, info).compress or not info.options.compress:
         return [bitwise(lambda a: lax.ppermute(a, axes.names, perm), x)], raw, raw
-    payload, nbytes = ops.compress_items(x.reshape(1, -1))
     receives = jnp.isin(lax.axis_index(axes.names), jnp.asarray([d for _, d in perm] or [-1]))
 
-    def decode(r):
-        return lax.cond(receives, lambda p: ops.decompress_items(p, m=x.size, dtype=x.dtype),
-                        lambda p: jnp.zeros((1, x.size), x.dtype), r)
+    def decode(parts):
+        return lax.cond(receives, lambda p: ops.decode_rows([p], (x.size,), x.dtype),
+                        lambda p: [jnp.zeros((x.size,), x.dtype)], parts[0])
 
-    send = lambda p: lax.ppermute(p, axes.names, perm)  # noqa: E731
-    out, sent = sized_transfer(payload, nbytes, axes, send, decode, True, ladder(axes, info))
+    send = lambda outs: [lax.ppermute(outs[0], axes.names, perm)]  # noqa: E731
+    bits = (lambda a: [bitwise(lambda b: lax.ppermute(b, axes.names, perm), a).reshape(-1)], x.size * x.dtype.itemsize)
+    (out,), sent = sized_transfer(Rows((x,), 1), axes, send, decode, True, ladder(axes, info), raw=bits)
     return [out.reshape(x.shape)], sent, raw
 
 

@@ -6,26 +6,32 @@ unreduced_psum_p for unreduced operands): their types, batching, transposes
 lowering is this module's. Independent psums over the same axes merge, so a
 pytree's float leaves are packed per dtype into buckets of `bucket_bytes`.
 
-A bucket the plan compresses is summed in float32 in rank order
+A bucket the plan sends by a rank-ordered algorithm, compressed or not
+(strategy.plan_names), is summed in float32 in rank order
 (x_0 + x_1 + ... + x_{n-1}: device index along the axes, row-major for a tuple
 of axes, the listed order within an axis_index_group) in one kernel, and
 rounded once to the dtype, on every device, by either algorithm:
 - reduce_scatter+all_gather: the bucket cut into n chunks (interleaved: chunk
-  j takes blocks, or code-table groups, j, j + n, ...), compressed,
-  all_to_all, fused decode-and-accumulate, then each device's reduced chunk
-  compressed and all-gathered;
+  j takes blocks, or code-table groups, j, j + n, ..., read in place by the
+  codec), compressed, all_to_all, fused decode-and-accumulate, then each
+  device's reduced chunk compressed, all-gathered and decoded back into
+  place;
 - all_gather+local_reduce: every device's bucket all-gathered compressed and
   summed locally (fewer steps, for small axes or high latency).
-compress=False runs the same algorithm without the codec (the same bits).
-A bucket the plan sends raw, and integer operands, go through XLA's own
-all-reduce: lax's result (on CPU in float32, which XLA:CPU uses for bf16 and
-fp16 anyway, and which avoids its abort on bf16 in a partially manual
-shard_map).
+compress=False runs the same algorithm without the codec (the same bits),
+which is what the plan's "uncompressed" variants run: they move the raw
+bits (bf16 stays 2 bytes, where XLA:CPU's all-reduce moves float32) with no
+size consensus. A bucket the plan sends raw ("raw all_reduce"), and integer
+operands, go through XLA's own all-reduce: lax's result (on CPU in float32,
+which XLA:CPU uses for bf16 and fp16 anyway, and which avoids its abort on
+bf16 in a partially manual shard_map).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax._src.lax import parallel as lax_parallel
 
@@ -33,7 +39,7 @@ from .. import ops, reference
 from ..dtypes import is_compressible
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Stats, f32, gather_rows, ladder, plan, reduce_scatter_rows, streams, sized_transfer
+from ._transfer import Axes, Rows, Stats, f32, gather_rows, ladder, plan, reduce_scatter_rows, sized_transfer
 
 INTERLEAVE_GROUPS = 4  # code-table groups per chunk from which the layout interleaves whole groups
 
@@ -53,19 +59,16 @@ def _lower(info, *xs, axes, axis_index_groups=None):
             outs[i] = lax.psum(x, named, **group.kw())
             nbytes = 2 * x.size * x.dtype.itemsize * (group.size - 1) / group.size
             wire, raw = wire + nbytes, raw + nbytes
-    for bucket in _buckets([xs[i] for i in floats], info.options.bucket_bytes):
+    for bucket in buckets([xs[i] for i in floats], info.options.bucket_bytes):
         idx = [floats[j] for j in bucket]
-        flat = jnp.concatenate([xs[i].reshape(-1) for i in idx]) if len(idx) > 1 else xs[idx[0]].reshape(-1)
-        total, w, r = _psum_flat(flat, group, info)
+        totals, w, r = _psum_bucket(tuple(xs[i].reshape(-1) for i in idx), group, info)
         wire, raw = wire + w, raw + r
-        offset = 0
-        for i in idx:
-            outs[i] = total[offset:offset + xs[i].size].reshape(xs[i].shape)
-            offset += xs[i].size
+        for i, total in zip(idx, totals):
+            outs[i] = total.reshape(xs[i].shape)
     return outs, wire, raw
 
 
-def _buckets(leaves, bucket_bytes):
+def buckets(leaves, bucket_bytes):
     """Leaf indices grouped by dtype into buckets of at most bucket_bytes (a
     larger leaf gets a bucket of its own), in leaf order within a dtype."""
     by_dtype: dict = {}
@@ -85,55 +88,53 @@ def _buckets(leaves, bucket_bytes):
     return buckets
 
 
-def _psum_flat(flat, group: Axes, info):
-    """psum of one flat float array by the planned algorithm: (sum, wire, raw)."""
-    n, itemsize = group.size, flat.dtype.itemsize
-    decision = plan("psum", flat, group, info)
-    if not decision.compress:
-        wide = flat.astype(jnp.float32) if info.platform == "cpu" else flat
-        raw = f32(2 * flat.size * itemsize * (n - 1) / n)
-        return lax.psum(wide, group.names, **group.kw()).astype(flat.dtype), raw, raw
-    compress, rungs = info.options.compress, ladder(group, info)
+def _psum_bucket(leaves: tuple, group: Axes, info):
+    """psum of a bucket (flat leaves of one float dtype, summed as one array
+    that is never joined in memory) by the planned algorithm:
+    (the summed leaves, wire, raw)."""
+    n, dtype = group.size, leaves[0].dtype
+    size = sum(x.size for x in leaves)
+    nbytes = size * dtype.itemsize
+    decision = plan("psum", jax.ShapeDtypeStruct((size,), dtype), group, info)
+    if decision.algorithm == "all_reduce":  # XLA's own, on the bucket as one array
+        return _all_reduce(leaves, group, info.platform)
+    # an uncompressed plan runs its algorithm as compress=False does: the same bits
+    compress, rungs = info.options.compress and decision.compress, ladder(group, info)
+    sizes = tuple(x.size for x in leaves)
     if decision.algorithm == "all_gather+local_reduce":
-        payload, nbytes = streams(flat[None], compress)
-        send = lambda p: lax.all_gather(p[0], group.names, axis=0, tiled=False, **group.kw())  # noqa: E731
-        decode = lambda r: ops.decompress_accumulate(r, m=flat.size, dtype=flat.dtype)  # noqa: E731
-        total, per_stream = sized_transfer(payload, nbytes, group, send, decode, compress, rungs)
-        return total, per_stream * (n - 1), f32(flat.size * itemsize * (n - 1))
-    rows = _interleave(jnp.pad(flat, (0, -flat.size % n)), n)
-    part, sent_rs = reduce_scatter_rows(rows, group, compress, rungs)
-    gathered, sent_ag = gather_rows(part, group, compress, rungs)
-    raw = f32(2 * rows.shape[1] * itemsize * (n - 1))
-    return _deinterleave(gathered)[:flat.size], (sent_rs + sent_ag) * (n - 1), raw
+        send = lambda outs: [lax.all_gather(outs[0][0], group.names, axis=0, tiled=False, **group.kw())]  # noqa: E731
+        decode = lambda parts: ops.decode_accumulate_rows(parts, sizes, dtype)  # noqa: E731
+        totals, per_stream = sized_transfer(Rows(leaves, 1), group, send, decode, compress, rungs)
+        return totals, per_stream * (n - 1), f32(nbytes * (n - 1))
+    rows = Rows(leaves, n, interleave_unit(n * ops.row_elems(size, n), n))
+    (part,), sent_rs = reduce_scatter_rows(rows, group, compress, rungs)
+    totals, sent_ag = gather_rows(part, group, compress, rungs, sizes=sizes, unit=rows.unit, raw=False)
+    return totals, (sent_rs + sent_ag) * (n - 1), f32(2 * rows.m * dtype.itemsize * (n - 1))
+
+
+def _all_reduce(leaves: tuple, group: Axes, platform: str):
+    """XLA's all-reduce of a bucket, joined into one array: XLA:CPU runs one
+    gloo all-reduce per operand of a multi-operand psum (a bucket of 21
+    leaves took as long as 21 syncs: docs/BENCHMARKS.md, "Plans timed in situ"), and in
+    float32 on CPU. (the summed leaves, wire, raw)."""
+    n, dtype = group.size, leaves[0].dtype
+    wide = [x.astype(jnp.float32) if platform == "cpu" else x for x in leaves]
+    total = lax.psum(wide[0] if len(wide) == 1 else jnp.concatenate(wide), group.names, **group.kw())
+    ends = np.cumsum([x.size for x in leaves])
+    raw = f32(2 * int(ends[-1]) * total.dtype.itemsize * (n - 1) / n)  # what XLA sends: float32 on CPU
+    return [total[end - x.size:end].astype(dtype) for x, end in zip(leaves, ends)], raw, raw
 
 
 def interleave_unit(size: int, n: int) -> int:
-    """The unit of the reduce-scatter's chunk layout for a bucket of `size`
-    values: a code-table group when every chunk holds INTERLEAVE_GROUPS of
-    them (a group keeps one leaf's statistics), else a block."""
+    """The unit of the reduce-scatter's chunk layout (reference.row_order) for
+    a bucket of `size` values (padded to a multiple of n): a code-table group
+    when every chunk holds INTERLEAVE_GROUPS of them (a group keeps one leaf's
+    statistics), else a block. Every chunk then mixes all the bucket's
+    leaves, so the n streams (sent at the size of the largest) compress
+    alike (docs/BENCHMARKS.md, wire bytes); the codec reads the units in
+    place (no copy of the bucket)."""
     group = reference.GROUP_BLOCKS * reference.BLOCK
     return group if size >= n * group * INTERLEAVE_GROUPS else reference.BLOCK
-
-
-def _interleave(padded, n):
-    """padded [size] (a multiple of n) -> the reduce-scatter's rows [n, size / n]:
-    row j holds the units j, j + n, j + 2n, ... of the largest prefix that is
-    a multiple of n units, then its contiguous share of the rest. Every row
-    then mixes all the bucket's leaves, so the n streams (sent at the size of
-    the largest) compress alike (docs/BENCHMARKS.md, wire bytes)."""
-    unit = interleave_unit(padded.size, n)
-    main = padded.size // (n * unit) * (n * unit)
-    head = padded[:main].reshape(-1, n, unit).transpose(1, 0, 2).reshape(n, -1)
-    return jnp.concatenate([head, padded[main:].reshape(n, -1)], axis=1)
-
-
-def _deinterleave(rows):
-    """_interleave's inverse: rows [n, m] -> [n * m]."""
-    n, m = rows.shape
-    unit = interleave_unit(n * m, n)
-    main = n * m // (n * unit) * unit  # per row
-    head = rows[:, :main].reshape(n, -1, unit).transpose(1, 0, 2).reshape(-1)
-    return jnp.concatenate([head, rows[:, main:].reshape(-1)])
 
 
 for _prim in (lax_parallel.psum_p, lax_parallel.psum_invariant_p, lax_parallel.unreduced_psum_p):
@@ -146,11 +147,13 @@ def zip_psum(x, axis_name, *, axis_index_groups=None, compress: bool = True, str
 
     Same arguments, result types, transposes and errors as lax.psum. Float
     leaves (bf16, fp16, fp32) are packed per dtype into buckets of at most
-    `bucket_bytes`; a bucket the plan compresses is summed in float32 in rank
-    order and rounded once; other leaves and raw buckets give lax's result.
+    `bucket_bytes`; a bucket the plan sends by a rank-ordered algorithm
+    (compressed or uncompressed) is summed in float32 in rank order and
+    rounded once; other leaves and raw buckets give lax's result.
     `compress=False` runs the planned algorithm without the codec (the same
-    bits). `strategy`: None (the process default), "auto", "raw",
-    "compressed" or a strategy.CostModel. `with_stats=True` returns
+    bits). `strategy`: None (the process default), "auto", "raw" (XLA's
+    all-reduce), "compressed", a strategy.CostModel or a strategy.Pinned
+    plan (strategy.plan_names("psum")). `with_stats=True` returns
     (result, Stats).
     """
     kw = {"axis_index_groups": axis_index_groups} if axis_index_groups is not None else {}

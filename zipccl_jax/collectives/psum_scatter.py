@@ -19,7 +19,7 @@ from jax._src.lax import parallel as lax_parallel
 from ..dtypes import is_compressible
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Stats, f32, ladder, plan, reduce_scatter_rows
+from ._transfer import Axes, Rows, Stats, f32, ladder, plan, reduce_scatter_rows
 
 
 def _lower(info, x, *, scatter_dimension, axis_name, axis_size, tiled, axis_index_groups=None):
@@ -30,9 +30,10 @@ def _lower(info, x, *, scatter_dimension, axis_name, axis_size, tiled, axis_inde
     if not decision.compress:
         wide = x.astype(jnp.float32) if info.platform == "cpu" and is_compressible(x.dtype) else x
         out = lax.psum_scatter(wide, axes.names, scatter_dimension=dim, tiled=tiled, **axes.kw())
-        return [out.astype(x.dtype)], raw, raw
+        sent = f32(x.size * wide.dtype.itemsize * (n - 1) // n)  # what XLA sends: float32 on CPU
+        return [out.astype(x.dtype)], sent, sent
     moved = jnp.moveaxis(x, dim, 0)
-    part, sent = reduce_scatter_rows(moved.reshape(n, -1), axes, info.options.compress, ladder(axes, info))
+    (part,), sent = reduce_scatter_rows(Rows((moved,), n), axes, info.options.compress, ladder(axes, info))
     part = jnp.moveaxis(part.reshape(x.shape[dim] // n, *moved.shape[1:]), 0, dim)
     if not tiled:
         part = part.reshape(*x.shape[:dim], *x.shape[dim + 1:])

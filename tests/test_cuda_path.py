@@ -1,0 +1,132 @@
+"""What zipccl_jax does for the CUDA codec, checked on the CPU: the custom calls a CUDA lowering
+emits (status words and a workspace that XLA allocates), the errors read from status words, the
+eager-raise policy, the command-buffer trait at registration. The handlers themselves run in
+tests/test_cuda_emulation.py."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zipccl_jax as zc
+from zipccl_jax import _ffi, ops
+from zipccl_jax import reference as ref
+from zipccl_jax.bench.data import gaussian
+
+N = 5000
+
+
+class FakeCudaModule:
+    """Stands in for _zipccl_cuda (absent from CPU-only builds): records the workspace sizes asked for."""
+
+    def __init__(self):
+        self.asked = []
+
+    def workspace_bytes(self, target, dtype, batch, n, out_dtype=0):
+        self.asked.append((target, dtype, batch, n, out_dtype))
+        return 1000 + 7 * batch + n
+
+
+def custom_call_results(fn, *args, platform):
+    """{target: result types} of the zipccl custom calls in fn's lowering for `platform`."""
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    calls = re.findall(r"custom_call @(zipccl_\w+)\(.*-> (.*)$", text, re.M)
+    return {target: re.findall(r"tensor<([^>]*)>", results) for target, results in calls}
+
+
+def test_a_cuda_lowering_adds_status_words_and_a_workspace_sized_by_the_cuda_module(monkeypatch):
+    """On CUDA each call returns its status words (decoders) and a workspace of exactly the bytes the
+    CUDA module asks for; on CPU the calls keep the CPU handlers' results (lax.platform_dependent:
+    each lowering holds only its platform's call)."""
+    _ffi.register()  # the real targets; then the fake, before any codec call (JAX caches traces)
+    fake = FakeCudaModule()
+    monkeypatch.setattr(_ffi, "cuda_module", lambda: fake)
+    x = gaussian(3 * N, jnp.bfloat16).reshape(3, N)
+    cap = zc.stream_capacity(N, jnp.bfloat16)
+    payload, rows = jnp.zeros((3, cap), jnp.uint8), jnp.zeros((2, 4, cap), jnp.uint8)
+
+    def codec(x, payload, rows):
+        return (zc.compress(x, batch_dims=1), ops.decompress_items(payload, m=N, dtype=jnp.bfloat16),
+                zc.decompress_accumulate(rows, m=N, dtype=jnp.bfloat16, out_dtype=jnp.float32))
+
+    assert custom_call_results(codec, x, payload, rows, platform="cuda") == {
+        "zipccl_compress": [f"3x{cap}xui8", "3xui32", f"{1000 + 21 + N}xui8"],
+        "zipccl_decompress": [f"3x{N}xbf16", "3xui32", f"{1000 + 21 + N}xui8"],
+        "zipccl_decompress_accumulate": [f"2x{N}xf32", "2x4xui32", f"{1000 + 14 + N}xui8"]}
+    assert sorted(set(fake.asked)) == [("zipccl_compress", 1, 3, N, 1), ("zipccl_decompress", 1, 3, N, 1),
+                                       ("zipccl_decompress_accumulate", 1, 2, N, 3)]
+    assert custom_call_results(codec, x, payload, rows, platform="cpu") == {
+        "zipccl_compress": [f"3x{cap}xui8", "3xui32"], "zipccl_decompress": [f"3x{N}xbf16"],
+        "zipccl_decompress_accumulate": [f"2x{N}xf32"]}
+    # the platform's branch is a constant case that XLA removes: nothing of it is left to run
+    assert "conditional" not in jax.jit(codec).lower(x, payload, rows).compile().as_text()
+
+
+def cpu_error(fn) -> str:
+    with pytest.raises(jax.errors.JaxRuntimeError) as e:
+        jax.block_until_ready(fn())
+    return str(e.value)
+
+
+def test_status_words_give_the_cpu_codecs_error_and_an_eager_gpu_decode_raises_it(monkeypatch):
+    """The words a CUDA decoder returns (0, or the decoder's error code per row) are worded as the
+    CPU handler words the same corrupt payload, naming the stream (decompress) or the item
+    (accumulate); decoded eagerly on a GPU, that error is raised, with the CPU's exception type."""
+    streams = [ref.compress(gaussian(N, jnp.float32, seed=i)) for i in range(3)]
+    cap = max(map(len, streams))
+    rows = np.stack([np.frombuffer(s + bytes(cap - len(s)), np.uint8) for s in streams])
+    rows[1, 16 + 3] = 9  # stream 1, block 0: a bad mode
+    decoded = cpu_error(lambda: ops.decompress_items(jnp.asarray(rows), m=N, dtype=jnp.float32))
+    summed = cpu_error(lambda: zc.decompress_accumulate(jnp.asarray(rows[[0, 2, 0, 1]].reshape(2, 2, cap)), m=N,
+                                                        dtype=jnp.float32))
+    words = np.array([0, 7, 0], np.uint32)  # 7: kErrBlockMode of the decoders' Status (zipccl_format.h)
+    assert decoded == "DATA_LOSS: " + ops.corrupt_payload_error(words)
+    assert summed == "DATA_LOSS: " + ops.corrupt_payload_error(np.array([0, 0, 0, 7], np.uint32), rows_per_item=2)
+    assert ops.corrupt_payload_error(np.zeros((2, 3), np.uint32), rows_per_item=3) is None
+
+    monkeypatch.setattr(ops, "_on_gpu", lambda _: True)
+    out = jnp.zeros(3)
+    with pytest.raises(jax.errors.JaxRuntimeError) as e:
+        ops._checked(out, jnp.asarray(words), with_status=False)
+    assert str(e.value) == decoded
+    assert ops._checked(out, jnp.asarray(words), with_status=True)[1] is not None
+    # traced (under jit), the words are not known: the poisoned output stands, nothing is raised
+    assert jax.jit(lambda w: ops._checked(out, w, with_status=False))(jnp.asarray(words)).shape == (3,)
+
+
+def test_cuda_targets_are_registered_as_command_buffer_compatible(monkeypatch):
+    """The handlers declare the trait themselves; the registration passes it as well, for jaxlibs
+    that take it only from there. CPU targets get no trait."""
+    from jaxlib import xla_client
+
+    class Module:
+        command_buffer_compatible = ("zipccl_decompress",)
+
+        @staticmethod
+        def registrations():
+            return {"zipccl_compress": "c", "zipccl_decompress": "d"}
+
+    registered = []
+    monkeypatch.setattr(_ffi, "cuda_module", lambda: Module)
+    monkeypatch.setattr(jax.ffi, "register_ffi_target",
+                        lambda name, capsule, platform, **kw: registered.append((platform, name, kw)))
+    assert _ffi.register.__wrapped__() == ("cpu", "CUDA")
+    assert ("CUDA", "zipccl_compress", {}) in registered
+    assert ("CUDA", "zipccl_decompress", {"traits": xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE}) \
+        in registered
+    assert all(kw == {} for platform, _, kw in registered if platform == "cpu")
+
+
+@pytest.mark.skipif(_ffi.cuda_module() is None, reason="built without the CUDA codec (CI builds it)")
+def test_the_cuda_modules_workspaces_cover_a_vmapped_call():
+    """Under vmap a call's workspace is [B, bytes for one]: the handler then needs the bytes for B times
+    the batch, which must not exceed B times the bytes for one. Every target is declared compatible."""
+    module = _ffi.cuda_module()
+    assert module.command_buffer_compatible == _ffi.TARGETS
+    for target in (t for t in _ffi.TARGETS if t not in _ffi.ROW_TARGETS):  # test_row_ops checks those
+        for dtype in (1, 2, 3):
+            for batch, n in [(1, 0), (1, 1), (3, 4097), (2, 65537), (8, 1 << 20)]:
+                one = module.workspace_bytes(target, dtype, batch, n, 3)
+                assert all(module.workspace_bytes(target, dtype, b * batch, n, 3) <= b * one for b in (2, 3, 8))

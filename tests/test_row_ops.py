@@ -1,0 +1,154 @@
+"""The collectives' row ops (ops.stream_sizes, encode_rows, decode_rows,
+decode_accumulate_rows; ffi/zipccl_cpu.cc) against the numpy reference: a
+bucket's leaves cut into rows (reference.row_order: contiguous or interleaved,
+zero-padded), each row's stream at a rung's capacity, byte for byte."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from zipccl_jax import ops
+from zipccl_jax import reference as ref
+from zipccl_jax.dtypes import DTYPE_CODES
+from test_reference import make
+
+DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
+K = 4
+# (leaf sizes, unit): one leaf split evenly; leaves that end mid-row and mid-unit, interleaved by blocks with
+# padding; interleaved by code-table groups; a row shorter than a unit (all of it the contiguous rest)
+LAYOUTS = [((K * 3 * ref.BLOCK,), 0), ((5000, 1, 3 * ref.BLOCK + 17, 0, 9000), ref.BLOCK),
+           ((K * 2 * ref.GROUP_BLOCKS * ref.BLOCK + 3,), ref.GROUP_BLOCKS * ref.BLOCK), ((1000, 999), ref.BLOCK)]
+KINDS = ["gauss", "random_bits", "specials_in_gauss", "skewed_signs"]
+
+
+def leaves_of(sizes, dtype, seed=0):
+    """Leaves of mixed kinds (a random_bits stretch makes some rows store raw)."""
+    kinds = KINDS * len(sizes)
+    return [make(kinds[i], n, dtype, seed=seed + i) if n else np.zeros(0, dtype) for i, n in enumerate(sizes)]
+
+
+def ids(p):
+    return f"{len(p[0])}leaves-unit{p[1]}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=ids)
+def test_rows_round_trip_at_the_agreed_capacity_byte_for_byte(dtype, layout):
+    sizes, unit = layout
+    leaves = leaves_of(sizes, dtype)
+    flat = np.concatenate(leaves)
+    rows = ref.cut_rows(flat, K, unit)
+    m = rows.shape[1]
+    streams = [ref.compress(r) for r in rows]
+    got_sizes = jax.jit(lambda *x: ops.stream_sizes(x, K, unit=unit))(*leaves)
+    assert np.asarray(got_sizes).tolist() == [len(s) for s in streams] == ref.stream_sizes(flat, K, unit).tolist()
+    cap = max(map(len, streams)) + 5  # the agreed rung: the largest stream fits, the others are zero-padded
+    outs = jax.jit(lambda *x: ops.encode_rows(x, K, cap, outputs=2, unit=unit))(*leaves)
+    assert [o.shape for o in outs] == [(K // 2, cap)] * 2
+    payload = np.concatenate([np.asarray(o) for o in outs])
+    for row, s in zip(payload, streams):
+        assert row.tobytes() == s + bytes(cap - len(s))
+    # decoded into leaves of other sizes than the sender's (the same flat array): rows are placed, not leaves
+    back = jax.jit(lambda *p: ops.decode_rows(p, (7, flat.size - 7), dtype, unit=unit))(*outs)
+    assert np.concatenate([np.asarray(b) for b in back]).tobytes() == flat.tobytes()
+    sums = jax.jit(lambda *p: ops.decode_accumulate_rows(p, (m - 1, 1), dtype))(*outs)
+    assert np.concatenate([np.asarray(s) for s in sums]).tobytes() == ref.accumulate(list(rows), dtype).tobytes()
+    raw = jax.jit(lambda *x: ops.encode_rows(x, K, ref.max_stream_bytes(m, dtype), outputs=K, unit=unit,
+                                             raw=True))(*leaves)
+    for j, o in enumerate(raw):
+        assert o.tobytes() == ref.header(DTYPE_CODES[np.dtype(dtype).name], ref.FLAG_STORED_RAW, m) + rows[j].tobytes()
+
+
+def test_a_stream_longer_than_the_capacity_is_refused():
+    x = make("random_bits", 3 * ref.BLOCK, np.float32)
+    with pytest.raises(Exception, match=r"row 0's stream is longer than the capacity 1000 its size pass agreed on"):
+        jax.block_until_ready(jax.jit(lambda a: ops.encode_rows(a, 1, 1000))(x))
+
+
+def test_a_corrupt_row_is_named():
+    x = make("gauss", 2 * ref.BLOCK, np.float32)
+    cap = ref.max_stream_bytes(ref.BLOCK, np.float32)
+    outs = [np.array(o) for o in jax.jit(lambda a: ops.encode_rows(a, 2, cap, outputs=2))(x)]
+    outs[1][0, 20] ^= 0xFF  # row 1, block 0's descriptor
+    for op in (lambda *p: ops.decode_rows(p, (x.size,), np.float32), lambda *p: ops.decode_accumulate_rows(
+            p, (ref.BLOCK,), np.float32)):
+        with pytest.raises(Exception, match=r"zipccl: corrupt payload \(stream 1\)"):
+            jax.block_until_ready(jax.jit(op)(*outs))
+
+
+def test_bad_arguments_get_clear_errors():
+    x = jnp.zeros(8, jnp.float32)
+    with pytest.raises(ValueError, match="one dtype"):
+        ops.stream_sizes([x, x.astype(jnp.bfloat16)], 2)
+    with pytest.raises(ValueError, match="do not split into 3 outputs"):
+        ops.encode_rows(x, 4, 64, outputs=3)
+    parts = [jnp.zeros((1, 64), jnp.uint8), jnp.zeros((1, 80), jnp.uint8)]
+    with pytest.raises(Exception, match="received parts differ in capacity"):
+        jax.block_until_ready(jax.jit(lambda *p: ops.decode_rows(p, (8,), jnp.float32))(*parts))
+
+
+class FakeCudaModule:
+    """Stands in for _zipccl_cuda (absent from CPU-only builds): records the row workspaces asked for."""
+
+    def row_workspace_bytes(self, target, dtype, rows, size, unit, leaves, part_rows):
+        self.asked = getattr(self, "asked", []) + [(target, dtype, rows, size, unit, leaves, part_rows)]
+        return 1000 + rows + part_rows
+
+
+def test_a_cuda_lowering_of_the_row_ops_adds_status_words_and_workspaces(monkeypatch):
+    """On CUDA the decoders return a status word per row and every op a workspace of the bytes the
+    CUDA module asks for (tests/test_cuda_emulation.py runs the handlers); on CPU neither."""
+    from zipccl_jax import _ffi
+
+    _ffi.register()
+    fake = FakeCudaModule()
+    monkeypatch.setattr(_ffi, "cuda_module", lambda: fake)
+    a, b = jnp.zeros(5000, jnp.bfloat16), jnp.zeros(3000, jnp.bfloat16)
+    parts = [jnp.zeros((1, 900), jnp.uint8), jnp.zeros((3, 900), jnp.uint8)]
+
+    def ops_of(a, b, p0, p1):
+        return (ops.stream_sizes([a, b], K, unit=ref.BLOCK), ops.encode_rows([a, b], K, 900, outputs=K),
+                ops.decode_rows([p0, p1], (8000,), jnp.bfloat16), ops.decode_accumulate_rows([p0, p1], (10, 1990),
+                                                                                             jnp.bfloat16))
+
+    def results(platform):
+        text = jax.jit(ops_of).trace(a, b, *parts).lower(lowering_platforms=(platform,)).as_text()
+        return {t: re.findall(r"tensor<([^>]*)>", r) for t, r in re.findall(r"custom_call @(zipccl_\w+)\(.*-> (.*)$",
+                                                                           text, re.M)}
+
+    assert results("cuda") == {"zipccl_stream_sizes": ["4xui32", "1004xui8"],
+                               "zipccl_encode_rows": ["1x900xui8"] * K + ["1004xui8"],
+                               "zipccl_decode_rows": ["8000xbf16", "4xui32", "1007xui8"],
+                               "zipccl_decode_accumulate_rows": ["10xbf16", "1990xbf16", "4xui32", "1002xui8"]}
+    assert sorted(set(fake.asked)) == [("zipccl_decode_accumulate_rows", 1, 1, 2000, 0, 2, 1),
+                                       ("zipccl_decode_rows", 1, 4, 8000, 0, 1, 3),
+                                       ("zipccl_encode_rows", 1, K, 8000, 0, 2, 0),
+                                       ("zipccl_stream_sizes", 1, K, 8000, ref.BLOCK, 2, 0)]
+    assert results("cpu") == {"zipccl_stream_sizes": ["4xui32"], "zipccl_encode_rows": ["1x900xui8"] * K,
+                              "zipccl_decode_rows": ["8000xbf16"], "zipccl_decode_accumulate_rows": ["10xbf16",
+                                                                                                     "1990xbf16"]}
+
+
+def test_the_cuda_modules_row_workspaces():
+    """The real module's sizes (when built with the CUDA codec): an encode holds what a size pass
+    does and the assembled streams; rows lying as one leaf need no gathered copy; a bad target is refused."""
+    from zipccl_jax import _ffi
+
+    module = _ffi.cuda_module()
+    if module is None:
+        pytest.skip("built without the CUDA codec (CI builds it)")
+    size = K * 3 * ref.BLOCK
+
+    def bytes_of(target, leaves=1, unit=0):
+        return module.row_workspace_bytes(target, 1, K, size, unit, leaves, 1)
+
+    sizes, encode = bytes_of("zipccl_stream_sizes"), bytes_of("zipccl_encode_rows")
+    assert encode >= sizes + K * ref.max_stream_bytes(size // K, ml_dtypes.bfloat16)
+    assert bytes_of("zipccl_encode_rows", leaves=2) >= encode + size * 2  # the rows gathered from two leaves
+    assert bytes_of("zipccl_decode_rows", unit=ref.BLOCK) >= size * 2 > bytes_of("zipccl_decode_rows")
+    with pytest.raises(ValueError, match="no row workspace for target zipccl_compress"):
+        bytes_of("zipccl_compress")
