@@ -520,6 +520,17 @@ def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
     return decode(buf, code, n, flags, mask_bits).astype(np.uint16 if elem_bytes == 2 else np.uint32).view(dt)
 
 
+def _blocks(buf: bytes, descs, n: int, table_at: int, table_sizes: list):
+    """Per block in stream order: its index, its group, its descriptor, its element count and its
+    group's table bytes (the groups' tables lie end to end from table_at)."""
+    for b, desc in enumerate(descs):
+        g = b // GROUP_BLOCKS
+        if b % GROUP_BLOCKS == 0:
+            table = buf[table_at : table_at + table_sizes[g]]
+            table_at += table_sizes[g]
+        yield b, g, int(desc), min(BLOCK, n - b * BLOCK), table
+
+
 def _decompress_v3(buf: bytes, code: int, n: int, flags: int, mask_bits: int) -> np.ndarray:
     """§1-§6 of version 3: the elements' unsigned bits."""
     nb = -(-n // BLOCK)
@@ -539,13 +550,9 @@ def _decompress_v3(buf: bytes, code: int, n: int, flags: int, mask_bits: int) ->
         raise CorruptPayload(TRUNCATED)
     out = np.empty(n, np.int64)
     pos, codes = bodies_at, None
-    for b, desc in enumerate(descs):
-        g = b // GROUP_BLOCKS
+    for b, g, desc, count, table in _blocks(buf, descs, n, table_at, table_sizes):
         if b % GROUP_BLOCKS == 0:
             codes = None  # unpacked lazily: a group of raw blocks may carry any tables
-            table = buf[table_at : table_at + table_sizes[g]]
-            table_at += table_sizes[g]
-        count = min(BLOCK, n - b * BLOCK)
         size, width = desc & 0xFFFF, desc >> 16
         body = buf[pos : pos + size]
         pos += size
@@ -662,14 +669,10 @@ def _decompress_v2(buf: bytes, code: int, n: int, flags: int, mask_bits: int) ->
     descs = np.frombuffer(buf, "<u4", count=nb, offset=HEADER_BYTES).astype(np.int64)
     out = np.empty(n, np.int64)
     luts = None
-    for b, desc in enumerate(descs):
-        g = b // GROUP_BLOCKS
+    for b, g, desc, count, tables in _blocks(buf, descs, n, table_at, table_sizes):
         if b % GROUP_BLOCKS == 0:
             luts = None  # built lazily: a group of raw blocks may carry any tables
-            tables = buf[table_at : table_at + table_sizes[g]]
-            table_at += table_sizes[g]
-        count = min(BLOCK, n - b * BLOCK)
-        size = int(desc & 0xFFFF)
+        size = desc & 0xFFFF
         if size > len(buf) - pos:
             raise CorruptPayload(TRUNCATED)
         if desc >> 24 == 1 and luts is None:
