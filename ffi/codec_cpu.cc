@@ -1,7 +1,12 @@
 #include "codec_cpu.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "decode_cpu.h"
 #include "encode_cpu.h"
@@ -9,94 +14,47 @@
 namespace zipccl {
 namespace {
 
-// The choices for one group of blocks (FORMAT.md §7 steps 1-2).
+// The choices for one group of blocks (FORMAT.md §7 steps 1-3).
 struct GroupCode {
-  uint32_t refs[kGroupBlocks];
-  uint8_t lens[kNumSyms];
-  bool sign_coded;
+  uint8_t refs[kGroupBlocks];
+  uint8_t lens[kMaxSyms];
+  int mask;  // §1: planes, SIGN, ZEROS, OWN_REFS
+  uint8_t plane_lens[kMaxPlanes][kPlaneSyms];
 };
 
-// A group's raw byte planes (§7 step 3): which it codes, and their lengths.
-struct GroupPlanes {
-  int mask;
-  uint8_t lens[kMaxPlanes][kPlaneSyms];
-};
-
-// Adds a block's symbol counts of one sign, taken under ref r (32 classes),
-// as they are under ref r + delta: class c in 1..30 becomes c + delta, or
-// escapes past the last class (30, or 14 with sign_coded, where the class
-// also takes the sign in its bit 4). (Classes 0 and ESC stay: the block has no
-// exponent in (r, ALL_ONES).)
-void add_shifted_counts(const uint32_t* own, uint32_t delta, bool sign_coded, uint32_t sign, uint32_t* counts) {
-  const uint32_t max_delta = sign_coded ? kSignMaxDelta : kMaxDelta, flag = sign_coded ? sign << 4 : 0;
-  for (uint32_t c = 0; c < uint32_t(kNumClasses); ++c) {
-    const uint32_t d = c - 1 + delta;  // of classes 1..30
-    const uint32_t to = c == kClassZero ? flag : c == uint32_t(kClassEsc) || d > max_delta ? kClassEsc : (d + 1) | flag;
-    for (int t = 0; t < (1 << kTopBits); ++t) counts[(to << kTopBits) + t] += own[(c << kTopBits) + t];
-  }
-}
-
-// Code lengths and choice of the candidates (§7 step 2) from their counts.
-void choose_candidate(const uint32_t (*counts)[kNumSyms], int exp_bits, bool same, const uint32_t* emax,
-                      uint32_t gmax, int nblocks, GroupCode* g) {
-  uint8_t lens[kCandidates][kNumSyms];
-  for (int c = 0; c < kCandidates; ++c) {
-    if (same && (c & 1)) std::memcpy(lens[c], lens[c - 1], kNumSyms);  // the same counts as c - 1
-    else fast_code_lengths(counts[c], lens[c]);
-  }
-  const int best = best_candidate(counts, lens, exp_bits);
-  for (int b = 0; b < nblocks; ++b) g->refs[b] = (best & 1) ? emax[b] : gmax;
-  std::memcpy(g->lens, lens[best], kNumSyms);
-  g->sign_coded = best >= 2;
-}
-
-// Chooses refs and code for blocks [b0, b1) from each block's counts under
-// its own emax, per sign: candidates with own refs add them as they are,
-// those with the group's ref shifted to gmax.
-template <int DT>
-void choose_group_fast(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, GroupCode* g) {
-  uint32_t emax[kGroupBlocks], own[kGroupBlocks][2][kNumSyms], gmax = 0;
-  for (int64_t b = b0; b < b1; ++b) {
-    emax[b - b0] = block_counts<DT>(in + b * kBlock * Elem<DT>::lay.elem_bytes, block_count(n, b), own[b - b0]);
-    gmax = emax[b - b0] > gmax ? emax[b - b0] : gmax;
-  }
-  uint32_t counts[kCandidates][kNumSyms] = {};
-  bool same = true;  // every block's emax is gmax: both refs give the same counts
-  for (int64_t b = b0; b < b1; ++b) {
-    for (uint32_t sign = 0; sign < 2; ++sign)
-      for (int c = 0; c < kCandidates; ++c)
-        add_shifted_counts(own[b - b0][sign], (c & 1) ? 0 : gmax - emax[b - b0], c >= 2, sign, counts[c]);
-    same &= emax[b - b0] == gmax;
-  }
-  choose_candidate(counts, Elem<DT>::lay.exp_bits, same, emax, gmax, int(b1 - b0), g);
-}
-
-// The same choice with the shared (CUDA) functions of zipccl_format.h.
+// §7 step 2 with the shared (CUDA) functions of zipccl_format.h.
 void choose_group_generic(int dtype, const uint8_t* in, int64_t n, int64_t b0, int64_t b1, GroupCode* g) {
-  const int es = layout_of(dtype).elem_bytes;
+  const Layout lay = layout_of(dtype);
   uint32_t emax[kGroupBlocks], gmax = 0;
+  int64_t count = 0;
   for (int64_t b = b0; b < b1; ++b) {
-    emax[b - b0] = block_emax(dtype, in + b * kBlock * es, block_count(n, b));
+    emax[b - b0] = block_emax(dtype, in + b * kBlock * lay.elem_bytes, block_count(n, b));
     gmax = emax[b - b0] > gmax ? emax[b - b0] : gmax;
+    count += block_count(n, b);
   }
-  uint32_t counts[kCandidates][kNumSyms] = {};
-  uint8_t lens[kCandidates][kNumSyms];
+  static thread_local uint8_t lens[kCandidates][kMaxSyms];
+  uint64_t cost[kCandidates];
   for (int c = 0; c < kCandidates; ++c) {
+    uint32_t counts[kMaxSyms] = {};
+    const int mask = candidate_mask(c);
+    int64_t implied = 0;
     for (int64_t b = b0; b < b1; ++b)
-      add_symbol_counts(dtype, in + b * kBlock * es, block_count(n, b), (c & 1) ? emax[b - b0] : gmax, c >= 2,
-                        counts[c]);
-    code_lengths(counts[c], lens[c]);
+      implied += add_symbol_counts(dtype, in + b * kBlock * lay.elem_bytes, block_count(n, b),
+                                   (c & 1) ? emax[b - b0] : gmax, mask, counts);
+    cost[c] = ~uint64_t(0);
+    if (c >= 4 && zero_candidate_skipped(c, lay, count, count - implied)) continue;
+    code_lengths(counts, lens[c], num_symbols(mask));
+    cost[c] = code_cost(counts, lens[c], mask, lay, count - implied);
   }
-  const int best = best_candidate(counts, lens, layout_of(dtype).exp_bits);
-  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = (best & 1) ? emax[b - b0] : gmax;
-  std::memcpy(g->lens, lens[best], kNumSyms);
-  g->sign_coded = best >= 2;
+  const int best = best_candidate(cost, count);
+  g->mask = candidate_mask(best);
+  for (int64_t b = b0; b < b1; ++b) g->refs[b - b0] = uint8_t((best & 1) ? emax[b - b0] : gmax);
+  std::memcpy(g->lens, lens[best], kMaxSyms);
 }
 
-// Asks for the lines a block body will be written to: the encoder stores
-// them in bursts, which would otherwise wait for each line in turn.
-void prefetch_for_write(uint8_t* p, int64_t bytes) {
-  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 1);
+// Asks for the input lines [p, p + bytes): the next group's, while this one is coded.
+void prefetch_input(const uint8_t* p, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
 }
 
 int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
@@ -106,144 +64,118 @@ int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
   return kHeaderBytes + bytes;
 }
 
-// plane_code_bits of zipccl_format.h, same result: four histograms (a run of
-// equal bytes would otherwise wait on its own increments) and the fast
-// Huffman lengths.
-template <int DT>
-uint64_t plane_code_bits_fast(const uint8_t* in, int64_t count, int64_t stride, int p, uint8_t* lens) {
-  constexpr int es = Elem<DT>::lay.elem_bytes;
-  uint32_t h[4][kPlaneSyms] = {};
-  int64_t i = 0;
-  for (; i + 3 * stride < count; i += 4 * stride)
-    for (int k = 0; k < 4; ++k) ++h[k][in[(i + k * stride) * es + p]];
-  for (; i < count; i += stride) ++h[0][in[i * es + p]];
-  uint32_t counts[kPlaneSyms];
-  uint64_t bits = 0;
-  for (int v = 0; v < kPlaneSyms; ++v) counts[v] = h[0][v] + h[1][v] + h[2][v] + h[3][v];
-  fast_code_lengths<kPlaneSyms>(counts, lens);
-  for (int v = 0; v < kPlaneSyms; ++v) bits += uint64_t(counts[v]) * lens[v];
-  return bits;
-}
-
-// choose_planes of zipccl_format.h, same result, with the fast counts.
-template <int DT>
-int choose_planes_fast(const uint8_t* in, int64_t count, uint8_t (*lens)[kPlaneSyms]) {
-  int mask = 0;
-  for (int p = 0; p < Elem<DT>::lay.raw_bytes; ++p) {
-    const int64_t ns = (count + kPlaneSampleStride - 1) / kPlaneSampleStride;
-    if (!plane_sample_pays(plane_code_bits_fast<DT>(in, count, kPlaneSampleStride, p, lens[p]), ns)) continue;
-    if (plane_code_bits_fast<DT>(in, count, 1, p, lens[p]) + 8 * kPlaneTableBytes < 8 * uint64_t(count))
-      mask |= 1 << p;
+// A group's mask and the codes of its coded byte planes (into codes).
+PlaneCodes plane_codes_of(const GroupCode& g, uint16_t (*codes)[kPlaneSyms]) {
+  PlaneCodes pc{};
+  pc.mask = g.mask;
+  for (int p = 0; p < kMaxPlanes; ++p) {
+    if (!((g.mask >> p) & 1)) continue;
+    canonical_codes(g.plane_lens[p], codes[p], kPlaneSyms);
+    pc.lens[p] = g.plane_lens[p];
+    pc.codes[p] = codes[p];
   }
-  return mask;
+  return pc;
 }
 
-// §7 step 3 for every group. The planes come first because where the bodies
-// start depends on every group's tables.
+// §7 steps 1-3 for group b0 / kGroupBlocks into *g: chosen, or taken from a plan.
 template <int DT>
-void choose_all_planes(const uint8_t* in, int64_t n, bool generic, std::vector<GroupPlanes>* planes) {
+void choose_group(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, bool generic, GroupCode* g,
+                  QuarterCounts* quarters = nullptr, uint32_t* emax = nullptr) {
   constexpr Layout lay = Elem<DT>::lay;
-  const int64_t ng = num_groups(num_blocks(n)), group = int64_t(kGroupBlocks) * kBlock;
-  planes->assign(ng, GroupPlanes{});
-  if constexpr (lay.raw_bytes > 0) {
-    for (int64_t g = 0; g < ng; ++g) {
-      GroupPlanes& gp = (*planes)[g];
-      const uint8_t* src = in + g * group * lay.elem_bytes;
-      const int64_t count = n - g * group < group ? n - g * group : group;
-      gp.mask = generic ? choose_planes(DT, src, count, gp.lens) : choose_planes_fast<DT>(src, count, gp.lens);
-    }
-  }
+  const uint8_t* group_in = in + b0 * kBlock * lay.elem_bytes;
+  const int64_t count = n - b0 * kBlock < int64_t(kGroupBlocks) * kBlock ? n - b0 * kBlock
+                                                                        : int64_t(kGroupBlocks) * kBlock;
+  if (generic) choose_group_generic(DT, in, n, b0, b1, g);
+  else choose_group_fast<DT>(in, n, b0, b1, g->refs, g->lens, &g->mask, quarters, emax);
+  if constexpr (lay.raw_bytes > 0)
+    g->mask |= generic ? choose_planes(DT, group_in, count, g->mask, g->plane_lens)
+                       : choose_planes_fast<DT>(group_in, count, g->mask, g->plane_lens);
 }
 
 template <int DT>
-int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
-  constexpr int es = Elem<DT>::lay.elem_bytes;
-  const int64_t nb = num_blocks(n), ng = num_groups(nb), limit = kHeaderBytes + n * es;  // coded ends before limit
-  std::vector<GroupPlanes> planes;
-  choose_all_planes<DT>(in, n, generic, &planes);
-  const int flags = kFlagMasks;  // §7 step 5: a coded stream always has its masks
-  int64_t table_at = tables_offset(nb, flags), pos = table_at;
-  for (int64_t g = 0; g < ng; ++g) pos += group_table_bytes(planes[g].mask);
+int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan) {
+  constexpr Layout lay = Elem<DT>::lay;
+  constexpr int es = lay.elem_bytes;
+  const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;  // coded ends before limit
+  int64_t pos = bodies_offset(nb);
+  std::vector<uint8_t> tables;  // §1: after the bodies
   uint8_t scratch[kBlock * 4];
   GroupCode g;
-  uint16_t codes[kNumSyms];  // the generic coder's
-  uint16_t table[kNumSyms];  // the fast coder's
+  uint16_t codes[kMaxSyms];  // the generic coder's
+  uint16_t table[kMaxSyms];  // the fast coder's
   uint16_t plane_codes[kMaxPlanes][kPlaneSyms];
+  uint8_t area[kMaxTableBytes];
   for (int64_t b0 = 0; b0 < nb && pos < limit; b0 += kGroupBlocks) {
-    const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb;
-    if (generic) choose_group_generic(DT, in, n, b0, b1, &g);
-    else choose_group_fast<DT>(in, n, b0, b1, &g);
-    pack_table(g.lens, out + table_at);
-    table_at += kTableBytes;
-    const GroupPlanes& gp = planes[b0 / kGroupBlocks];
-    PlaneCodes pc{};
-    pc.mask = gp.mask | (g.sign_coded ? kMaskSign : 0);
-    out[kHeaderBytes + 4 * nb + b0 / kGroupBlocks] = uint8_t(pc.mask);
-    for (int p = 0; p < kMaxPlanes; ++p) {
-      if (!((gp.mask >> p) & 1)) continue;
-      pack_table(gp.lens[p], out + table_at, kPlaneSyms);
-      table_at += kPlaneTableBytes;
-      canonical_codes(gp.lens[p], plane_codes[p], kPlaneSyms);
-      pc.lens[p] = gp.lens[p];
-      pc.codes[p] = plane_codes[p];
-    }
-    const bool shared = generic || (pc.mask & 3);  // the fast coder has no byte codes
-    if (shared) canonical_codes(g.lens, codes);
-    else encoder_table(g.lens, table);
+    const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb, gi = b0 / kGroupBlocks;
+    if (plan) std::memcpy(&g, plan + gi * sizeof(GroupCode), sizeof(GroupCode));
+    else choose_group<DT>(in, n, b0, b1, generic, &g);
+    const uint32_t area_bytes =
+        write_table_area(g.refs, num_refs(g.mask, int(b1 - b0)), g.lens, g.mask, g.plane_lens, area);
+    tables.insert(tables.end(), area, area + area_bytes);
+    uint8_t* record = out + records_offset(nb) + kRecordBytes * gi;
+    record[0] = uint8_t(g.mask);
+    record[1] = uint8_t(area_bytes);
+    record[2] = uint8_t(area_bytes >> 8);
+    const PlaneCodes pc = plane_codes_of(g, plane_codes);
+    const bool shared = generic || (g.mask & 3);  // the fast coder has no byte codes
+    if (shared) canonical_codes(g.lens, codes, num_symbols(g.mask));
+    else encoder_table(g.lens, num_symbols(g.mask), table);
     for (int64_t b = b0; b < b1 && pos < limit; ++b) {
       const int count = block_count(n, b);
       const bool room = pos + int64_t(count) * es <= limit;
       uint8_t* body = room ? out + pos : scratch;
       const uint8_t* src = in + b * kBlock * es;
-      if (room) prefetch_for_write(body, int64_t(count) * es);
-      const uint32_t desc = shared ? encode_block(DT, src, count, g.refs[b - b0], g.lens, codes, body, pc)
-                                   : g.sign_coded ? encode_block_fast<DT, true>(src, count, g.refs[b - b0], table, body)
-                                                  : encode_block_fast<DT, false>(src, count, g.refs[b - b0], table, body);
+      const uint32_t ref = g.refs[(g.mask & kMaskOwnRefs) ? b - b0 : 0];
+      if (b + kGroupBlocks < nb) prefetch_input(in + (b + kGroupBlocks) * kBlock * es, kBlock * es);  // the next group
+      const uint32_t desc = shared ? encode_block(DT, src, count, ref, g.lens, codes, body, pc)
+                                   : encode_block_fast<DT>(src, count, ref, g.mask, table, body);
       const int64_t body_bytes = desc & 0xFFFFu;
       if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
-      store_u32(out + kHeaderBytes + 4 * b, desc);
+      store_descriptor(out + kHeaderBytes + kDescBytes * b, desc);
       pos += body_bytes;
     }
   }
-  if (pos >= limit) return store_raw(DT, in, n, out);
-  write_header(out, DT, flags, uint64_t(n));
-  return pos;
+  store_fence();  // the bodies' non-temporal stores (stream_copy) before anyone reads them
+  if (pos + int64_t(tables.size()) >= limit) return store_raw(DT, in, n, out);
+  if (!tables.empty()) std::memcpy(out + pos, tables.data(), tables.size());
+  write_header(out, DT, 0, uint64_t(n));
+  return pos + int64_t(tables.size());
 }
 
 // Asks for input bytes [from, from + bytes) (clipped to size) ahead of use.
-void prefetch_input(const uint8_t* in, int64_t size, int64_t from, int64_t bytes) {
+void prefetch_body(const uint8_t* in, int64_t size, int64_t from, int64_t bytes) {
   for (int64_t i = from; i < from + bytes && i < size; i += 64) __builtin_prefetch(in + i);
 }
 
-// A group's decode tables, built when one of its coded blocks needs them.
+// A group's decode tables (§5.5), built when one of its coded blocks needs them.
 struct GroupTables {
   int64_t group = -1;
-  std::vector<uint16_t> lut;      // the generic decoder's (also with byte codes)
-  std::vector<DecodeTable> fast;  // the fast decoder's
+  int mask = 0;
+  uint8_t refs[kGroupBlocks];
+  std::vector<uint16_t> lut;         // the generic decoder's (also with byte codes)
+  std::vector<DecodeTable> fast;     // the fast decoder's
   std::vector<uint16_t> plane_luts;  // with byte codes: one per plane
   PlaneCodes pc{};
 
-  // Unpacks and checks group g's tables at `at` (§5.3, §5.4). Returns a Status.
-  int build(const uint8_t* at, int64_t g, int mask, bool generic) {
-    uint8_t lens[kMaxSyms];
-    if (unpack_table(at, lens) != kOk) return kErrTable;
+  // Reads and checks group g's table area (bytes at `at`). Returns a Status.
+  int build(const uint8_t* at, uint32_t bytes, int64_t g, int group_mask, int nblocks, bool generic) {
+    uint8_t lens[kMaxSyms], plane_lens[kMaxPlanes][kPlaneSyms];
+    if (read_table_area(at, bytes, group_mask, nblocks, refs, lens, plane_lens) != kOk) return kErrTable;
+    mask = group_mask;
     pc = PlaneCodes{};
     pc.mask = mask;
-    at += kTableBytes;
     if (generic || (mask & 3)) {
       lut.resize(kLutSize);
-      build_lut(lens, lut.data());
+      build_lut(lens, lut.data(), num_symbols(mask));
     } else {
       fast.resize(1);
-      build_decode_table(lens, &fast[0]);
+      build_decode_table(lens, num_symbols(mask), &fast[0]);
     }
     if (mask & 3) plane_luts.resize(kMaxPlanes * kLutSize);  // only byte-coded streams pay for these
     for (int p = 0; p < kMaxPlanes; ++p) {
       if (!((mask >> p) & 1)) continue;
-      if (unpack_table(at, lens, kPlaneSyms) != kOk) return kErrTable;
-      build_lut(lens, &plane_luts[p * kLutSize], kPlaneSyms);
+      build_lut(plane_lens[p], &plane_luts[p * kLutSize], kPlaneSyms);
       pc.luts[p] = &plane_luts[p * kLutSize];
-      at += kPlaneTableBytes;
     }
     group = g;
     return kOk;
@@ -251,71 +183,245 @@ struct GroupTables {
 };
 
 template <int DT>
-int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int flags, int mask_bits, uint8_t* out,
-                     bool generic) {
+int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int mask_bits, uint8_t* out, bool generic) {
   constexpr int es = Elem<DT>::lay.elem_bytes;
-  const int64_t nb = num_blocks(n), ng = num_groups(nb);
-  const uint8_t* masks = in + kHeaderBytes + 4 * nb;  // §1: with kFlagMasks only
-  const auto mask_of = [&](int64_t g) { return (flags & kFlagMasks) ? int(masks[g]) : 0; };
-  int64_t pos = tables_offset(nb, flags);
-  if (size < pos) return kErrTruncated;
+  const int64_t nb = num_blocks(n), ng = num_groups(nb), records = records_offset(nb);
+  const int64_t bodies = bodies_offset(nb);
+  if (size < bodies) return kErrTruncated;
+  int64_t body_total = 0, table_total = 0;
   for (int64_t g = 0; g < ng; ++g) {
-    if (mask_of(g) & ~mask_bits) return kErrPlanes;
-    pos += group_table_bytes(mask_of(g));
+    if (in[records + kRecordBytes * g] & ~mask_bits) return kErrPlanes;
+    table_total += in[records + kRecordBytes * g + 1] | (in[records + kRecordBytes * g + 2] << 8);
   }
-  if (size < pos) return kErrTruncated;
+  for (int64_t b = 0; b < nb; ++b) body_total += load_descriptor(in + kHeaderBytes + kDescBytes * b) & 0xFFFFu;
+  if (size - bodies < body_total + table_total) return kErrTruncated;
   GroupTables tables;
-  int64_t table_at = tables_offset(nb, flags);  // group b / kGroupBlocks's tables
-  int64_t asked = 0, ahead = pos;  // the bodies of blocks below asked were asked for, up to ahead
+  int64_t pos = bodies, table_at = bodies + body_total, asked = 0, ahead = pos;
   for (int64_t b = 0; b < nb; ++b) {
     for (; asked < nb && asked <= b + 2; ++asked) {  // keep the next two blocks' input coming
-      const int64_t bytes = load_u32(in + kHeaderBytes + 4 * asked) & 0xFFFFu;
-      prefetch_input(in, size, ahead, bytes);
+      const int64_t bytes = load_descriptor(in + kHeaderBytes + kDescBytes * asked) & 0xFFFFu;
+      prefetch_body(in, size, ahead, bytes);
       ahead += bytes;
     }
     const int64_t g = b / kGroupBlocks;
-    const int mask = mask_of(g);
-    if (b > 0 && b % kGroupBlocks == 0) table_at += group_table_bytes(mask_of(g - 1));
-    const uint32_t desc = load_u32(in + kHeaderBytes + 4 * b);
-    const bool coded = (desc >> 24) == 1;
-    if (coded && tables.group != g && tables.build(in + table_at, g, mask, generic) != kOk) return kErrTable;
-    const int64_t body_bytes = desc & 0xFFFFu;
-    if (body_bytes > size - pos) return kErrTruncated;
+    const uint8_t* record = in + records + kRecordBytes * g;
+    const uint32_t table_bytes = record[1] | (record[2] << 8);
+    if (b > 0 && b % kGroupBlocks == 0) table_at += in[records + kRecordBytes * (g - 1) + 1] |
+                                                     (in[records + kRecordBytes * (g - 1) + 2] << 8);
+    const uint32_t desc = load_descriptor(in + kHeaderBytes + kDescBytes * b);
+    const uint32_t body_bytes = desc & 0xFFFFu, width = desc >> 16;
     const int count = block_count(n, b);
     uint8_t* dst = out + b * kBlock * es;
-    const bool ready = coded && tables.group == g;
-    const DecodeTable* fast = ready ? tables.fast.data() : nullptr;
+    const uint8_t* body = in + pos;
+    pos += body_bytes;
+    if (width == 0) {  // §2: a raw block
+      if (body_bytes != uint32_t(count) * es) return kErrBlockSize;
+      std::memcpy(dst, body, body_bytes);
+      continue;
+    }
+    if (width > uint32_t(kMaxWidth)) return kErrBlockMode;
+    if (body_bytes >= uint32_t(count) * es) return kErrBlockSize;
+    if (tables.group != g &&
+        tables.build(in + table_at, table_bytes, g, record[0], group_block_count(nb, g), generic) != kOk)
+      return kErrTable;
+    const int mask = tables.mask;
+    const uint32_t ref = tables.refs[(mask & kMaskOwnRefs) ? b % kGroupBlocks : 0];
     const int status = (generic || (mask & 3))
-        ? decode_block(DT, in + pos, desc, count, ready ? tables.lut.data() : nullptr, dst, tables.pc)
-        : (mask & kMaskSign) ? decode_block_fast<DT, true>(in + pos, in + size, desc, count, fast, dst)
-                             : decode_block_fast<DT, false>(in + pos, in + size, desc, count, fast, dst);
+        ? decode_coded_block(DT, body, desc, count, ref, tables.lut.data(), tables.pc, dst)
+        : decode_block_fast<DT>(body, in + size, desc, count, ref, mask, tables.fast[0], dst);
+    if (status != kOk) return status;
+  }
+  return kOk;
+}
+
+// Versions 1-2 (FORMAT.md, "Earlier versions"), with the shared block decoder.
+int decompress_v2(int dtype, const uint8_t* in, int64_t size, int64_t n, int flags, int mask_bits, uint8_t* out) {
+  const int es = layout_of(dtype).elem_bytes;
+  const int64_t nb = num_blocks(n), ng = num_groups(nb);
+  const uint8_t* masks = in + kHeaderBytes + 4 * nb;  // with kFlagMasks only
+  const auto mask_of = [&](int64_t g) { return (flags & kFlagMasks) ? int(masks[g]) : 0; };
+  int64_t pos = tables_offset_v2(nb, flags);
+  if (size < pos) return kErrTruncated;
+  for (int64_t g = 0; g < ng; ++g) {
+    if (mask_of(g) & ~mask_bits) return kErrPlanes;
+    pos += group_table_bytes_v2(mask_of(g));
+  }
+  if (size < pos) return kErrTruncated;
+  std::vector<uint16_t> luts(3 * kLutSize);
+  int64_t table_at = tables_offset_v2(nb, flags), built = -1;
+  bool ok = false;
+  PlaneCodes pc{};
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t g = b / kGroupBlocks;
+    if (b > 0 && b % kGroupBlocks == 0) table_at += group_table_bytes_v2(mask_of(g - 1));
+    const uint32_t desc = load_u32(in + kHeaderBytes + 4 * b);
+    if ((desc >> 24) == 1 && built != g) {  // tables are checked only when a coded block needs them
+      uint8_t lens[kMaxSyms];
+      built = g;
+      pc = PlaneCodes{};
+      pc.mask = mask_of(g);
+      ok = unpack_table_v2(in + table_at, lens) == kOk;
+      if (ok) build_lut(lens, luts.data());
+      for (int p = 0, at = kTableBytes; ok && p < kMaxPlanes; ++p) {
+        if (!((pc.mask >> p) & 1)) continue;
+        ok = unpack_table_v2(in + table_at + at, lens, kPlaneSyms) == kOk;
+        if (ok) build_lut(lens, &luts[(1 + p) * kLutSize], kPlaneSyms);
+        pc.luts[p] = &luts[(1 + p) * kLutSize];
+        at += kPlaneTableBytes;
+      }
+    }
+    const int64_t body_bytes = desc & 0xFFFFu;
+    if (body_bytes > size - pos) return kErrTruncated;
+    const PlaneCodes none{mask_of(g), {}, {}, {}};
+    const int status = decode_block_v2(dtype, in + pos, desc, block_count(n, b), (built == g && ok) ? luts.data() : nullptr,
+                                       out + b * kBlock * es, built == g ? pc : none);
     if (status != kOk) return status;
     pos += body_bytes;
   }
   return kOk;
 }
 
+// Asks the kernel for huge pages behind [p, p + bytes) before it is written:
+// XLA:CPU hands the codec freshly allocated outputs, whose first touch costs
+// a fault per 4 KiB page (about 1 ms per MB on the project's VMs) and far
+// fewer with 2 MiB pages. Only the 2 MiB-aligned interior of large ranges is
+// advised; a refusal (no transparent huge pages, an old kernel) changes
+// nothing. ZIPCCL_NO_HUGE_PAGES=1 turns it off.
+void advise_huge_pages(uint8_t* p, int64_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  static const bool off = std::getenv("ZIPCCL_NO_HUGE_PAGES") != nullptr;
+  constexpr uintptr_t kHuge = uintptr_t(1) << 21;
+  if (off || bytes < int64_t(4 * kHuge)) return;
+  const uintptr_t from = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t to = (reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes)) & ~(kHuge - 1);
+  if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+// §6: the bits of a sub-stream from its counts (qc, under its block's own
+// emax, the sign in bit 7; qz: its exact zeros per sign) coded with a ref
+// `shift` above that emax, under the group's mask and code lengths.
+uint64_t quarter_bits(const uint16_t* qc, const uint32_t* qz, uint32_t shift, int mask, const uint8_t* lens,
+                      int exp_bits) {
+  const bool sc = mask & kMaskSign, zeros = mask & kMaskZeros;
+  uint64_t bits = 0;
+  for (uint32_t s = 0; s < 2; ++s) {
+    const uint32_t base = sc ? s << kSignBit : 0;
+    const uint32_t esc = base | kClassEsc << kTopBits;
+    for (uint32_t c = 0; c < uint32_t(kNumClasses); ++c) {
+      const uint32_t d = c - 1 + shift;
+      const uint32_t c2 = c == kClassZero ? 0 : c == uint32_t(kClassEsc) || d > uint32_t(kMaxDelta) ? kClassEsc : d + 1;
+      for (uint32_t t = 0; t < 4; ++t) {
+        uint64_t count = qc[s << kSignBit | c << kTopBits | t];
+        if (!count) continue;
+        if (zeros && c == kClassZero && t == 0) {  // §4.2: the exact zeros are implied, the rest escape
+          const uint64_t implied = (sc || s == 0) ? qz[s] : 0;
+          bits += implied * lens[base] + (count - implied) * (lens[esc] + exp_bits);
+          continue;
+        }
+        bits += count * (lens[base | c2 << kTopBits | t] + (c2 == uint32_t(kClassEsc) ? exp_bits : 0));
+      }
+    }
+  }
+  return bits;
+}
+
+// The body bytes of a block whose sub-streams take bits[4] and whose m
+// elements store bits (§2, §7 step 4).
+int64_t body_bytes(const uint32_t* bits, int m, int count, int mask, int dtype) {
+  const GroupLayout gl = group_layout(dtype, mask);
+  int32_t devs[kSubstreams - 1];
+  uint32_t coded;
+  choose_width(bits, gl.stored_bytes(m), count, gl, devs, &coded);
+  const int64_t raw = int64_t(count) * gl.lay.elem_bytes;
+  return coded < raw ? coded : raw;
+}
+
+// The bytes of a group's table area (§5.5).
+int64_t table_area_bytes(const GroupCode& g, int nblocks) {
+  uint32_t bits = table_bits(g.lens, num_symbols(g.mask));
+  for (int p = 0; p < kMaxPlanes; ++p) bits += ((g.mask >> p) & 1) ? table_bits(g.plane_lens[p], kPlaneSyms) : 0;
+  return num_refs(g.mask, nblocks) + (bits + 7) / 8;
+}
+
+// compress_stream's length, from each group's choices and each block's
+// sub-stream sizes (from its quarters' symbol counts, element by element
+// where the group codes byte planes), without coding.
+template <int DT>
+int64_t stream_bytes_typed(const uint8_t* in, int64_t n, bool generic, uint8_t* plan) {
+  constexpr Layout lay = Elem<DT>::lay;
+  constexpr int es = lay.elem_bytes;
+  const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;
+  int64_t total = bodies_offset(nb);
+  GroupCode g;
+  static thread_local QuarterCounts quarters[kGroupBlocks];
+  uint32_t emax[kGroupBlocks];
+  uint16_t plane_codes[kMaxPlanes][kPlaneSyms];
+  for (int64_t b0 = 0; b0 < nb; b0 += kGroupBlocks) {  // every group: the plan must be whole
+    const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb;
+    choose_group<DT>(in, n, b0, b1, generic, &g, quarters, emax);
+    if (plan) std::memcpy(plan + (b0 / kGroupBlocks) * sizeof(GroupCode), &g, sizeof(GroupCode));
+    total += table_area_bytes(g, int(b1 - b0));
+    const PlaneCodes pc = plane_codes_of(g, plane_codes);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int count = block_count(n, b), q = substream_len(count);
+      const uint32_t ref = g.refs[(g.mask & kMaskOwnRefs) ? b - b0 : 0];
+      uint32_t bits[kSubstreams] = {};
+      int m = count;
+      if (generic || (g.mask & 3)) {  // element by element
+        m = 0;
+        for (int i = 0; i < count; ++i) {
+          const uint32_t x = load_element(in + (b * kBlock + i) * es, es);
+          bits[i / q] += element_bits(DT, x, ref, g.lens, pc);
+          m += stores_bits(x, lay, g.mask);
+        }
+      } else {
+        const QuarterCounts& qc = quarters[b - b0];
+        for (int k = 0; k < kSubstreams; ++k) {
+          bits[k] = uint32_t(quarter_bits(qc.counts[k], qc.zeros[k], ref - emax[b - b0], g.mask, g.lens, lay.exp_bits));
+          if (g.mask & kMaskZeros) m -= qc.zeros[k][0] + ((g.mask & kMaskSign) ? qc.zeros[k][1] : 0);
+        }
+      }
+      total += body_bytes(bits, m, count, g.mask, DT);
+    }
+  }
+  return total >= limit ? limit : total;
+}
+
 }  // namespace
 
-int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
-  if (dtype == kBF16) return compress_typed<kBF16>(in, n, out, generic);
-  if (dtype == kF16) return compress_typed<kF16>(in, n, out, generic);
-  return compress_typed<kF32>(in, n, out, generic);
+int64_t plan_bytes(int64_t n) { return num_groups(num_blocks(n)) * int64_t(sizeof(GroupCode)); }
+
+int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, uint8_t* plan, bool generic) {
+  if (dtype == kBF16) return stream_bytes_typed<kBF16>(in, n, generic, plan);
+  if (dtype == kF16) return stream_bytes_typed<kF16>(in, n, generic, plan);
+  return stream_bytes_typed<kF32>(in, n, generic, plan);
+}
+
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan) {
+  advise_huge_pages(out, max_stream_bytes(n, dtype));
+  if (dtype == kBF16) return compress_typed<kBF16>(in, n, out, generic, plan);
+  if (dtype == kF16) return compress_typed<kF16>(in, n, out, generic, plan);
+  return compress_typed<kF32>(in, n, out, generic, plan);
 }
 
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
-  int flags = 0, mask_bits = 0;
-  const int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &flags, &mask_bits);
+  int version = 0, flags = 0, mask_bits = 0;
+  const int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &version, &flags, &mask_bits);
   if (status != kOk) return status;
+  advise_huge_pages(out, n * layout_of(dtype).elem_bytes);
   if (flags & kFlagStoredRaw) {
     const int64_t bytes = n * layout_of(dtype).elem_bytes;
     if (size - kHeaderBytes < bytes) return kErrTruncated;
     if (bytes) std::memcpy(out, in + kHeaderBytes, size_t(bytes));
     return kOk;
   }
-  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, flags, mask_bits, out, generic);
-  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, flags, mask_bits, out, generic);
-  return decompress_typed<kF32>(in, size, n, flags, mask_bits, out, generic);
+  if (version < kVersion) return decompress_v2(dtype, in, size, n, flags, mask_bits, out);
+  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, mask_bits, out, generic);
+  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, mask_bits, out, generic);
+  return decompress_typed<kF32>(in, size, n, mask_bits, out, generic);
 }
 
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {

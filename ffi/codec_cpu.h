@@ -12,8 +12,18 @@ namespace zipccl {
 // Writes one stream of n elements (bytes at in) to out, which has room for
 // max_stream_bytes(n, dtype) bytes. Returns the stream length. generic=true
 // runs the shared block coder the CUDA codec uses instead of the fast CPU one
-// (same bytes; tests compare them).
-int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic = false);
+// (same bytes; tests compare them). With a plan from stream_bytes of the same
+// elements, it skips the choices (FORMAT.md §7 steps 1-3) that fill it.
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic = false,
+                        const uint8_t* plan = nullptr);
+
+// The length compress_stream would write for these n elements, from the
+// encoder's choices and the sub-streams' sizes, without coding them: for
+// sizing a transfer before coding it. The choices are most of the encoder's
+// work (the symbol counts of every block); with plan (plan_bytes(n) bytes)
+// they are kept, and compress_stream given the plan codes without them.
+int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, uint8_t* plan = nullptr, bool generic = false);
+int64_t plan_bytes(int64_t n);
 
 // Decodes the stream in [in, in + size) into n elements at out. Validates
 // everything and returns a Status; never reads or writes out of bounds.

@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
 #include <stdexcept>
@@ -33,13 +34,24 @@ int64_t element_count(const A& raw, int dtype) {
   return int64_t(raw.shape(0)) / zipccl::layout_of(dtype).elem_bytes;
 }
 
-// Compresses the elements whose bytes are in `raw` into `out`; returns the length.
-int64_t compress_into(ConstBytes raw, int dtype, Bytes out, bool generic) {
+// Compresses the elements whose bytes are in `raw` into `out`; returns the
+// length. With a plan from stream_bytes of the same elements, skips the choices.
+int64_t compress_into(ConstBytes raw, int dtype, Bytes out, bool generic, std::optional<ConstBytes> plan) {
   const int64_t n = element_count(raw, dtype);
   if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
     throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
+  if (plan && int64_t(plan->shape(0)) < zipccl::plan_bytes(n)) throw std::invalid_argument("zipccl: plan too small");
   nb::gil_scoped_release release;
-  return zipccl::compress_stream(dtype, raw.data(), n, out.data(), generic);
+  return zipccl::compress_stream(dtype, raw.data(), n, out.data(), generic, plan ? plan->data() : nullptr);
+}
+
+// The length compress_into would return, without coding; with plan
+// (plan_bytes(n) bytes), the encoder's choices for compress_into.
+int64_t stream_bytes(ConstBytes raw, int dtype, std::optional<Bytes> plan, bool generic) {
+  const int64_t n = element_count(raw, dtype);
+  if (plan && int64_t(plan->shape(0)) < zipccl::plan_bytes(n)) throw std::invalid_argument("zipccl: plan too small");
+  nb::gil_scoped_release release;
+  return zipccl::stream_bytes(dtype, raw.data(), n, plan ? plan->data() : nullptr, generic);
 }
 
 // Decodes `payload` into `raw` (whose size gives the element count).
@@ -79,7 +91,11 @@ NB_MODULE(_zipccl_cpu, m) {
     d["zipccl_decode_accumulate_rows"] = nb::capsule(reinterpret_cast<void*>(ZipcclDecodeAccumulateRowsCpu));
     return d;
   });
-  m.def("compress_into", &compress_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false);
+  m.def("compress_into", &compress_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false,
+        nb::arg("plan") = nb::none());
+  m.def("plan_bytes", &zipccl::plan_bytes);
+  m.def("stream_bytes", &stream_bytes, nb::arg("raw"), nb::arg("dtype"), nb::arg("plan") = nb::none(),
+        nb::arg("generic") = false);
   m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
   m.def("code_lengths", &code_lengths);
   // The decoder's message for a status code: the CUDA handlers return codes, Python words the error.

@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #define ZC_HAVE_SIMD 1
-#define ZC_SIMD __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,bmi,bmi2")))
+#define ZC_SIMD __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi,bmi2")))
 #else
 #define ZC_HAVE_SIMD 0
 #endif
@@ -33,7 +33,8 @@ inline bool simd_enabled() {
 #if ZC_HAVE_SIMD
   static const bool ok = !std::getenv("ZIPCCL_NO_SIMD") && __builtin_cpu_supports("avx512f") &&
                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("bmi2");
+                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
+                         __builtin_cpu_supports("bmi2");
   return ok;
 #else
   return false;
@@ -57,6 +58,11 @@ struct Elem {
     std::memcpy(&x, in + i * sizeof(U), sizeof(U));
     return lay.elem_bytes == 4 ? uint32_t(x) >> 16 : x;
   }
+  static uint32_t bits(const uint8_t* in, int i) {  // the whole element
+    U x;
+    std::memcpy(&x, in + i * sizeof(U), sizeof(U));
+    return x;
+  }
   static uint32_t key(uint32_t h) { return (h >> t_shift) & (keys - 1); }
   static uint32_t signed_key(uint32_t h) { return h >> t_shift; }  // the sign bit above key(h)
   static uint32_t exponent(uint32_t h) { return (h >> e_shift) & all_ones; }
@@ -72,18 +78,20 @@ struct Elem {
   }
 };
 
-// §4: the symbol of exponent e and top bits t under ref, or with SC (§4.1)
-// that of sign s too. Encoder refs are below ALL_ONES, so e == ALL_ONES is an
-// e > ref and escapes.
-template <bool SC = false>
-inline uint32_t symbol_of(uint32_t e, uint32_t t, uint32_t ref, uint32_t s = 0) {
+// §4: the symbol (without the sign) of exponent e and top bits t under ref.
+// Encoder refs are below ALL_ONES, so e == ALL_ONES is an e > ref and escapes.
+inline uint32_t symbol_of(uint32_t e, uint32_t t, uint32_t ref) {
   const uint32_t d = ref - e;  // wraps when e > ref
-  const uint32_t max_delta = SC ? kSignMaxDelta : kMaxDelta;
-  const uint32_t c = e == 0 ? uint32_t(kClassZero) : d <= max_delta ? d + 1 : uint32_t(kClassEsc);
-  return ((c == uint32_t(kClassEsc) || !SC ? c : c | s << 4) << kTopBits) | t;
+  const uint32_t c = e == 0 ? uint32_t(kClassZero) : d <= uint32_t(kMaxDelta) ? d + 1 : uint32_t(kClassEsc);
+  return (c << kTopBits) | t;
 }
 
-inline bool escapes(uint32_t sym) { return (sym >> kTopBits) == kClassEsc; }
+// Orders non-temporal stores before the stores that follow.
+inline void store_fence() {
+#if ZC_HAVE_SIMD
+  _mm_sfence();
+#endif
+}
 
 inline uint64_t load_u64(const uint8_t* p) {
   uint64_t v;
@@ -128,6 +136,9 @@ constexpr Lanes kJoinHigh = words_of([](int i) { return i % 2 ? 48 + i / 2 : 16 
 // 32 bytes, in reverse order, to words; 32 words in reverse order
 constexpr Lanes kReverseToWords = words_of([](int i) { return 31 - i; });
 constexpr Lanes kReverseWords = kReverseToWords;
+// lane i's first bit in 32 fields of w bits
+template <int w>
+constexpr Lanes kFieldBits = words_of([](int i) { return w * i; });
 // i, 5 bits, reversed into bits 11..7
 constexpr Lanes kReverse5Words = words_of([](int i) {
   return (i & 1) << 11 | (i & 2) << 9 | (i & 4) << 7 | (i & 8) << 5 | (i & 16) << 3;
@@ -139,15 +150,15 @@ ZC_SIMD inline __m512i lanes(const Lanes& l) { return _mm512_load_si512(l.b); }
 
 // canonical_codes of zipccl_format.h (§5.2), same codes, from the count of
 // codes of each length rather than a scan of all symbols for each length.
-inline void fast_canonical_codes(const uint8_t* lens, uint16_t* codes) {
+inline void fast_canonical_codes(const uint8_t* lens, uint16_t* codes, int nsym = kNumSyms) {
   int count[kMaxCodeLen + 1] = {};
   uint32_t next[kMaxCodeLen + 1];
-  for (int s = 0; s < kNumSyms; ++s) ++count[lens[s]];
+  for (int s = 0; s < nsym; ++s) ++count[lens[s]];
   for (int l = 1, code = 0; l <= kMaxCodeLen; ++l) {
     next[l] = uint32_t(code);
     code = (code + count[l]) << 1;
   }
-  for (int s = 0; s < kNumSyms; ++s) {
+  for (int s = 0; s < nsym; ++s) {
     const int len = lens[s];
     if (!len) continue;
     const uint32_t code = next[len]++;

@@ -139,13 +139,6 @@ std::unique_ptr<uint8_t[]> scratch_bytes(int64_t bytes) {
   return std::unique_ptr<uint8_t[]>(new uint8_t[size_t(bytes > 0 ? bytes : 1)]);
 }
 
-// The exact length of the stream compress_stream writes for the n elements
-// at in. For now it compresses into scratch (max_stream_bytes(n) bytes) and
-// keeps the length; an analysis-only count from the codec replaces it here.
-int64_t stream_length(int dtype, const uint8_t* in, int64_t n, uint8_t* scratch) {
-  return zipccl::compress_stream(dtype, in, n, scratch);
-}
-
 // Writes the stream of the n elements at in to out[0, cap) and zeros the
 // rest of the row; returns its length, or -1 when it is longer than cap.
 // compress_stream may write up to max_stream_bytes(n) (a block's body is
@@ -267,9 +260,9 @@ ffi::Error StreamSizes(ffi::RemainingArgs args, ffi::Result<ffi::Buffer<ffi::U32
   const auto l = zipccl::RowLayout::of(x->size(), int64_t(sizes->element_count()), unit);
   if (l.rows == 0) return bad_rows("stream_sizes needs at least one row");
   if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
-  auto gathered = scratch_bytes(l.m * x->es), stream = scratch_bytes(zipccl::max_stream_bytes(l.m, dtype));
-  for (int64_t j = 0; j < l.rows; ++j)
-    sizes->typed_data()[j] = uint32_t(stream_length(dtype, row_elements(l, j, *x, gathered.get()), l.m, stream.get()));
+  auto gathered = scratch_bytes(l.m * x->es);
+  for (int64_t j = 0; j < l.rows; ++j)  // the codec's size-only analysis: no stream is written
+    sizes->typed_data()[j] = uint32_t(zipccl::stream_bytes(dtype, row_elements(l, j, *x, gathered.get()), l.m));
   return ffi::Error::Success();
 }
 

@@ -184,38 +184,46 @@ __device__ void WarpCodeLengths(const uint32_t* counts, uint8_t* lens, int nsym,
     __syncwarp();
     int longest = 0;
     for (int s = Lane(); s < nsym; s += kWarp) longest = lens[s] > longest ? lens[s] : longest;
-    if (WarpMax(longest) <= zc::kMaxCodeLen) return;
-    for (int s = Lane(); s < nsym; s += kWarp) ws.counts[s] = ws.counts[s] ? (ws.counts[s] + 1) >> 1 : 0;
+    longest = WarpMax(longest);
+    if (longest <= zc::kMaxCodeLen) return;
+    const int k = zc::flattening_shift(longest);
+    for (int s = Lane(); s < nsym; s += kWarp) ws.counts[s] = ws.counts[s] ? (ws.counts[s] + (1u << k) - 1) >> k : 0;
     __syncwarp();
   }
 }
 
-// A group's codes for its raw byte planes (§5.4), kMaxPlanes * kPlaneSyms
-// lengths and codes per group.
+// A group's choices for the encoder (§7 steps 2-3), per group of every item:
+// its mask, plane code lengths and codes (kMaxPlanes * kPlaneSyms each), and
+// the bytes of its table area (§5.5).
 struct PlaneScratch {
   int* masks;
   uint8_t* lens;
   uint16_t* codes;
+  uint32_t* table_bytes;
 };
 
 struct ChooseSmem {
-  uint32_t counts[zc::kCandidates][zc::kNumSyms];
-  uint32_t planes[2][zc::kMaxPlanes][zc::kPlaneSyms];  // [0]: every 8th element, [1]: all
-  uint8_t lens[zc::kCandidates][zc::kNumSyms];
+  uint32_t counts[zc::kCandidates][zc::kMaxSyms];
+  uint32_t planes[2][zc::kMaxPlanes][zc::kPlaneSyms];  // [0]: every 8th stored element, [1]: all
+  uint8_t lens[zc::kCandidates][zc::kMaxSyms];
   uint8_t plens[zc::kMaxPlanes][zc::kPlaneSyms];
   HuffmanScratch ws[kThreads / kWarp];
-  uint32_t gmax;
+  unsigned long long cost[zc::kCandidates];
+  int64_t sums[kThreads / kWarp];
+  uint32_t gmax, implied[2];  // implied zeros without and with a coded sign
   int best, mask;
 };
-static_assert(zc::kCandidates <= kThreads / kWarp && zc::kMaxPlanes < kThreads / kWarp,
-              "ChooseKernel: a warp per candidate code, per plane, and one for the choice");
+static_assert(zc::kMaxPlanes < kThreads / kWarp, "ChooseKernel: a warp per plane");
 
-// §7 steps 2-3, CUDA block per group of every item: the symbol counts of the
-// four candidates and the byte-plane counts in shared histograms (one pass
-// over the group's elements), a warp per candidate's code lengths, then the
-// planes' codes (warp p: plane p); refs, lengths, canonical codes and the
-// mask go to global scratch. Same choices as choose_group_generic and
-// choose_all_planes of codec_cpu.cc.
+// §7 steps 2-3, CUDA block per group of every item: the symbol counts of
+// candidates A-D in shared histograms (one pass over the group's elements;
+// E-H follow from them and the counts of exact zeros), a warp per two
+// candidates' code lengths, the choice; then the stored elements' plane
+// bytes (a second pass: each thread a contiguous run, a block scan numbers
+// the stored elements for the sample) and the planes' codes (warp p: plane
+// p). Refs, lengths, canonical codes, the mask and the table area's size go
+// to global scratch. Same choices as choose_group_generic and choose_planes
+// of the CPU codec.
 __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total_groups,
                              uint32_t* refs, uint8_t* lens, uint16_t* codes, PlaneScratch ps) {
   ZC_SHARED(ChooseSmem, sm);
@@ -225,54 +233,102 @@ __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
     const int64_t first = b0 * zc::kBlock, count = Min<int64_t>(n - first, zc::kGroupBlocks * zc::kBlock);
     const uint8_t* in = x + (item * n + first) * lay.elem_bytes;
     uint32_t* ref = refs + item * nb + b0;
-    for (int i = threadIdx.x; i < zc::kCandidates * zc::kNumSyms; i += blockDim.x) (&sm.counts[0][0])[i] = 0;
+    const int nblocks = int(zc::num_blocks(count));
+    for (int i = threadIdx.x; i < zc::kCandidates * zc::kMaxSyms; i += blockDim.x) (&sm.counts[0][0])[i] = 0;
     for (int i = threadIdx.x; i < 2 * zc::kMaxPlanes * zc::kPlaneSyms; i += blockDim.x) (&sm.planes[0][0][0])[i] = 0;
     if (threadIdx.x == 0) {
       sm.gmax = 0;
-      for (int64_t b = 0; b < zc::num_blocks(count); ++b) sm.gmax = ref[b] > sm.gmax ? ref[b] : sm.gmax;
-      sm.mask = 0;
+      for (int b = 0; b < nblocks; ++b) sm.gmax = ref[b] > sm.gmax ? ref[b] : sm.gmax;
+      sm.implied[0] = sm.implied[1] = 0;
     }
     __syncthreads();
     for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
       const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), own = ref[i / zc::kBlock];
-      for (int c = 0; c < zc::kCandidates; ++c)
-        atomicAdd(&sm.counts[c][zc::symbol_of_element(v, lay, (c & 1) ? own : sm.gmax, c >= 2)], 1u);
-      for (int p = 0; p < lay.raw_bytes; ++p) {
-        const uint32_t byte = (v >> (8 * p)) & 0xFFu;
-        atomicAdd(&sm.planes[1][p][byte], 1u);
-        if (i % zc::kPlaneSampleStride == 0) atomicAdd(&sm.planes[0][p][byte], 1u);
+      for (int c = 0; c < 4; ++c)
+        atomicAdd(&sm.counts[c][zc::symbol_of_element(v, lay, (c & 1) ? own : sm.gmax, zc::candidate_mask(c))], 1u);
+      if (zc::implied_zero(v, lay, true)) atomicAdd(&sm.implied[zc::implied_zero(v, lay, false) ? 0 : 1], 1u);
+    }
+    __syncthreads();
+    // E-H (§4.2): as A-D, but of each sign's (ZERO, 0) symbols only the exact zeros stay (in E and F only +0)
+    for (int i = threadIdx.x; i < 4 * zc::kMaxSyms; i += blockDim.x) sm.counts[4 + i / zc::kMaxSyms][i % zc::kMaxSyms] =
+        sm.counts[i / zc::kMaxSyms][i % zc::kMaxSyms];
+    __syncthreads();
+    if (threadIdx.x < 4) {
+      const int c = 4 + threadIdx.x;
+      for (int s = 0; s < ((c & 2) ? 2 : 1); ++s) {
+        const int zero = s << zc::kSignBit, esc = zero | (zc::kClassEsc << zc::kTopBits);
+        const uint32_t keep = (c & 2) ? sm.implied[s] : sm.implied[0];
+        sm.counts[c][esc] += sm.counts[c][zero] - keep;
+        sm.counts[c][zero] = keep;
       }
     }
     __syncthreads();
-    if (WarpId() < zc::kCandidates) WarpCodeLengths(sm.counts[WarpId()], sm.lens[WarpId()], zc::kNumSyms, sm.ws[WarpId()]);
-    __syncthreads();
-    const int p = WarpId();  // §7 step 3, choose_planes: the sample first, all bytes if it pays
-    if (p < lay.raw_bytes) {
-      const int64_t ns = (count + zc::kPlaneSampleStride - 1) / zc::kPlaneSampleStride;
-      bool coded = false;
-      for (int pass = 0; pass < 2; ++pass) {
-        WarpCodeLengths(sm.planes[pass][p], sm.plens[p], zc::kPlaneSyms, sm.ws[p]);
-        uint64_t bits = 0;
-        for (int v = Lane(); v < zc::kPlaneSyms; v += kWarp) bits += uint64_t(sm.planes[pass][p][v]) * sm.plens[p][v];
-        bits = WarpSum(bits);
-        coded = pass ? bits + 8 * zc::kPlaneTableBytes < 8 * uint64_t(count) : zc::plane_sample_pays(bits, ns);
-        if (!coded) break;
-      }
-      if (coded && Lane() == 0) atomicOr(&sm.mask, 1 << p);
-    } else if (p == zc::kMaxPlanes && Lane() == 0) {
-      sm.best = zc::best_candidate(sm.counts, sm.lens, lay.exp_bits);
+    for (int c = WarpId(); c < zc::kCandidates; c += kThreads / kWarp) {
+      const int64_t m = count - ((c & 4) ? sm.implied[0] + ((c & 2) ? sm.implied[1] : 0) : 0);
+      const bool skipped = (c & 4) && zc::zero_candidate_skipped(c, lay, count, m);
+      if (!skipped) WarpCodeLengths(sm.counts[c], sm.lens[c], zc::num_symbols(zc::candidate_mask(c)), sm.ws[WarpId()]);
+      if (Lane() == 0)
+        sm.cost[c] = skipped ? ~0ull : zc::code_cost(sm.counts[c], sm.lens[c], zc::candidate_mask(c), lay, m);
+      __syncwarp();
     }
     __syncthreads();
-    const int best = sm.best;
-    if (threadIdx.x < zc::kGroupBlocks && threadIdx.x < zc::num_blocks(count) && !(best & 1)) ref[threadIdx.x] = sm.gmax;
-    for (int s = threadIdx.x; s < zc::kNumSyms; s += blockDim.x) lens[gi * zc::kNumSyms + s] = sm.lens[best][s];
+    if (threadIdx.x == 0) {
+      uint64_t cost[zc::kCandidates];
+      for (int c = 0; c < zc::kCandidates; ++c) cost[c] = sm.cost[c];
+      sm.best = zc::best_candidate(cost, count);
+      sm.mask = zc::candidate_mask(sm.best);
+    }
+    __syncthreads();
+    const int best = sm.best, mask = sm.mask;
+    if (lay.raw_bytes > 0) {  // §7 step 3 over the stored elements, numbered in element order
+      const int64_t run = (count + blockDim.x - 1) / blockDim.x, begin = Min<int64_t>(count, threadIdx.x * run);
+      const int64_t end = Min<int64_t>(count, begin + run);
+      int64_t stored = 0, total;
+      for (int64_t i = begin; i < end; ++i)
+        stored += zc::stores_bits(zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay, mask);
+      int64_t j = BlockExclusiveScan(stored, sm.sums, &total);
+      for (int64_t i = begin; i < end; ++i) {
+        const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+        if (!zc::stores_bits(v, lay, mask)) continue;
+        for (int p = 0; p < lay.raw_bytes; ++p) {
+          const uint32_t byte = (v >> (8 * p)) & 0xFFu;
+          atomicAdd(&sm.planes[1][p][byte], 1u);
+          if (j % zc::kPlaneSampleStride == 0) atomicAdd(&sm.planes[0][p][byte], 1u);
+        }
+        ++j;
+      }
+      __syncthreads();
+      const int p = WarpId();
+      if (p < lay.raw_bytes) {
+        bool coded = false;
+        for (int pass = 0; pass < 2; ++pass) {
+          WarpCodeLengths(sm.planes[pass][p], sm.plens[p], zc::kPlaneSyms, sm.ws[p]);
+          uint64_t bits = 0, used = 0;
+          for (int v = Lane(); v < zc::kPlaneSyms; v += kWarp) {
+            bits += uint64_t(sm.planes[pass][p][v]) * sm.plens[p][v];
+            used += sm.planes[pass][p][v];
+          }
+          bits = WarpSum(bits), used = WarpSum(used);
+          coded = pass ? zc::plane_pays(bits, sm.plens[p], int64_t(used)) : zc::plane_sample_pays(bits, int64_t(used));
+          if (!coded) break;
+        }
+        if (coded && Lane() == 0) atomicOr(&sm.mask, 1 << p);
+      }
+      __syncthreads();
+    }
+    const int full = sm.mask;
+    if (threadIdx.x < zc::kGroupBlocks && threadIdx.x < nblocks && !(best & 1)) ref[threadIdx.x] = sm.gmax;
+    for (int s = threadIdx.x; s < zc::kMaxSyms; s += blockDim.x) lens[gi * zc::kMaxSyms + s] = sm.lens[best][s];
     uint8_t* plens = ps.lens + gi * zc::kMaxPlanes * zc::kPlaneSyms;
     for (int i = threadIdx.x; i < zc::kMaxPlanes * zc::kPlaneSyms; i += blockDim.x) plens[i] = (&sm.plens[0][0])[i];
-    // canonical codes: warp 0 the symbols', warp 1 + q plane q's (serial in one lane each)
+    // canonical codes: warp 0 the symbols' (and the mask, the table area's size), warp 1 + q plane q's
     if (Lane() == 0 && WarpId() == 0) {
-      zc::canonical_codes(sm.lens[best], codes + gi * zc::kNumSyms);
-      ps.masks[gi] = sm.mask | (best >= 2 ? zc::kMaskSign : 0);
-    } else if (Lane() == 0 && WarpId() <= zc::kMaxPlanes && ((sm.mask >> (WarpId() - 1)) & 1)) {
+      zc::canonical_codes(sm.lens[best], codes + gi * zc::kMaxSyms, zc::num_symbols(full));
+      ps.masks[gi] = full;
+      uint32_t bits = zc::table_bits(sm.lens[best], zc::num_symbols(full));
+      for (int q = 0; q < zc::kMaxPlanes; ++q) bits += ((full >> q) & 1) ? zc::table_bits(sm.plens[q], zc::kPlaneSyms) : 0;
+      ps.table_bytes[gi] = uint32_t(zc::num_refs(full, nblocks)) + (bits + 7) / 8;
+    } else if (Lane() == 0 && WarpId() <= zc::kMaxPlanes && ((full >> (WarpId() - 1)) & 1)) {
       const int q = WarpId() - 1;
       zc::canonical_codes(sm.plens[q], ps.codes + (gi * zc::kMaxPlanes + q) * zc::kPlaneSyms, zc::kPlaneSyms);
     }
@@ -298,20 +354,26 @@ __device__ void PutByte(uint32_t* words, uint32_t at, uint32_t byte) { atomicOr(
 
 struct EncodeSmem {
   uint32_t words[zc::kBlock];  // a coded body is shorter than 4096 float32s
-  uint8_t lens[zc::kNumSyms];
-  uint16_t codes[zc::kNumSyms];
+  uint8_t lens[zc::kMaxSyms];
+  uint16_t codes[zc::kMaxSyms];
   uint8_t plens[zc::kMaxPlanes][zc::kPlaneSyms];
   uint16_t pcodes[zc::kMaxPlanes][zc::kPlaneSyms];
   uint32_t stream_bits[zc::kSubstreams];
+  int stored[zc::kSubstreams];  // stored elements per sub-stream
+  int32_t devs[zc::kSubstreams - 1];
+  uint32_t coded;
+  int width;
 };
 static_assert(zc::kSubstreams == kThreads / kWarp, "EncodeKernel: a warp per sub-stream");
 
 // §7 step 4, CUDA block per block of every item, warp k on sub-stream k:
-// the lanes size their elements (element_bits), warp sums give the
-// sub-streams' sizes and so the body's layout; a raw body is copied, a coded
-// one built in shared memory -- each lane puts the codes of kRun consecutive
-// elements at the offset a warp scan gives (put_element), their raw bytes and
-// extra bits at their fixed places -- and stored to bodies with 32-bit stores.
+// the lanes size their elements (element_bits) and count those that store
+// bits; warp sums give the sub-streams' sizes, thread 0 the length fields
+// and so the body's layout; a raw body is copied, a coded one built in
+// shared memory -- each lane puts the codes of kRun consecutive elements at
+// the bit a warp scan gives (put_element), their stored bytes and extra bits
+// at the stored index another scan gives (put_stored's layout) -- and stored
+// to bodies with 32-bit stores.
 __global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total,
                              const uint32_t* refs, const uint8_t* lens, const uint16_t* codes, PlaneScratch ps,
                              uint8_t* bodies, uint32_t* descs) {
@@ -324,9 +386,9 @@ __global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
     const int count = zc::block_count(n, b), q = zc::substream_len(count), k = WarpId();
     const uint32_t ref = refs[t];
     const int mask = ps.masks[gi];
-    for (int s = threadIdx.x; s < zc::kNumSyms; s += blockDim.x) {
-      sm.lens[s] = lens[gi * zc::kNumSyms + s];
-      sm.codes[s] = codes[gi * zc::kNumSyms + s];
+    for (int s = threadIdx.x; s < zc::kMaxSyms; s += blockDim.x) {
+      sm.lens[s] = lens[gi * zc::kMaxSyms + s];
+      sm.codes[s] = codes[gi * zc::kMaxSyms + s];
     }
     for (int i = threadIdx.x; i < zc::kMaxPlanes * zc::kPlaneSyms; i += blockDim.x)
       if ((mask >> (i / zc::kPlaneSyms)) & 1) {
@@ -335,58 +397,78 @@ __global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
       }
     __syncthreads();
     const zc::PlaneCodes pc{mask, {sm.plens[0], sm.plens[1]}, {sm.pcodes[0], sm.pcodes[1]}, {}};
+    const zc::GroupLayout gl = zc::group_layout(dtype, mask);
     const int begin = k * q, end = Min(count, begin + q);
     uint32_t bits = 0;
-    for (int i = begin + Lane(); i < end; i += kWarp)
-      bits += zc::element_bits(dtype, zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, sm.lens, pc);
-    bits = WarpSum(bits);
-    if (Lane() == 0) sm.stream_bits[k] = bits;
-    __syncthreads();
-    const zc::Layout st = zc::group_layout(lay, mask);
-    const uint32_t sizes_at = uint32_t(count) * st.raw_bytes + zc::extra_area_bytes(count, st);
-    uint32_t coded = sizes_at + zc::kSubstreamHeader, start = 0;  // start: sub-stream k's first byte
-    for (int j = 0; j < zc::kSubstreams; ++j) {
-      if (j == k) start = coded;
-      coded += (sm.stream_bits[j] + 7) / 8;
+    int stored = 0;
+    for (int i = begin + Lane(); i < end; i += kWarp) {
+      const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+      bits += zc::element_bits(dtype, v, ref, sm.lens, pc);
+      stored += zc::stores_bits(v, lay, mask);
     }
-    const uint32_t raw_block = uint32_t(count) * lay.elem_bytes;
+    bits = WarpSum(bits), stored = WarpSum(stored);
+    if (Lane() == 0) sm.stream_bits[k] = bits, sm.stored[k] = stored;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int m = sm.stored[0] + sm.stored[1] + sm.stored[2] + sm.stored[3];
+      sm.width = zc::choose_width(sm.stream_bits, gl.stored_bytes(m), count, gl, sm.devs, &sm.coded);
+    }
+    __syncthreads();
+    const uint32_t coded = sm.coded, raw_block = uint32_t(count) * lay.elem_bytes;
+    const int width = sm.width, m = sm.stored[0] + sm.stored[1] + sm.stored[2] + sm.stored[3];
     if (coded >= raw_block) {
       for (uint32_t i = threadIdx.x; i < raw_block; i += blockDim.x) body[i] = in[i];
-      if (threadIdx.x == 0) descs[t] = zc::make_descriptor(raw_block, 0, 0);
+      if (threadIdx.x == 0) descs[t] = zc::make_descriptor(raw_block, 0);
     } else {
       for (uint32_t w = threadIdx.x; w < (coded + 3) / 4; w += blockDim.x) sm.words[w] = 0;
       if (!ZC_INJECTED(1)) __syncthreads();  // without it, a race the emulation must catch
-      if (Lane() == 0 && k + 1 < zc::kSubstreams) {  // §2: the sizes of sub-streams 0..2
-        const uint32_t bytes = (sm.stream_bits[k] + 7) / 8;
-        PutByte(sm.words, sizes_at + 2 * k, bytes & 0xFF);
-        PutByte(sm.words, sizes_at + 2 * k + 1, bytes >> 8);
+      uint32_t start = 3 * width, all = 3 * width;  // sub-stream k's first bit; the area's bits
+      int first = 0;  // sub-stream k's first stored element
+      for (int j = 0; j < zc::kSubstreams; ++j) {
+        start += j < k ? sm.stream_bits[j] : 0;
+        first += j < k ? sm.stored[j] : 0;
+        all += sm.stream_bits[j];
       }
-      const bool sign_coded = mask & zc::kMaskSign;
+      const uint32_t area = (all + 7) / 8;  // the stored area's first byte
+      if (threadIdx.x == 0) {  // §2: the length deviations
+        SharedBitWriter d{sm.words, 0};
+        for (int j = 0; j + 1 < zc::kSubstreams; ++j) d.put(uint32_t(sm.devs[j]) & ((1u << width) - 1), width);
+      }
       uint32_t done = 0;  // bits of sub-stream k put so far
+      int kept = 0;       // its stored elements so far
       for (int base = begin; base < end; base += kWarp * kRun) {  // lane l: elements base + kRun l ...
-        const int first = base + kRun * Lane(), last = Min(first + kRun, end);
+        const int lo = base + kRun * Lane(), hi = Min(lo + kRun, end);
         uint32_t len = 0;
-        for (int i = first; i < last; ++i)
-          len += zc::element_bits(dtype, zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, sm.lens, pc);
+        int mine = 0;
+        for (int i = lo; i < hi; ++i) {
+          const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+          len += zc::element_bits(dtype, v, ref, sm.lens, pc);
+          mine += zc::stores_bits(v, lay, mask);
+        }
         const uint32_t after = WarpInclusiveScan(len);
-        SharedBitWriter w{sm.words, 8 * start + done + after - len};
-        for (int i = first; i < last; ++i) {
+        const int kept_after = WarpInclusiveScan(mine);
+        SharedBitWriter w{sm.words, start + done + after - len};
+        int j = first + kept + kept_after - mine;
+        for (int i = lo; i < hi; ++i) {
           const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes);
           zc::put_element(dtype, v, ref, sm.lens, sm.codes, pc, w);
+          if (!zc::stores_bits(v, lay, mask)) continue;
           uint32_t top, extra;
           uint8_t raw[zc::kMaxPlanes];
           zc::split_element(dtype, v, &top, raw, &extra);
-          for (int p = 0, j = 0; p < lay.raw_bytes; ++p)
-            if (!((mask >> p) & 1)) PutByte(sm.words, i * st.raw_bytes + j++, raw[p]);
-          SharedBitWriter e{sm.words, 8 * uint32_t(count) * st.raw_bytes + uint32_t(i) * st.extra_bits};
-          e.put(extra >> sign_coded, st.extra_bits);
+          for (int p = 0, o = 0; p < lay.raw_bytes; ++p)
+            if (!((mask >> p) & 1)) PutByte(sm.words, area + j * gl.stored_planes + o++, raw[p]);
+          SharedBitWriter e{sm.words, 8 * (area + uint32_t(m) * gl.stored_planes) + uint32_t(j) * gl.extra_bits};
+          e.put(extra >> ((mask & zc::kMaskSign) ? 1 : 0), gl.extra_bits);
+          ++j;
         }
         done += __shfl_sync(kFull, after, kWarp - 1);
+        kept += __shfl_sync(kFull, kept_after, kWarp - 1);
       }
       __syncthreads();
       uint32_t* out = reinterpret_cast<uint32_t*>(body);  // 4-aligned: slots are kBlock elements
       for (uint32_t w = threadIdx.x; w < (coded + 3) / 4; w += blockDim.x) out[w] = sm.words[w];
-      if (threadIdx.x == 0) descs[t] = zc::make_descriptor(coded, ref, 1);
+      if (threadIdx.x == 0) descs[t] = zc::make_descriptor(coded, uint32_t(width));
     }
     __syncthreads();  // the shared memory is reused by the next block
   }
@@ -396,43 +478,43 @@ struct ScanSmem {
   int64_t sums[kThreads / kWarp];
 };
 
-// §1 and §7 step 5, CUDA block per item: where each group's tables and each
-// block's body go (block-wide scans), whether the item is stored raw; writes
-// the header and the item's size.
-__global__ void LayoutKernel(int dtype, int64_t n, int64_t nb, int64_t ng, int64_t batch, const int* masks,
-                             const uint32_t* descs, int64_t* table_at, int64_t* body_at, uint8_t* stored_raw,
-                             uint8_t* payload, int64_t cap, uint32_t* sizes) {
+// §1 and §7 step 5, CUDA block per item: where each block's body and each
+// group's table area go (block-wide scans; the table areas after the
+// bodies), whether the item is stored raw; writes the header and the item's size.
+__global__ void LayoutKernel(int dtype, int64_t n, int64_t nb, int64_t ng, int64_t batch,
+                             const uint32_t* table_bytes, const uint32_t* descs, int64_t* table_at, int64_t* body_at,
+                             uint8_t* stored_raw, uint8_t* payload, int64_t cap, uint32_t* sizes) {
   ZC_SHARED(ScanSmem, sm);
   ZC_FOR_BLOCKS(item, batch) {
-    int64_t pos = zc::tables_offset(nb, zc::kFlagMasks), total;  // §7 step 5: a coded stream has its masks
-    for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
-      const int64_t g = g0 + threadIdx.x;
-      const int64_t at = BlockExclusiveScan(g < ng ? zc::group_table_bytes(masks[item * ng + g]) : 0, sm.sums, &total);
-      if (g < ng) table_at[item * ng + g] = pos + at;
-      pos += total;
-    }
+    int64_t pos = zc::bodies_offset(nb), total;
     for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x) {
       const int64_t b = b0 + threadIdx.x;
       const int64_t at = BlockExclusiveScan(b < nb ? descs[item * nb + b] & 0xFFFFu : 0, sm.sums, &total);
       if (b < nb) body_at[item * nb + b] = pos + at;
       pos += total;
     }
+    for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
+      const int64_t g = g0 + threadIdx.x;
+      const int64_t at = BlockExclusiveScan(g < ng ? table_bytes[item * ng + g] : 0, sm.sums, &total);
+      if (g < ng) table_at[item * ng + g] = pos + at;
+      pos += total;
+    }
     if (threadIdx.x == 0) {
       const int64_t raw_bytes = n * zc::layout_of(dtype).elem_bytes;
       stored_raw[item] = pos - zc::kHeaderBytes >= raw_bytes;
-      zc::write_header(payload + item * cap, dtype, stored_raw[item] ? zc::kFlagStoredRaw : zc::kFlagMasks, uint64_t(n));
+      zc::write_header(payload + item * cap, dtype, stored_raw[item] ? zc::kFlagStoredRaw : 0, uint64_t(n));
       sizes[item] = uint32_t(stored_raw[item] ? zc::kHeaderBytes + raw_bytes : pos);
     }
   }
 }
 
-// CUDA block per block of every item: its descriptor, its group's mask and
-// tables (first block of a group), its body; or, in a stored-raw item, its
-// elements. Lanes store consecutive bytes.
+// CUDA block per block of every item: its descriptor, its group's record
+// and table area (first block of a group, one thread), its body; or, in a
+// stored-raw item, its elements. Lanes store consecutive bytes.
 __global__ void WriteKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total,
-                            const uint8_t* lens, PlaneScratch ps, const uint8_t* bodies, const uint32_t* descs,
-                            const int64_t* table_at, const int64_t* body_at, const uint8_t* stored_raw,
-                            uint8_t* payload, int64_t cap) {
+                            const uint32_t* refs, const uint8_t* lens, PlaneScratch ps, const uint8_t* bodies,
+                            const uint32_t* descs, const int64_t* table_at, const int64_t* body_at,
+                            const uint8_t* stored_raw, uint8_t* payload, int64_t cap) {
   const int64_t eb = zc::layout_of(dtype).elem_bytes;
   ZC_FOR_BLOCKS(t, total) {
     const int64_t item = t / nb, b = t % nb;
@@ -442,18 +524,20 @@ __global__ void WriteKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, 
       for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) out[zc::kHeaderBytes + first + i] = x[item * n * eb + first + i];
       continue;
     }
-    if (threadIdx.x == 0) zc::store_u32(out + zc::kHeaderBytes + 4 * b, descs[t]);
-    if (b % zc::kGroupBlocks == 0) {
+    if (threadIdx.x == 0) zc::store_descriptor(out + zc::kHeaderBytes + zc::kDescBytes * b, descs[t]);
+    if (b % zc::kGroupBlocks == 0 && threadIdx.x == 0) {
       const int64_t g = b / zc::kGroupBlocks, gi = item * ng + g;
-      const int mask = ps.masks[gi];
-      uint8_t* table = out + table_at[gi];
-      if (threadIdx.x == 0) out[zc::kHeaderBytes + 4 * nb + g] = uint8_t(mask);
-      // pack_table: thread 0 the symbols' table, thread 1 + p plane p's
-      const int p = threadIdx.x - 1;
-      if (threadIdx.x == 0) zc::pack_table(lens + gi * zc::kNumSyms, table);
-      else if (p < zc::kMaxPlanes && ((mask >> p) & 1))
-        zc::pack_table(ps.lens + (gi * zc::kMaxPlanes + p) * zc::kPlaneSyms,
-                       table + zc::kTableBytes + zc::kPlaneTableBytes * (p == 1 && (mask & 1)), zc::kPlaneSyms);
+      const int mask = ps.masks[gi], nblocks = zc::group_block_count(nb, g);
+      uint8_t* record = out + zc::records_offset(nb) + zc::kRecordBytes * g;
+      record[0] = uint8_t(mask);
+      record[1] = uint8_t(ps.table_bytes[gi]);
+      record[2] = uint8_t(ps.table_bytes[gi] >> 8);
+      uint8_t group_refs[zc::kGroupBlocks];
+      for (int j = 0; j < nblocks; ++j) group_refs[j] = uint8_t(refs[item * nb + b + j]);
+      const uint8_t(*plens)[zc::kPlaneSyms] =
+          reinterpret_cast<const uint8_t(*)[zc::kPlaneSyms]>(ps.lens + gi * zc::kMaxPlanes * zc::kPlaneSyms);
+      zc::write_table_area(group_refs, zc::num_refs(mask, nblocks), lens + gi * zc::kMaxSyms, mask, plens,
+                           out + table_at[gi]);
     }
     const uint8_t* src = bodies + t * zc::kBlock * eb;
     uint8_t* dst = out + body_at[t];
@@ -465,11 +549,12 @@ __global__ void WriteKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, 
 
 // What ValidateKernel learns of each stream, for DecodeKernel.
 struct StreamInfo {
-  int8_t* state;       // [streams] -1 invalid, 0 coded, 1 stored raw
+  int8_t* state;       // [streams] -1 invalid, 0 coded (version 3), 1 stored raw, 2 coded (versions 1-2)
   int64_t* body_at;    // [streams * nb] body offset of each block from the stream start
   int64_t* table_at;   // [streams * ng] offset of each group's tables
-  uint8_t* table_ok;   // [streams * ng] the group's tables are valid (§5.3)
+  uint8_t* table_ok;   // [streams * ng] versions 1-2: the group's tables are valid (§5.3)
 };
+constexpr int8_t kCoded = 0, kStoredRaw = 1, kCodedV2 = 2;
 
 // Each payload row has a status word on the device (0: no error so far). The
 // first error wins: the lowest (block, sub-stream) of the row -- the order a
@@ -482,37 +567,79 @@ __device__ void ReportError(uint32_t* status, int64_t row, int64_t block, int su
   atomicMax(&status[row], ((kLastPosition - position) << 8) | uint32_t(st));
 }
 
-// Group g's plane mask in a coded stream with these header flags (§1).
-__device__ int StreamMask(const uint8_t* in, int64_t nb, int flags, int64_t g) {
+// Versions 1-2: group g's plane mask in a coded stream with these header flags.
+__device__ int StreamMaskV2(const uint8_t* in, int64_t nb, int flags, int64_t g) {
   return (flags & zc::kFlagMasks) ? in[zc::kHeaderBytes + 4 * nb + g] : 0;
 }
 
-// Checks group tables at `at` with mask (§5.3-5.4). Returns a Status.
-__device__ int GroupTablesStatus(const uint8_t* at, int mask) {
+// Versions 1-2: checks group tables at `at` with mask. Returns a Status.
+__device__ int GroupTablesStatusV2(const uint8_t* at, int mask) {
   uint8_t lens[zc::kMaxSyms];
-  if (zc::unpack_table(at, lens) != zc::kOk) return zc::kErrTable;
+  if (zc::unpack_table_v2(at, lens) != zc::kOk) return zc::kErrTable;
   at += zc::kTableBytes;
   for (int p = 0; p < zc::kMaxPlanes; ++p) {
     if (!((mask >> p) & 1)) continue;
-    if (zc::unpack_table(at, lens, zc::kPlaneSyms) != zc::kOk) return zc::kErrTable;
+    if (zc::unpack_table_v2(at, lens, zc::kPlaneSyms) != zc::kOk) return zc::kErrTable;
     at += zc::kPlaneTableBytes;
   }
   return zc::kOk;
 }
 
+// Version 3, §1: a group's table_bytes from its record.
+__device__ uint32_t RecordTableBytes(const uint8_t* in, int64_t nb, int64_t g) {
+  const uint8_t* r = in + zc::records_offset(nb) + zc::kRecordBytes * g;
+  return r[1] | (uint32_t(r[2]) << 8);
+}
+
 struct ValidateSmem {
   int64_t sums[kThreads / kWarp];
   unsigned long long first;  // (index << 8) | status of the first failure
-  int flags, mask_bits, status;
+  int version, flags, mask_bits, status;
 };
 
-// CUDA block per stream: the header (thread 0), then the group masks and the
-// table offsets (a scan), the tables (thread per group), the body offsets (a
-// scan) and each block's checks -- its group's tables if it is coded, then
-// its bounds, the CPU codec's order; the first failing block in stream
-// order is the stream's error. Mode, body size and bitstream errors are
-// DecodeKernel's. Stream s is payload row s * row_stride + row_offset. Reads
-// only [row, row + cap).
+// Versions 1-2 of ValidateKernel's stream (see there).
+__device__ void ValidateV2(const uint8_t* in, int64_t cap, int64_t s, int64_t nb, int64_t ng,
+                                        StreamInfo info, ValidateSmem& sm) {
+  int64_t pos = zc::tables_offset_v2(nb, sm.flags), total;
+  for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
+    const int64_t g = g0 + threadIdx.x;
+    const int mask = g < ng ? StreamMaskV2(in, nb, sm.flags, g) : 0;
+    if (mask & ~sm.mask_bits) atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
+    const int64_t at = BlockExclusiveScan(g < ng ? zc::group_table_bytes_v2(mask) : 0, sm.sums, &total);
+    if (g < ng) info.table_at[s * ng + g] = pos + at;
+    pos += total;
+  }
+  if (threadIdx.x == 0 && sm.first == kNoError && pos > cap) sm.first = zc::kErrTruncated;
+  for (int64_t g = threadIdx.x; g < ng && pos <= cap; g += blockDim.x)
+    info.table_ok[s * ng + g] =
+        GroupTablesStatusV2(in + info.table_at[s * ng + g], StreamMaskV2(in, nb, sm.flags, g)) == zc::kOk;
+  __syncthreads();
+  for (int64_t b0 = 0; b0 < nb && sm.first == kNoError; b0 += blockDim.x) {
+    const int64_t b = b0 + threadIdx.x;
+    const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
+    const int64_t at = pos + BlockExclusiveScan(desc & 0xFFFFu, sm.sums, &total);
+    if (b < nb) {
+      info.body_at[s * nb + b] = at;
+      const int st = (desc >> 24) == 1 && !info.table_ok[s * ng + b / zc::kGroupBlocks] ? zc::kErrTable
+                     : int64_t(desc & 0xFFFFu) > cap - at                               ? zc::kErrTruncated
+                                                                                       : zc::kOk;
+      if (st != zc::kOk) atomicMin(&sm.first, (static_cast<unsigned long long>(b) << 8) | unsigned(st));
+    }
+    pos += total;
+    __syncthreads();  // sm.first, for the loop condition
+  }
+}
+
+// CUDA block per stream: the header (thread 0), then in version 3 the
+// group masks, the body offsets and the table areas' (scans) and the bounds
+// of all of them, as the reference does before decoding any block; the
+// table areas and block errors are DecodeKernel's.
+// Versions 1-2: the masks, the table offsets (a scan), the tables (thread
+// per group), the body offsets (a scan) and each block's checks -- its
+// group's tables if it is coded, then its bounds; the first failing block in
+// stream order is the stream's error, mode, body size and bitstream errors
+// are DecodeKernel's. Stream s is payload row s * row_stride + row_offset.
+// Reads only [row, row + cap).
 __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride,
                                int64_t row_offset, int64_t nstreams, int64_t n, StreamInfo info,
                                uint32_t* status) {
@@ -522,50 +649,49 @@ __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, i
     const int64_t row = s * row_stride + row_offset;
     const uint8_t* in = payload + row * cap;
     if (threadIdx.x == 0) {
-      int st = zc::check_header(in, uint64_t(cap), dtype, uint64_t(n), &sm.flags, &sm.mask_bits);
-      if (st == zc::kOk && (sm.flags & zc::kFlagStoredRaw) && zc::max_stream_bytes(n, dtype) > cap) st = zc::kErrTruncated;
-      if (st == zc::kOk && !(sm.flags & zc::kFlagStoredRaw) && zc::tables_offset(nb, sm.flags) > cap)
+      int st = zc::check_header(in, uint64_t(cap), dtype, uint64_t(n), &sm.version, &sm.flags, &sm.mask_bits);
+      const bool raw = sm.flags & zc::kFlagStoredRaw, v3 = sm.version == zc::kVersion;
+      if (st == zc::kOk && raw && zc::max_stream_bytes(n, dtype) > cap) st = zc::kErrTruncated;
+      if (st == zc::kOk && !raw && (v3 ? zc::bodies_offset(nb) : zc::tables_offset_v2(nb, sm.flags)) > cap)
         st = zc::kErrTruncated;
       sm.status = st;
       sm.first = kNoError;
     }
     __syncthreads();
     const bool coded = sm.status == zc::kOk && !(sm.flags & zc::kFlagStoredRaw);
-    if (coded) {
-      int64_t pos = zc::tables_offset(nb, sm.flags), total;
+    if (coded && sm.version == zc::kVersion) {
+      for (int64_t g = threadIdx.x; g < ng; g += blockDim.x)
+        if (in[zc::records_offset(nb) + zc::kRecordBytes * g] & ~sm.mask_bits)
+          atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
+      int64_t pos = zc::bodies_offset(nb), total;
+      for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x) {
+        const int64_t b = b0 + threadIdx.x;
+        const uint32_t desc = b < nb ? zc::load_descriptor(in + zc::kHeaderBytes + zc::kDescBytes * b) : 0;
+        const int64_t at = pos + BlockExclusiveScan(desc & 0xFFFFu, sm.sums, &total);
+        if (b < nb) info.body_at[s * nb + b] = at;
+        pos += total;
+      }
       for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
         const int64_t g = g0 + threadIdx.x;
-        const int mask = g < ng ? StreamMask(in, nb, sm.flags, g) : 0;
-        if (mask & ~sm.mask_bits) atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
-        const int64_t at = BlockExclusiveScan(g < ng ? zc::group_table_bytes(mask) : 0, sm.sums, &total);
-        if (g < ng) info.table_at[s * ng + g] = pos + at;
+        const int64_t at = pos + BlockExclusiveScan(g < ng ? RecordTableBytes(in, nb, g) : 0, sm.sums, &total);
+        if (g < ng) info.table_at[s * ng + g] = at;
         pos += total;
       }
-      if (threadIdx.x == 0 && sm.first == kNoError && pos > cap) sm.first = zc::kErrTruncated;
-      for (int64_t g = threadIdx.x; g < ng && pos <= cap; g += blockDim.x)
-        info.table_ok[s * ng + g] =
-            GroupTablesStatus(in + info.table_at[s * ng + g], StreamMask(in, nb, sm.flags, g)) == zc::kOk;
       __syncthreads();
-      for (int64_t b0 = 0; b0 < nb && sm.first == kNoError; b0 += blockDim.x) {
-        const int64_t b = b0 + threadIdx.x;
-        const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
-        const int64_t at = pos + BlockExclusiveScan(desc & 0xFFFFu, sm.sums, &total);
-        if (b < nb) {
-          info.body_at[s * nb + b] = at;
-          const int st = (desc >> 24) == 1 && !info.table_ok[s * ng + b / zc::kGroupBlocks] ? zc::kErrTable
-                         : int64_t(desc & 0xFFFFu) > cap - at                               ? zc::kErrTruncated
-                                                                                           : zc::kOk;
-          if (st != zc::kOk) atomicMin(&sm.first, (static_cast<unsigned long long>(b) << 8) | unsigned(st));
-        }
-        pos += total;
-        __syncthreads();  // sm.first, for the loop condition
-      }
+      if (threadIdx.x == 0 && sm.first == kNoError && pos > cap) sm.first = zc::kErrTruncated;
+      __syncthreads();  // the table areas are read and checked by DecodeKernel, into its shared memory
+      if (threadIdx.x == 0 && sm.first != kNoError) sm.status = int(sm.first & 0xFF);
+    } else if (coded) {
+      ValidateV2(in, cap, s, nb, ng, info, sm);
       if (threadIdx.x == 0 && sm.first != kNoError) sm.status = int(sm.first & 0xFF);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       if (sm.status != zc::kOk) ReportError(status, row, 0, 0, sm.status);
-      info.state[s] = sm.status != zc::kOk ? -1 : (sm.flags & zc::kFlagStoredRaw) ? 1 : 0;
+      info.state[s] = sm.status != zc::kOk                ? -1
+                      : (sm.flags & zc::kFlagStoredRaw)    ? kStoredRaw
+                      : sm.version == zc::kVersion         ? kCoded
+                                                           : kCodedV2;
     }
     __syncthreads();  // the shared memory is reused by the next stream
   }
@@ -575,36 +701,212 @@ struct DecodeSmem {
   uint16_t luts[1 + zc::kMaxPlanes][zc::kLutSize];  // the symbols', then each plane's
   uint16_t codes[zc::kMaxSyms];
   uint8_t lens[zc::kMaxSyms];
+  uint8_t area_lens[1 + zc::kMaxPlanes][zc::kMaxSyms];  // version 3: a group's table area
+  uint8_t refs[zc::kGroupBlocks];
   uint8_t stage[kDecodeThreads][kStage * 4];  // each thread's last kStage decoded elements
   int64_t stage_at[kDecodeThreads];            // where in its block they go (bytes)
   int stage_bytes[kDecodeThreads];
+  int implied[kDecodeThreads];   // version 3, ZEROS: each sub-stream's implied zeros
+  uint32_t end3[zc::kGroupBlocks];  // ... where each block's sub-stream 3 ends
+  int8_t ok[kDecodeThreads];     // ... whether each sub-stream decoded
+  bool table_ok;                 // version 3: the group's table area is valid
 };
 
-// build_lut of zipccl_format.h by a CUDA block, from a stored table: the
-// threads unpack the lengths and clear the table, one lane computes the
-// canonical codes, a thread per symbol fills its entries.
-__device__ void BlockBuildLut(const uint8_t* table, int nsym, uint16_t* lut, DecodeSmem& sm) {
-  for (int j = threadIdx.x; j < nsym / 2; j += blockDim.x) {
-    sm.lens[2 * j] = table[j] & 15;
-    sm.lens[2 * j + 1] = table[j] >> 4;
-  }
+// build_lut of zipccl_format.h by a CUDA block, from code lengths in shared
+// memory: the threads clear the table, one lane computes the canonical
+// codes, a thread per symbol fills its entries.
+__device__ void BlockBuildLut(const uint8_t* lens, int nsym, uint16_t* lut, DecodeSmem& sm) {
   for (int w = threadIdx.x; w < zc::kLutSize; w += blockDim.x) lut[w] = 0;
   __syncthreads();
-  if (threadIdx.x == 0) zc::canonical_codes(sm.lens, sm.codes, nsym);
+  if (threadIdx.x == 0) zc::canonical_codes(lens, sm.codes, nsym);
   __syncthreads();
   for (int s = threadIdx.x; s < nsym; s += blockDim.x) {
-    const int len = sm.lens[s];
+    const int len = lens[s];
     for (uint32_t fill = 0; len && fill < (1u << (zc::kMaxCodeLen - len)); ++fill)
       lut[sm.codes[s] | (fill << len)] = uint16_t(s | (len << 8));
   }
   __syncthreads();
 }
 
+// Versions 1-2: the same from a stored table of 4-bit lengths.
+__device__ void BlockBuildLutV2(const uint8_t* table, int nsym, uint16_t* lut, DecodeSmem& sm) {
+  for (int j = threadIdx.x; j < nsym / 2; j += blockDim.x) {
+    sm.lens[2 * j] = table[j] & 15;
+    sm.lens[2 * j + 1] = table[j] >> 4;
+  }
+  __syncthreads();
+  BlockBuildLut(sm.lens, nsym, lut, sm);
+}
+
+// Stages kStage elements of each thread in shared memory for the CUDA
+// block's coalesced store: thread t's elements go to group_out + at.
+__device__ void StoreStaged(DecodeSmem& sm, uint8_t* group_out, int elem_bytes) {
+  __syncthreads();
+  const int row_bytes = kStage * elem_bytes;  // thread t's elements are row t
+  for (int idx = threadIdx.x; idx < kDecodeThreads * row_bytes; idx += blockDim.x) {
+    const int t = idx / row_bytes, byte = idx % row_bytes;
+    if (byte < sm.stage_bytes[t]) group_out[sm.stage_at[t] + byte] = sm.stage[t][byte];
+  }
+  __syncthreads();
+}
+
+// Versions 1-2 of DecodeKernel's group (see there).
+__device__ void DecodeGroupV2(int dtype, const uint8_t* in, int64_t s, int64_t g, int64_t row, int64_t n,
+                              StreamInfo info, uint8_t* group_out, DecodeSmem& sm, uint32_t* status) {
+  const zc::Layout lay = zc::layout_of(dtype);
+  const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
+  const int flags = in[6], mask = StreamMaskV2(in, nb, flags, g);
+  const bool ok = info.table_ok[s * ng + g];
+  if (ok) {
+    const uint8_t* table = in + info.table_at[s * ng + g];
+    BlockBuildLutV2(table, zc::kNumSyms, sm.luts[0], sm);
+    table += zc::kTableBytes;
+    for (int p = 0; p < zc::kMaxPlanes; ++p) {
+      if (!((mask >> p) & 1)) continue;
+      BlockBuildLutV2(table, zc::kPlaneSyms, sm.luts[1 + p], sm);
+      table += zc::kPlaneTableBytes;
+    }
+  }
+  const int j = threadIdx.x / zc::kSubstreams, k = threadIdx.x % zc::kSubstreams;
+  const int64_t b = g * zc::kGroupBlocks + j;
+  const int count = b < nb ? zc::block_count(n, b) : 0, q = zc::substream_len(count);
+  const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
+  const uint8_t* body = b < nb ? in + info.body_at[s * nb + b] : in;
+  uint32_t bounds[zc::kSubstreams + 1] = {};
+  int st = zc::kOk;
+  bool coded = false;
+  if (b < nb && (desc >> 24) == 0) {  // a raw body
+    const uint32_t size = desc & 0xFFFFu, part = (size + zc::kSubstreams - 1) / zc::kSubstreams;
+    uint8_t* to = group_out + int64_t(j) * zc::kBlock * lay.elem_bytes;
+    if (size != uint32_t(count) * lay.elem_bytes) st = zc::kErrBlockSize;
+    for (uint32_t i = k * part; st == zc::kOk && i < Min(size, (k + 1) * part); ++i) to[i] = body[i];
+  } else if (b < nb && (desc >> 24) != 1) {
+    st = zc::kErrBlockMode;
+  } else if (b < nb) {
+    st = zc::locate_substreams_v2(body, desc & 0xFFFFu, count, zc::group_layout_v2(lay, mask), bounds);
+    if (st == zc::kOk && !ok) st = zc::kErrTable;
+    coded = st == zc::kOk;
+  }
+  const zc::PlaneCodes pc{mask, {}, {}, {sm.luts[1], sm.luts[2]}};
+  zc::BitReaderV2 r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
+  const int begin = k * q, end = Min(count, begin + q);
+  for (int i0 = 0; i0 < zc::kBlock / zc::kSubstreams; i0 += kStage) {  // the same rounds for every thread
+    int m = 0;
+    for (; coded && st == zc::kOk && m < kStage && begin + i0 + m < end; ++m)
+      st = zc::decode_element_v2(dtype, body, count, begin + i0 + m, (desc >> 16) & 0xFFu, sm.luts[0], pc, r,
+                                 sm.stage[threadIdx.x] + m * lay.elem_bytes);
+    sm.stage_bytes[threadIdx.x] = m * lay.elem_bytes;
+    sm.stage_at[threadIdx.x] = (int64_t(j) * zc::kBlock + begin + i0) * lay.elem_bytes;
+    StoreStaged(sm, group_out, lay.elem_bytes);
+  }
+  if (coded && st == zc::kOk && !r.finished()) st = zc::kErrTrailing;
+  if (st != zc::kOk) ReportError(status, row, b, k, st);
+}
+
+// Version 3 of DecodeKernel's group: the group's table area is read into
+// shared memory (thread 0) and its decode tables built; thread 4 j + k has
+// sub-stream k of block j. A block's descriptor errors and a missing table
+// are reported at its sub-stream 0. In a ZEROS group each thread first
+// decodes its sub-stream only to count implied zeros (where the stored
+// area starts depends on them), then again into the output; otherwise once,
+// the stored area's place being known.
+__device__ void DecodeGroup(int dtype, const uint8_t* in, int64_t s, int64_t g, int64_t row, int64_t n,
+                            StreamInfo info, uint8_t* group_out, DecodeSmem& sm, uint32_t* status) {
+  const zc::Layout lay = zc::layout_of(dtype);
+  const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
+  const int mask = in[zc::records_offset(nb) + zc::kRecordBytes * g], nblocks = zc::group_block_count(nb, g);
+  if (threadIdx.x == 0)
+    sm.table_ok = zc::read_table_area(in + info.table_at[s * ng + g], RecordTableBytes(in, nb, g), mask, nblocks,
+                                      sm.refs, sm.area_lens[0],
+                                      reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(sm.area_lens[1])) == zc::kOk;
+  __syncthreads();
+  const bool ok = sm.table_ok;
+  if (ok) {
+    BlockBuildLut(sm.area_lens[0], zc::num_symbols(mask), sm.luts[0], sm);
+    for (int p = 0; p < zc::kMaxPlanes; ++p)
+      if ((mask >> p) & 1) BlockBuildLut(sm.area_lens[1 + p], zc::kPlaneSyms, sm.luts[1 + p], sm);
+  }
+  const int j = threadIdx.x / zc::kSubstreams, k = threadIdx.x % zc::kSubstreams;
+  const int64_t b = g * zc::kGroupBlocks + j;
+  const int count = b < nb ? zc::block_count(n, b) : 0, q = zc::substream_len(count);
+  const uint32_t desc = b < nb ? zc::load_descriptor(in + zc::kHeaderBytes + zc::kDescBytes * b) : 0;
+  const uint32_t size = desc & 0xFFFFu, width = desc >> 16;
+  const uint8_t* body = b < nb ? in + info.body_at[s * nb + b] : in;
+  const zc::GroupLayout gl = zc::group_layout(dtype, mask);
+  uint32_t starts[zc::kSubstreams + 1] = {};
+  int st = zc::kOk;
+  bool coded = false;
+  if (b < nb && width == 0) {  // a raw body
+    const uint32_t part = (size + zc::kSubstreams - 1) / zc::kSubstreams;
+    uint8_t* to = group_out + int64_t(j) * zc::kBlock * lay.elem_bytes;
+    if (size != uint32_t(count) * lay.elem_bytes) st = k == 0 ? zc::kErrBlockSize : zc::kOk;
+    for (uint32_t i = k * part; size == uint32_t(count) * lay.elem_bytes && i < Min(size, (k + 1) * part); ++i)
+      to[i] = body[i];
+  } else if (b < nb && width > uint32_t(zc::kMaxWidth)) {
+    st = k == 0 ? zc::kErrBlockMode : zc::kOk;
+  } else if (b < nb && size >= uint32_t(count) * lay.elem_bytes) {
+    st = k == 0 ? zc::kErrBlockSize : zc::kOk;
+  } else if (b < nb && !ok) {
+    st = k == 0 ? zc::kErrTable : zc::kOk;
+  } else if (b < nb) {
+    st = zc::locate_substreams(body, size, count, int(width), gl, starts);
+    coded = st == zc::kOk;
+    if (k != 0) st = zc::kOk;  // a block's error is reported once, at sub-stream 0
+  }
+  const zc::PlaneCodes pc{mask, {}, {}, {sm.luts[1], sm.luts[2]}};
+  const uint32_t ref = sm.refs[(mask & zc::kMaskOwnRefs) ? j : 0];
+  const int begin = k * q, end = Min(count, begin + q);
+  // Where the stored area starts is known unless the group has ZEROS (or the
+  // body is too short for it: then it is corrupt, found after the sub-streams).
+  const int64_t at = int64_t(size) - gl.stored_bytes(count);
+  const bool two_pass = coded && ((mask & zc::kMaskZeros) || at < 0);
+  zc::BitReader r{body, size, starts[k], starts[k + 1]};
+  int implied = 0, unused = 0;
+  for (int i = begin; two_pass && st == zc::kOk && i < end; ++i)  // the first pass: check and count
+    st = zc::decode_element(dtype, gl, ref, sm.luts[0], pc, r, zc::StoredArea{nullptr, 0}, &unused, &implied, nullptr);
+  if (two_pass && st == zc::kOk) st = zc::substream_end_status(k, r.pos, starts);
+  sm.implied[threadIdx.x] = implied;
+  sm.ok[threadIdx.x] = st == zc::kOk;
+  if (k == zc::kSubstreams - 1) sm.end3[j] = r.pos;
+  __syncthreads();
+  bool go = coded && st == zc::kOk;  // whether this thread decodes into the output
+  int first = begin;                 // its sub-stream's first stored element
+  zc::StoredArea area{body + (at > 0 ? at : 0), count};
+  if (two_pass) {
+    int m = count;
+    for (int i = 0; i < zc::kSubstreams; ++i) {
+      m -= sm.implied[zc::kSubstreams * j + i];
+      first -= i < k ? sm.implied[zc::kSubstreams * j + i] : 0;
+      go = go && sm.ok[zc::kSubstreams * j + i];
+    }
+    const int area_st = go ? zc::check_stored_area(body, size, sm.end3[j], m, gl, &area) : zc::kOk;
+    if (k == zc::kSubstreams - 1 && area_st != zc::kOk) st = area_st;  // after sub-stream 3, once
+    go = go && area_st == zc::kOk;
+  }
+  zc::BitReader w{body, size, starts[k], starts[k + 1]};  // the pass into the output, kStage elements at a time
+  int stored = first, zeros = 0;
+  for (int i0 = 0; i0 < zc::kBlock / zc::kSubstreams; i0 += kStage) {  // the same rounds for every thread
+    int m = 0;
+    for (; go && st == zc::kOk && m < kStage && begin + i0 + m < end; ++m)
+      st = zc::decode_element(dtype, gl, ref, sm.luts[0], pc, w, area, &stored, &zeros,
+                              sm.stage[threadIdx.x] + m * lay.elem_bytes);
+    sm.stage_bytes[threadIdx.x] = m * lay.elem_bytes;
+    sm.stage_at[threadIdx.x] = (int64_t(j) * zc::kBlock + begin + i0) * lay.elem_bytes;
+    StoreStaged(sm, group_out, lay.elem_bytes);
+  }
+  if (go && !two_pass && st == zc::kOk) {  // the single pass's checks: sub-streams 0-2 end, then the area
+    zc::StoredArea checked;
+    st = zc::substream_end_status(k, w.pos, starts);
+    if (st == zc::kOk && k == zc::kSubstreams - 1) st = zc::check_stored_area(body, size, w.pos, count, gl, &checked);
+  }
+  if (st != zc::kOk) ReportError(status, row, b, k, st);
+}
+
 // CUDA block per group of every valid stream: builds the group's decode
 // tables in shared memory, then thread 4 j + k decodes sub-stream k of the
-// group's block j (decode_element), kStage elements at a time into shared
-// memory, from where the CUDA block stores them, lanes on consecutive bytes.
-// Raw bodies are copied, a quarter per thread; stored-raw streams by all.
+// group's block j, kStage elements at a time into shared memory, from where
+// the CUDA block stores them, lanes on consecutive bytes. Raw bodies are
+// copied, a quarter per thread; stored-raw streams by all.
 __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride, int64_t row_offset,
                              int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out, uint32_t* status) {
   ZC_SHARED(DecodeSmem, sm);
@@ -616,63 +918,14 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
     const int64_t first = g * zc::kGroupBlocks * zc::kBlock;
     uint8_t* group_out = out + (s * n + first) * lay.elem_bytes;
     if (info.state[s] < 0) continue;
-    if (info.state[s] == 1) {
+    if (info.state[s] == kStoredRaw) {
       const int64_t bytes = Min<int64_t>(n - first, zc::kGroupBlocks * zc::kBlock) * lay.elem_bytes;
       for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) group_out[i] = in[zc::kHeaderBytes + first * lay.elem_bytes + i];
       continue;
     }
-    const int flags = in[6], mask = StreamMask(in, nb, flags, g);
-    const bool ok = info.table_ok[s * ng + g];
-    if (ok) {
-      const uint8_t* table = in + info.table_at[s * ng + g];
-      BlockBuildLut(table, zc::kNumSyms, sm.luts[0], sm);
-      table += zc::kTableBytes;
-      for (int p = 0; p < zc::kMaxPlanes; ++p) {
-        if (!((mask >> p) & 1)) continue;
-        BlockBuildLut(table, zc::kPlaneSyms, sm.luts[1 + p], sm);
-        table += zc::kPlaneTableBytes;
-      }
-    }
-    const int j = threadIdx.x / zc::kSubstreams, k = threadIdx.x % zc::kSubstreams;
-    const int64_t b = g * zc::kGroupBlocks + j;
-    const int count = b < nb ? zc::block_count(n, b) : 0, q = zc::substream_len(count);
-    const uint32_t desc = b < nb ? zc::load_u32(in + zc::kHeaderBytes + 4 * b) : 0;
-    const uint8_t* body = b < nb ? in + info.body_at[s * nb + b] : in;
-    uint32_t bounds[zc::kSubstreams + 1] = {};
-    int st = zc::kOk;
-    bool coded = false;
-    if (b < nb && (desc >> 24) == 0) {  // a raw body
-      const uint32_t size = desc & 0xFFFFu, part = (size + zc::kSubstreams - 1) / zc::kSubstreams;
-      uint8_t* to = group_out + int64_t(j) * zc::kBlock * lay.elem_bytes;
-      if (size != uint32_t(count) * lay.elem_bytes) st = zc::kErrBlockSize;
-      for (uint32_t i = k * part; st == zc::kOk && i < Min(size, (k + 1) * part); ++i) to[i] = body[i];
-    } else if (b < nb && (desc >> 24) != 1) {
-      st = zc::kErrBlockMode;
-    } else if (b < nb) {
-      st = zc::locate_substreams(body, desc & 0xFFFFu, count, zc::group_layout(lay, mask), bounds);
-      if (st == zc::kOk && !ok) st = zc::kErrTable;
-      coded = st == zc::kOk;
-    }
-    const zc::PlaneCodes pc{mask, {}, {}, {sm.luts[1], sm.luts[2]}};
-    zc::BitReader r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
-    const int begin = k * q, end = Min(count, begin + q);
-    for (int i0 = 0; i0 < zc::kBlock / zc::kSubstreams; i0 += kStage) {  // the same rounds for every thread
-      int m = 0;
-      for (; coded && st == zc::kOk && m < kStage && begin + i0 + m < end; ++m)
-        st = zc::decode_element(dtype, body, count, begin + i0 + m, (desc >> 16) & 0xFFu, sm.luts[0], pc, r,
-                                sm.stage[threadIdx.x] + m * lay.elem_bytes);
-      sm.stage_bytes[threadIdx.x] = m * lay.elem_bytes;
-      sm.stage_at[threadIdx.x] = (int64_t(j) * zc::kBlock + begin + i0) * lay.elem_bytes;
-      __syncthreads();
-      const int row_bytes = kStage * lay.elem_bytes;  // thread t's elements are row t
-      for (int idx = threadIdx.x; idx < kDecodeThreads * row_bytes; idx += blockDim.x) {
-        const int t = idx / row_bytes, byte = idx % row_bytes;
-        if (byte < sm.stage_bytes[t]) group_out[sm.stage_at[t] + byte] = sm.stage[t][byte];
-      }
-      __syncthreads();
-    }
-    if (coded && st == zc::kOk && !r.finished()) st = zc::kErrTrailing;
-    if (st != zc::kOk) ReportError(status, row, b, k, st);
+    if (info.state[s] == kCodedV2) DecodeGroupV2(dtype, in, s, g, row, n, info, group_out, sm, status);
+    else DecodeGroup(dtype, in, s, g, row, n, info, group_out, sm, status);
+    __syncthreads();  // the shared memory is reused by the next group
   }
 }
 
@@ -881,8 +1134,8 @@ CompressArrays TakeCompressArrays(Workspace& ws, int dtype, int64_t batch, int64
   const int64_t nb = zc::num_blocks(n), total = batch * nb, total_groups = batch * zc::num_groups(nb);
   CompressArrays a;
   a.refs = ws.Take<uint32_t>(total);
-  a.lens = ws.Take<uint8_t>(total_groups * zc::kNumSyms);
-  a.codes = ws.Take<uint16_t>(total_groups * zc::kNumSyms);
+  a.lens = ws.Take<uint8_t>(total_groups * zc::kMaxSyms);
+  a.codes = ws.Take<uint16_t>(total_groups * zc::kMaxSyms);
   a.bodies = ws.Take<uint8_t>(total * zc::kBlock * zc::layout_of(dtype).elem_bytes);
   a.descs = ws.Take<uint32_t>(total);
   a.table_at = ws.Take<int64_t>(total_groups);
@@ -891,6 +1144,7 @@ CompressArrays TakeCompressArrays(Workspace& ws, int dtype, int64_t batch, int64
   a.ps.masks = ws.Take<int>(total_groups);
   a.ps.lens = ws.Take<uint8_t>(total_groups * zc::kMaxPlanes * zc::kPlaneSyms);
   a.ps.codes = ws.Take<uint16_t>(total_groups * zc::kMaxPlanes * zc::kPlaneSyms);
+  a.ps.table_bytes = ws.Take<uint32_t>(total_groups);
   return a;
 }
 
@@ -949,11 +1203,11 @@ ffi::Error LaunchCompress(cudaStream_t stream, const CompressArrays& a, int dtyp
             a.ps);
   ZC_LAUNCH(EncodeKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.codes, a.ps,
             a.bodies, a.descs);
-  ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, a.ps.masks, a.descs, a.table_at, a.body_at,
-            a.stored_raw, out, cap, sizes);
+  ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, a.ps.table_bytes, a.descs, a.table_at,
+            a.body_at, a.stored_raw, out, cap, sizes);
   if (write)
-    ZC_LAUNCH(WriteKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.lens, a.ps, a.bodies, a.descs,
-              a.table_at, a.body_at, a.stored_raw, out, cap);
+    ZC_LAUNCH(WriteKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.ps, a.bodies,
+              a.descs, a.table_at, a.body_at, a.stored_raw, out, cap);
   return ffi::Error::Success();
 }
 

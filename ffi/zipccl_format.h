@@ -4,7 +4,8 @@
 // and device, so the C++ and CUDA codecs run the same coder and cannot drift
 // apart. The numpy reference (zipccl_jax/reference.py) follows FORMAT.md
 // section by section; tests assert byte identity against both. Section
-// numbers below refer to FORMAT.md.
+// numbers below refer to FORMAT.md. Encoders write version 3; versions 1 and
+// 2 are decoded by the *_v2 functions at the end.
 #pragma once
 
 #include <cstddef>
@@ -18,33 +19,43 @@
 
 namespace zipccl {
 
-constexpr int kVersion = 2;  // written; version 1 streams are still read (§1)
+constexpr int kVersion = 3;  // written; versions 1 and 2 are still read (§1)
 constexpr int kHeaderBytes = 16;
 constexpr int kBlockLog2 = 12;
 constexpr int kBlock = 1 << kBlockLog2;  // elements per block
 constexpr int kGroupBlocks = 16;         // blocks sharing one code table
 constexpr int kFlagStoredRaw = 1;        // header flags: whole stream is raw
-constexpr int kFlagMasks = 2;            // header flags: one mask byte per group (BYTE_CODES in version 1)
-constexpr int kMaskSign = 4;             // group mask bit 2: the symbols carry the sign (§4.1, version 2)
+constexpr int kDescBytes = 3;            // §2: body_bytes (u16), width (u8)
+constexpr int kRecordBytes = 3;          // §1: a group's mask (u8), table_bytes (u16)
+constexpr int kMaskSign = 4;             // group mask bit 2: the symbols carry the sign (§4.1)
+constexpr int kMaskZeros = 8;            // group mask bit 3: exact zeros are implied (§4.2)
+constexpr int kMaskOwnRefs = 16;         // group mask bit 4: each block has its own ref (§5.5)
+constexpr int kMaxWidth = 20;            // §2: the widest sub-stream length deviation
 
 constexpr int kNumClasses = 32;
 constexpr int kClassZero = 0;  // exponent field == 0 (zero or subnormal)
 constexpr int kClassEsc = 31;  // followed by the raw exponent field
 constexpr int kMaxDelta = 29;  // classes 1..30 code d = ref - e in 0..29
-constexpr int kSignMaxDelta = 13;  // §4.1: sign-coded classes 1..14 code d in 0..13, with the sign in bit 4
 constexpr int kTopBits = 2;    // top mantissa bits coded with the class
-constexpr int kNumSyms = kNumClasses << kTopBits;
-constexpr int kTableBytes = kNumSyms / 2;  // 4-bit lengths
+constexpr int kNumSyms = kNumClasses << kTopBits;  // 128; 256 in a sign-coded group (§4.1)
+constexpr int kSignBit = 7;                        // §4.1: the sign's bit in a symbol
 constexpr int kMaxCodeLen = 12;
 constexpr int kLutSize = 1 << kMaxCodeLen;
 constexpr int kSubstreams = 4;  // independent bitstreams per coded block
-constexpr int kSubstreamHeader = 2 * (kSubstreams - 1);
-constexpr int kMaxElementBits = kMaxCodeLen + 9;  // a code, an escaped exponent and sign (no byte codes)
+constexpr int kMaxElementBits = kMaxCodeLen + 8;  // a code and an escaped exponent (no byte codes)
 constexpr int kPlaneSyms = 256;                   // §5.4: the alphabet of a raw byte plane
-constexpr int kPlaneTableBytes = kPlaneSyms / 2;
 constexpr int kMaxPlanes = 2;                     // raw bytes per element, at most
 constexpr int kPlaneSampleStride = 8;             // §7 step 3: the pre-check samples every 8th element
-constexpr int kMaxSyms = kPlaneSyms;              // the larger alphabet, for array sizes
+constexpr int kMaxSyms = 256;                     // the larger alphabets, for array sizes
+// §5.3: a stored length takes at most 7 bits; a group's table area, at most
+constexpr int kMaxTableBytes = kGroupBlocks + (7 * (kMaxSyms + kMaxPlanes * kPlaneSyms) + 7) / 8;
+
+// Versions 1-2 (FORMAT.md, "Earlier versions").
+constexpr int kFlagMasks = 2;           // header flags: one mask byte per group (BYTE_CODES in version 1)
+constexpr int kV2SignMaxDelta = 13;     // sign-coded classes 1..14 code d in 0..13, the sign in class bit 4
+constexpr int kTableBytes = kNumSyms / 2;  // 4-bit lengths
+constexpr int kPlaneTableBytes = kPlaneSyms / 2;
+constexpr int kSubstreamHeader = 2 * (kSubstreams - 1);  // u16 sizes of sub-streams 0..2
 
 // Error codes of the decoder; messages live in error_message().
 enum Status : int {
@@ -86,16 +97,13 @@ inline const char* error_message(int status) {
 enum DType : int { kBF16 = 1, kF16 = 2, kF32 = 3 };
 
 // §3: how an element splits into the coded fields, raw bytes stored as they
-// are, and extra raw bits written after the element's code.
+// are, and extra raw bits.
 struct Layout {
   int elem_bytes;  // 2 or 4
   int exp_bits;    // width of the exponent field (8 or 5)
-  int raw_bytes;   // raw bytes per element in a coded block
+  int raw_bytes;   // raw bytes per element
   int extra_bits;  // raw bits per element in the packed extra area
 };
-
-// §2: bytes of a coded block's extra area.
-ZC_HD uint32_t extra_area_bytes(int count, Layout lay) { return (uint32_t(count) * lay.extra_bits + 7) / 8; }
 
 ZC_HD Layout layout_of(int dtype) {
   if (dtype == kBF16) return {2, 8, 0, 6};
@@ -139,45 +147,44 @@ ZC_HD uint32_t top_bits_of(uint32_t x, Layout lay) {
   return (x >> (lay.elem_bytes * 8 - 1 - lay.exp_bits - kTopBits)) & ((1u << kTopBits) - 1);
 }
 
-// §4: the class of exponent e relative to ref, or with sign_coded (§4.1)
-// that of sign s.
-ZC_HD int class_of(uint32_t e, uint32_t ref, uint32_t all_ones, bool sign_coded = false, uint32_t s = 0) {
-  int c = kClassZero;
-  if (e != 0) {
-    if (e == all_ones || e > ref || ref - e > uint32_t(sign_coded ? kSignMaxDelta : kMaxDelta)) return kClassEsc;
-    c = int(ref - e) + 1;
-  }
-  return sign_coded ? c | int(s << 4) : c;
-}
-
 // The sign bit of element bits x.
 ZC_HD uint32_t sign_of(uint32_t x, Layout lay) { return x >> (lay.elem_bytes * 8 - 1); }
 
-// §4-4.1: the symbol of element bits x under ref.
-ZC_HD int symbol_of_element(uint32_t x, Layout lay, uint32_t ref, bool sign_coded) {
-  const int c = class_of(exponent_of(x, lay), ref, (1u << lay.exp_bits) - 1, sign_coded, sign_of(x, lay));
-  return (c << kTopBits) | int(top_bits_of(x, lay));
+// §4: the class of exponent e relative to ref.
+ZC_HD int class_of(uint32_t e, uint32_t ref, uint32_t all_ones) {
+  if (e == 0) return kClassZero;
+  if (e == all_ones || e > ref || ref - e > uint32_t(kMaxDelta)) return kClassEsc;
+  return int(ref - e) + 1;
 }
 
-// §2: bits 0..15 body bytes, 16..23 ref, 24..31 mode (0 raw, 1 coded).
-ZC_HD uint32_t make_descriptor(uint32_t body_bytes, uint32_t ref, uint32_t mode) {
-  return body_bytes | (ref << 16) | (mode << 24);
+// §4.2: whether element x is an implied zero of a ZEROS group: every bit but
+// (with a coded sign) the sign is 0.
+ZC_HD bool implied_zero(uint32_t x, Layout lay, bool sign_coded) {
+  const uint32_t all = lay.elem_bytes == 2 ? 0xFFFFu : 0xFFFFFFFFu;
+  return (x & (sign_coded ? all >> 1 : all)) == 0;
 }
+
+// §4-4.2: the symbol of element bits x under ref and a group's mask.
+ZC_HD int symbol_of_element(uint32_t x, Layout lay, uint32_t ref, int mask) {
+  const bool sc = mask & kMaskSign;
+  const uint32_t e = exponent_of(x, lay), t = top_bits_of(x, lay);
+  int c = class_of(e, ref, (1u << lay.exp_bits) - 1);
+  if ((mask & kMaskZeros) && e == 0 && t == 0 && !implied_zero(x, lay, sc)) c = kClassEsc;  // §4.2
+  return (sc ? int(sign_of(x, lay)) << kSignBit : 0) | (c << kTopBits) | int(t);
+}
+
+ZC_HD bool escapes(int sym) { return ((sym >> kTopBits) & (kNumClasses - 1)) == kClassEsc; }
 
 ZC_HD int64_t num_blocks(int64_t n) { return (n + kBlock - 1) >> kBlockLog2; }
 ZC_HD int64_t num_groups(int64_t nb) { return (nb + kGroupBlocks - 1) / kGroupBlocks; }
 ZC_HD int block_count(int64_t n, int64_t b) { return int(n - b * kBlock < kBlock ? n - b * kBlock : kBlock); }
-
-// §1: offset of the first group's tables in a coded stream (after the
-// descriptors and, with kFlagMasks, one mask byte per group).
-ZC_HD int64_t tables_offset(int64_t nb, int flags) {
-  return kHeaderBytes + 4 * nb + ((flags & kFlagMasks) ? num_groups(nb) : 0);
+ZC_HD int group_block_count(int64_t nb, int64_t g) {
+  return int(nb - g * kGroupBlocks < kGroupBlocks ? nb - g * kGroupBlocks : kGroupBlocks);
 }
 
-ZC_HD int popcount2(int mask) { return (mask & 1) + ((mask >> 1) & 1); }
-
-// §5.4: bytes of a group's tables: its symbol table, then one per coded plane.
-ZC_HD int64_t group_table_bytes(int mask) { return kTableBytes + int64_t(kPlaneTableBytes) * popcount2(mask); }
+// §1: where a coded stream's group records and bodies start.
+ZC_HD int64_t records_offset(int64_t nb) { return kHeaderBytes + int64_t(kDescBytes) * nb; }
+ZC_HD int64_t bodies_offset(int64_t nb) { return records_offset(nb) + int64_t(kRecordBytes) * num_groups(nb); }
 
 // §1: the most bytes a stream of n elements can take: raw plus the header.
 ZC_HD int64_t max_stream_bytes(int64_t n, int dtype) { return kHeaderBytes + n * layout_of(dtype).elem_bytes; }
@@ -205,6 +212,13 @@ ZC_HD void store_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
 }
 
+// §2: a block's descriptor, body_bytes | width << 16, and back.
+ZC_HD uint32_t load_descriptor(const uint8_t* p) { return p[0] | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16); }
+ZC_HD void store_descriptor(uint8_t* p, uint32_t desc) {
+  for (int i = 0; i < kDescBytes; ++i) p[i] = uint8_t(desc >> (8 * i));
+}
+ZC_HD uint32_t make_descriptor(uint32_t body_bytes, uint32_t width) { return body_bytes | (width << 16); }
+
 // §7 step 1: the largest exponent field with 1 <= e < ALL_ONES, or 0.
 ZC_HD uint32_t block_emax(int dtype, const uint8_t* in, int count) {
   const Layout lay = layout_of(dtype);
@@ -219,15 +233,30 @@ ZC_HD uint32_t block_emax(int dtype, const uint8_t* in, int count) {
 
 // §7 step 2: a group's candidate codes, in the order they are tried:
 // c = 2 * sign_coded + own (own: each block's ref is its own emax, else the
-// group's largest).
-constexpr int kCandidates = 4;
+// group's largest), then the same four with implied zeros (c + 4).
+constexpr int kCandidates = 8;
 
-// §7 step 2: adds the symbol counts of a block under ref to counts[kNumSyms].
-ZC_HD void add_symbol_counts(int dtype, const uint8_t* in, int count, uint32_t ref, bool sign_coded,
-                             uint32_t* counts) {
+ZC_HD int candidate_mask(int c) {
+  return ((c & 2) ? kMaskSign : 0) | ((c & 4) ? kMaskZeros : 0) | ((c & 1) ? kMaskOwnRefs : 0);
+}
+
+// A group's mask without its plane bits: how it codes symbols (§4).
+ZC_HD int symbol_mask(int mask) { return mask & (kMaskSign | kMaskZeros); }
+
+// The symbols of a group with this mask.
+ZC_HD int num_symbols(int mask) { return (mask & kMaskSign) ? 2 * kNumSyms : kNumSyms; }
+
+// §7 step 2: adds the symbol counts of a block under ref to counts, and
+// returns how many of its elements are implied zeros.
+ZC_HD int add_symbol_counts(int dtype, const uint8_t* in, int count, uint32_t ref, int mask, uint32_t* counts) {
   const Layout lay = layout_of(dtype);
-  for (int i = 0; i < count; ++i)
-    ++counts[symbol_of_element(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay, ref, sign_coded)];
+  int implied = 0;
+  for (int i = 0; i < count; ++i) {
+    const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+    ++counts[symbol_of_element(x, lay, ref, mask)];
+    implied += (mask & kMaskZeros) && implied_zero(x, lay, mask & kMaskSign);
+  }
+  return implied;
 }
 
 // §5.1 step 1, after sorting: the two-queue Huffman code lengths of the n
@@ -270,6 +299,10 @@ ZC_HD void huffman_lengths(const uint32_t* counts, uint8_t* lens, int nsym) {
   huffman_tree_lengths(counts, leaf, n, lens, weight, parent, depth);
 }
 
+// §5.1: how far a code whose longest length is `longest` (over 12) flattens
+// its counts: they are divided by 2^k, rounded up.
+ZC_HD int flattening_shift(int longest) { return longest - kMaxCodeLen < 16 ? longest - kMaxCodeLen : 16; }
+
 // §5.1: Huffman lengths, flattening the counts until no code is over 12 bits.
 ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens, int nsym = kNumSyms) {
   uint32_t counts[kMaxSyms];
@@ -279,29 +312,63 @@ ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens, int nsym = kNu
     int longest = 0;
     for (int s = 0; s < nsym; ++s) longest = lens[s] > longest ? lens[s] : longest;
     if (longest <= kMaxCodeLen) return;
-    for (int s = 0; s < nsym; ++s) counts[s] = counts[s] ? (counts[s] + 1) >> 1 : 0;
+    const int k = flattening_shift(longest);
+    for (int s = 0; s < nsym; ++s) counts[s] = counts[s] ? (counts[s] + (1u << k) - 1) >> k : 0;
   }
 }
 
-// §7 step 2: the bits a group costs under code lengths lens: codes, escaped
-// exponents (and signs, if coded), raw signs (if not).
-ZC_HD uint64_t code_cost(const uint32_t* counts, const uint8_t* lens, int exp_bits, bool sign_coded) {
-  uint64_t bits = 0;
-  for (int s = 0; s < kNumSyms; ++s)
-    bits += uint64_t(counts[s]) * (lens[s] + ((s >> kTopBits) == kClassEsc ? exp_bits + sign_coded : 0) + !sign_coded);
+// §5.3: the length predicted for symbol s from the lengths before it.
+ZC_HD int length_prediction(const uint8_t* lens, int s) {
+  if (s % 4) return lens[s - 1];
+  if (s % 128) return lens[s - 4];
+  return s ? lens[s - 128] : 0;
+}
+
+// §5.3: the stored entry of symbol s: its bits (first read in bit 0) | their count << 8.
+ZC_HD uint32_t length_entry(const uint8_t* lens, int s) {
+  const int d = int(lens[s]) - length_prediction(lens, s);
+  if (d == 0) return 0u | 1u << 8;
+  if (d == 1) return 1u | 2u << 8;
+  if (d == -1) return 3u | 3u << 8;
+  return (7u | uint32_t(lens[s]) << 3) | 7u << 8;
+}
+
+// §5.3: the bits of a code's stored lengths.
+ZC_HD uint32_t table_bits(const uint8_t* lens, int nsym) {
+  uint32_t bits = 0;
+  for (int s = 0; s < nsym; ++s) bits += length_entry(lens, s) >> 8;
   return bits;
 }
 
-// §7 step 2: the candidate a group takes, from each one's symbol counts and
-// code lengths: the first of the cheapest.
-ZC_HD int best_candidate(const uint32_t (*counts)[kNumSyms], const uint8_t (*lens)[kNumSyms], int exp_bits) {
-  int best = 0;
-  uint64_t best_cost = code_cost(counts[0], lens[0], exp_bits, false);
-  for (int c = 1; c < kCandidates; ++c) {
-    const uint64_t cost = code_cost(counts[c], lens[c], exp_bits, c >= 2);
-    if (cost < best_cost) best = c, best_cost = cost;
-  }
-  return best;
+// §7 steps 2-3: a code's stored lengths alone, in bytes.
+ZC_HD uint32_t table_bytes(const uint8_t* lens, int nsym) { return (table_bits(lens, nsym) + 7) / 8; }
+
+// §7 step 2: the bits a group costs under code lengths lens: codes, escaped
+// exponents, the stored lengths and the stored bits of m stored elements.
+ZC_HD uint64_t code_cost(const uint32_t* counts, const uint8_t* lens, int mask, Layout lay, int64_t m) {
+  const int nsym = num_symbols(mask);
+  uint64_t bits = 8 * uint64_t(table_bytes(lens, nsym));
+  for (int s = 0; s < nsym; ++s) bits += uint64_t(counts[s]) * (lens[s] + (escapes(s) ? lay.exp_bits : 0));
+  const int stored_bits = 8 * lay.raw_bytes + lay.extra_bits - ((mask & kMaskSign) ? 1 : 0);
+  return bits + uint64_t(m) * uint64_t(stored_bits);
+}
+
+// §7 step 2: whether zero-mode candidate c of a group of count elements, m of
+// them stored, is skipped (its implied zeros cannot save 1/16 bit per element).
+ZC_HD bool zero_candidate_skipped(int c, Layout lay, int64_t count, int64_t m) {
+  const int stored_bits = 8 * lay.raw_bytes + lay.extra_bits - ((c & 2) ? 1 : 0);
+  return 16 * uint64_t(count - m) * uint64_t(stored_bits) <= uint64_t(count);
+}
+
+// §7 step 2: the candidate a group of count elements takes, from each one's
+// cost (~0 for a skipped candidate): the first of least cost among 0-3, or
+// the first of least cost among 4-7 if it saves more than count / 16 bits.
+ZC_HD int best_candidate(const uint64_t* cost, int64_t count) {
+  int best = 0, zero = 4;
+  for (int c = 1; c < 4; ++c) best = cost[c] < cost[best] ? c : best;
+  for (int c = 5; c < kCandidates; ++c) zero = cost[c] < cost[zero] ? c : zero;
+  const bool pays = cost[zero] < cost[best] && 16 * (cost[best] - cost[zero]) > uint64_t(count);
+  return pays ? zero : best;
 }
 
 // §5.2: canonical codes, bit-reversed so the decoder peeks LSB first.
@@ -319,25 +386,16 @@ ZC_HD void canonical_codes(const uint8_t* lens, uint16_t* codes, int nsym = kNum
   }
 }
 
-// §5.3: stored table <-> lengths; unpack_table validates.
-ZC_HD void pack_table(const uint8_t* lens, uint8_t* table, int nsym = kNumSyms) {
-  for (int j = 0; j < nsym / 2; ++j) table[j] = uint8_t(lens[2 * j] | (lens[2 * j + 1] << 4));
-}
-
-ZC_HD int unpack_table(const uint8_t* table, uint8_t* lens, int nsym = kNumSyms) {
+// §5.3: a code needs a symbol and a Kraft sum of at most 1.
+ZC_HD int check_code(const uint8_t* lens, int nsym) {
   uint32_t kraft = 0;  // in units of 2^-12
-  for (int j = 0; j < nsym / 2; ++j) {
-    lens[2 * j] = table[j] & 15;
-    lens[2 * j + 1] = table[j] >> 4;
-  }
-  for (int s = 0; s < nsym; ++s) {
-    if (lens[s] > kMaxCodeLen) return kErrTable;
+  for (int s = 0; s < nsym; ++s)
     if (lens[s]) kraft += 1u << (kMaxCodeLen - lens[s]);
-  }
   return (kraft == 0 || kraft > uint32_t(kLutSize)) ? kErrTable : kOk;
 }
 
 // Decode table: lut[12-bit window] = symbol | (length << 8); 0 = no code.
+// (Symbol 0 with length 0 is no code: every coded symbol has a length.)
 ZC_HD void build_lut(const uint8_t* lens, uint16_t* lut, int nsym = kNumSyms) {
   uint16_t codes[kMaxSyms];
   canonical_codes(lens, codes, nsym);
@@ -371,13 +429,66 @@ struct BitWriter {
   }
 };
 
-// §2: sub-stream k of a block holds elements [k * q, min(count, (k + 1) * q)).
-ZC_HD int substream_len(int count) { return (count + kSubstreams - 1) / kSubstreams; }
+// §6: reads bits LSB first from bit pos of p up to bit end, never past byte
+// nbytes of p; bits at or past end read as 0.
+struct BitReader {
+  const uint8_t* p;
+  uint32_t nbytes;
+  uint32_t pos;  // bit position
+  uint32_t end;  // the bit the stream ends at
+  ZC_HD uint32_t peek(int len) const {
+    uint32_t v = 0;
+    const uint32_t byte = pos >> 3;  // len <= 20: four bytes hold it after a shift of up to 7
+    for (uint32_t i = 0; i < 4; ++i)
+      if (byte + i < nbytes) v |= uint32_t(p[byte + i]) << (8 * i);
+    v >>= pos & 7;
+    const uint32_t left = end - pos;  // end >= pos
+    if (left < 25) v &= (1u << left) - 1;
+    return v & ((1u << len) - 1);
+  }
+  ZC_HD bool skip(int len) {
+    if (uint32_t(len) > end - pos) return false;
+    pos += len;
+    return true;
+  }
+  ZC_HD bool take(int len, uint32_t* v) {
+    *v = peek(len);
+    return skip(len);
+  }
+};
 
-// A group's mask (§1) and the codes of its raw byte planes (§5.4). Bit p < 2
-// of mask: plane p (raw byte p of every element) is Huffman coded in the
-// sub-streams rather than stored in the raw area; bit 2 (kMaskSign): the
-// symbols carry the sign (§4.1). The encoder fills lens and codes, the
+// §5.3, §5.5: reads the stored lengths of a code of nsym symbols. Returns a Status.
+ZC_HD int read_lengths(BitReader& r, uint8_t* lens, int nsym) {
+  for (int s = 0; s < nsym; ++s) {
+    const int p = length_prediction(lens, s);
+    uint32_t bit, v = uint32_t(p);
+    if (!r.take(1, &bit)) return kErrTable;
+    if (bit) {
+      if (!r.take(1, &bit)) return kErrTable;
+      if (!bit) v = p + 1;
+      else {
+        if (!r.take(1, &bit)) return kErrTable;
+        if (!bit) v = uint32_t(p - 1);  // p == 0: wraps, rejected below
+        else if (!r.take(4, &v)) return kErrTable;
+      }
+    }
+    if (v > uint32_t(kMaxCodeLen)) return kErrTable;
+    lens[s] = uint8_t(v);
+  }
+  return check_code(lens, nsym);
+}
+
+// §5.3: writes a code's stored lengths.
+template <typename Writer>
+ZC_HD void write_lengths(const uint8_t* lens, int nsym, Writer& w) {
+  for (int s = 0; s < nsym; ++s) {
+    const uint32_t entry = length_entry(lens, s);
+    w.put(entry & 0xFFu, int(entry >> 8));
+  }
+}
+
+// A group's codes (§5): its mask and symbol code, and the codes of its coded
+// byte planes (bit p < 2 of mask). The encoder fills lens and codes, the
 // decoder luts, of the coded planes only.
 struct PlaneCodes {
   int mask;
@@ -386,19 +497,61 @@ struct PlaneCodes {
   const uint16_t* luts[kMaxPlanes];
 };
 
-// A group's layout under its mask: raw_bytes counts only the planes stored
-// raw, extra_bits loses the sign when it is coded (it is bit 0 of extra, §3).
-ZC_HD Layout group_layout(Layout lay, int mask) {
-  lay.raw_bytes -= popcount2(mask);
-  lay.extra_bits -= (mask & kMaskSign) ? 1 : 0;
-  return lay;
+ZC_HD int popcount2(int mask) { return (mask & 1) + ((mask >> 1) & 1); }
+
+// What a group's mask says about its elements' stored bits (§2-§3).
+struct GroupLayout {
+  Layout lay;
+  int mask;
+  int stored_planes;  // raw bytes stored per element
+  int extra_bits;     // stored extra bits per element
+  ZC_HD uint32_t stored_bytes(int m) const {  // §2: the stored area of m stored elements
+    return uint32_t(m) * stored_planes + (uint32_t(m) * extra_bits + 7) / 8;
+  }
+};
+
+ZC_HD GroupLayout group_layout(int dtype, int mask) {
+  const Layout lay = layout_of(dtype);
+  return {lay, mask, lay.raw_bytes - popcount2(mask & 3), lay.extra_bits - ((mask & kMaskSign) ? 1 : 0)};
 }
 
-// §7 step 3: the bits plane p of the elements i = 0, stride, 2 stride, ... <
-// count (bytes at in) takes under its own Huffman code; lens receives the code.
-ZC_HD uint64_t plane_code_bits(const uint8_t* in, int64_t count, int64_t stride, int p, Layout lay, uint8_t* lens) {
+// §2: the base the sub-stream lengths of a coded block are stored relative to.
+ZC_HD uint32_t length_base(uint32_t body_bytes, int count, int width, const GroupLayout& gl) {
+  const int64_t bits = 8 * (int64_t(body_bytes) - gl.stored_bytes(count)) - 3 * width;
+  return bits > 0 ? uint32_t(bits >> 2) : 0;
+}
+
+// §7 step 4: the narrowest width w for sub-streams of bits[0..3] and a stored
+// area of stored bytes; devs receives dev_0..dev_2 and *body_bytes the body's
+// size. Returns w.
+ZC_HD int choose_width(const uint32_t* bits, uint32_t stored, int count, const GroupLayout& gl, int32_t* devs,
+                       uint32_t* body_bytes) {
+  const uint32_t all = bits[0] + bits[1] + bits[2] + bits[3];
+  for (int w = 1;; ++w) {
+    *body_bytes = (3 * w + all + 7) / 8 + stored;
+    const int32_t base = int32_t(length_base(*body_bytes, count, w, gl)), lim = 1 << (w - 1);
+    bool fit = true;
+    for (int k = 0; k < kSubstreams - 1; ++k) {
+      devs[k] = int32_t(bits[k]) - base;
+      fit = fit && devs[k] >= -lim && devs[k] < lim;
+    }
+    if (fit || w == kMaxWidth) return w;  // |dev| < 2^16: w == kMaxWidth always fits
+  }
+}
+
+// §7 step 3: the bits plane p of count elements (bytes at in) takes under its
+// own Huffman code, over the stored elements of a group with this mask, every
+// stride-th of them; lens receives the code and *used the number of bytes counted.
+ZC_HD uint64_t plane_code_bits(const uint8_t* in, int64_t count, int64_t stride, int p, Layout lay, int mask,
+                               uint8_t* lens, int64_t* used) {
   uint32_t counts[kPlaneSyms] = {};
-  for (int64_t i = 0; i < count; i += stride) ++counts[in[i * lay.elem_bytes + p]];
+  const bool zeros = mask & kMaskZeros;
+  for (int64_t i = 0, j = 0; i < count; ++i) {
+    if (zeros && implied_zero(load_element(in + i * lay.elem_bytes, lay.elem_bytes), lay, mask & kMaskSign)) continue;
+    if (j++ % stride == 0) ++counts[in[i * lay.elem_bytes + p]];
+  }
+  *used = 0;
+  for (int v = 0; v < kPlaneSyms; ++v) *used += counts[v];
   code_lengths(counts, lens, kPlaneSyms);
   uint64_t bits = 0;
   for (int v = 0; v < kPlaneSyms; ++v) bits += uint64_t(counts[v]) * lens[v];
@@ -406,100 +559,408 @@ ZC_HD uint64_t plane_code_bits(const uint8_t* in, int64_t count, int64_t stride,
 }
 
 // §7 step 3: whether a sample of ns bytes coded in `bits` saves at least 1/16
-// bit per byte (a plane that does not is left raw without a full count).
+// bit per byte (a plane that does not stays stored without a full count).
 ZC_HD bool plane_sample_pays(uint64_t bits, int64_t ns) { return 16 * (8 * uint64_t(ns) - bits) >= uint64_t(ns); }
 
-// §7 step 3: which raw byte planes a group of count elements (bytes at in)
-// codes; lens[p] receives plane p's code lengths. Returns the mask.
-ZC_HD int choose_planes(int dtype, const uint8_t* in, int64_t count, uint8_t (*lens)[kPlaneSyms]) {
-  const Layout lay = layout_of(dtype);
-  int mask = 0;
-  for (int p = 0; p < lay.raw_bytes; ++p) {
-    const int64_t ns = (count + kPlaneSampleStride - 1) / kPlaneSampleStride;
-    if (!plane_sample_pays(plane_code_bits(in, count, kPlaneSampleStride, p, lay, lens[p]), ns)) continue;
-    if (plane_code_bits(in, count, 1, p, lay, lens[p]) + 8 * kPlaneTableBytes < 8 * uint64_t(count)) mask |= 1 << p;
-  }
-  return mask;
+// §7 step 3: whether a plane of m stored bytes, coded in `bits` by code lens, is coded.
+ZC_HD bool plane_pays(uint64_t bits, const uint8_t* lens, int64_t m) {
+  return bits + 8 * uint64_t(table_bytes(lens, kPlaneSyms)) < 8 * uint64_t(m);
 }
 
-// Bits one element costs in its sub-stream.
+// §7 step 3: which raw byte planes a group of count elements (bytes at in,
+// symbols under mask) codes; lens[p] receives plane p's code lengths.
+// Returns the plane bits of the mask.
+ZC_HD int choose_planes(int dtype, const uint8_t* in, int64_t count, int mask, uint8_t (*lens)[kPlaneSyms]) {
+  const Layout lay = layout_of(dtype);
+  int planes = 0;
+  for (int p = 0; p < lay.raw_bytes; ++p) {
+    int64_t ns, m;
+    const uint64_t sample = plane_code_bits(in, count, kPlaneSampleStride, p, lay, mask, lens[p], &ns);  // sets ns
+    if (!plane_sample_pays(sample, ns)) continue;
+    const uint64_t bits = plane_code_bits(in, count, 1, p, lay, mask, lens[p], &m);  // sets m
+    if (plane_pays(bits, lens[p], m)) planes |= 1 << p;
+  }
+  return planes;
+}
+
+// Bits element x takes in its sub-stream (§6).
 ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const PlaneCodes& pc) {
   const Layout lay = layout_of(dtype);
-  const bool sign_coded = pc.mask & kMaskSign;
-  const int s = symbol_of_element(x, lay, ref, sign_coded);
-  uint32_t bits = lens[s] + ((s >> kTopBits) == kClassEsc ? lay.exp_bits + sign_coded : 0);
+  const int s = symbol_of_element(x, lay, ref, pc.mask);
+  uint32_t bits = lens[s] + (escapes(s) ? lay.exp_bits : 0);
+  if ((pc.mask & kMaskZeros) && implied_zero(x, lay, pc.mask & kMaskSign)) return bits;
   for (int p = 0; p < lay.raw_bytes; ++p)
     if ((pc.mask >> p) & 1) bits += pc.lens[p][(x >> (8 * p)) & 0xFFu];
   return bits;
 }
 
-// §7 step 4: puts the bits element x takes in its sub-stream (element_bits
-// of them) to w: its symbol's code, the escaped exponent (and sign), the codes
-// of its coded planes. Its raw bytes and extra bits go to their own areas.
+// §6: puts the bits element x takes in its sub-stream (element_bits of them)
+// to w: its symbol's code, the escaped exponent, the codes of its coded planes.
 template <typename Writer>
 ZC_HD void put_element(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const uint16_t* codes,
                        const PlaneCodes& pc, Writer& w) {
   const Layout lay = layout_of(dtype);
-  const bool sign_coded = pc.mask & kMaskSign;
+  const int s = symbol_of_element(x, lay, ref, pc.mask);
+  w.put(codes[s], lens[s]);
+  if (escapes(s)) w.put(exponent_of(x, lay), lay.exp_bits);
+  if ((pc.mask & kMaskZeros) && implied_zero(x, lay, pc.mask & kMaskSign)) return;
+  for (int p = 0; p < lay.raw_bytes; ++p)
+    if ((pc.mask >> p) & 1) {
+      const uint32_t byte = (x >> (8 * p)) & 0xFFu;
+      w.put(pc.codes[p][byte], pc.lens[p][byte]);
+    }
+}
+
+// §2: whether element x stores bits (it is no implied zero of a ZEROS group).
+ZC_HD bool stores_bits(uint32_t x, Layout lay, int mask) {
+  return !(mask & kMaskZeros) || !implied_zero(x, lay, mask & kMaskSign);
+}
+
+// §2: puts stored element j (element bits x) into the stored area at `area`
+// of m stored elements: its stored planes' bytes, its stored extra bits.
+ZC_HD void put_stored(int dtype, uint32_t x, int j, int m, const GroupLayout& gl, uint8_t* area) {
   uint32_t t, extra;
   uint8_t raw[kMaxPlanes];
-  const uint32_t e = split_element(dtype, x, &t, raw, &extra);
-  const int s = symbol_of_element(x, lay, ref, sign_coded);
-  w.put(codes[s], lens[s]);
-  if ((s >> kTopBits) == kClassEsc) w.put(e | (sign_coded ? (extra & 1) << lay.exp_bits : 0), lay.exp_bits + sign_coded);
-  for (int p = 0; p < lay.raw_bytes; ++p)
-    if ((pc.mask >> p) & 1) w.put(pc.codes[p][raw[p]], pc.lens[p][raw[p]]);
+  split_element(dtype, x, &t, raw, &extra);
+  for (int p = 0, k = 0; p < gl.lay.raw_bytes; ++p)
+    if (!((gl.mask >> p) & 1)) area[j * gl.stored_planes + k++] = raw[p];
+  if (!gl.extra_bits) return;
+  const uint32_t v = extra >> ((gl.mask & kMaskSign) ? 1 : 0), bit = uint32_t(j) * gl.extra_bits;
+  uint8_t* extras = area + m * gl.stored_planes;
+  for (int b = 0; b < gl.extra_bits; ++b)
+    if ((v >> b) & 1) extras[(bit + b) >> 3] |= uint8_t(1u << ((bit + b) & 7));
 }
+
+// §2: sub-stream k of a block holds elements [k * q, min(count, (k + 1) * q)).
+ZC_HD int substream_len(int count) { return (count + kSubstreams - 1) / kSubstreams; }
 
 // §7 step 4: encodes one block of count elements (bytes at in) with its ref
 // and its group's codes into body, which has room for count * elem_bytes
 // bytes. Returns the block's descriptor.
 ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t ref, const uint8_t* lens,
-                            const uint16_t* codes, uint8_t* body, const PlaneCodes& pc = PlaneCodes{}) {
-  const Layout lay = layout_of(dtype), st = group_layout(lay, pc.mask);
-  const bool sign_coded = pc.mask & kMaskSign;
+                            const uint16_t* codes, uint8_t* body, const PlaneCodes& pc) {
+  const GroupLayout gl = group_layout(dtype, pc.mask);
+  const Layout lay = gl.lay;
   const int q = substream_len(count);
-  uint32_t stream_bytes[kSubstreams];
-  const uint32_t sizes_at = uint32_t(count) * st.raw_bytes + extra_area_bytes(count, st);
-  uint32_t coded = sizes_at + kSubstreamHeader;
-  for (int k = 0; k < kSubstreams; ++k) {  // exact size first: never write past body
-    uint32_t bits = 0;
-    for (int i = k * q; i < count && i < (k + 1) * q; ++i)
-      bits += element_bits(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, lens, pc);
-    stream_bytes[k] = (bits + 7) / 8;
-    coded += stream_bytes[k];
+  uint32_t bits[kSubstreams];
+  int m = 0;
+  for (int k = 0; k < kSubstreams; ++k) {  // the exact size first: never write past body
+    bits[k] = 0;
+    for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
+      const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+      bits[k] += element_bits(dtype, x, ref, lens, pc);
+      m += stores_bits(x, lay, pc.mask);
+    }
   }
+  int32_t devs[kSubstreams - 1];
+  uint32_t coded;
+  const uint32_t stored = gl.stored_bytes(m);
+  const int width = choose_width(bits, stored, count, gl, devs, &coded);
   const uint32_t raw_block = uint32_t(count) * lay.elem_bytes;
   if (coded >= raw_block) {
     for (uint32_t i = 0; i < raw_block; ++i) body[i] = in[i];
-    return make_descriptor(raw_block, 0, 0);
+    return make_descriptor(raw_block, 0);
   }
-  uint8_t* sizes = body + sizes_at;
-  for (int k = 0; k + 1 < kSubstreams; ++k) {
-    sizes[2 * k] = uint8_t(stream_bytes[k]);
-    sizes[2 * k + 1] = uint8_t(stream_bytes[k] >> 8);
+  BitWriter w{body, 0, 0};
+  for (int k = 0; k + 1 < kSubstreams; ++k) w.put(uint32_t(devs[k]) & ((1u << width) - 1), width);
+  for (int i = 0; i < count; ++i)
+    put_element(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, lens, codes, pc, w);
+  w.flush();
+  uint8_t* area = w.out;
+  for (uint32_t i = 0; i < stored; ++i) area[i] = 0;
+  for (int i = 0, j = 0; i < count; ++i) {
+    const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
+    if (stores_bits(x, lay, pc.mask)) put_stored(dtype, x, j++, m, gl, area);
   }
-  BitWriter extras{body + count * st.raw_bytes, 0, 0};
-  BitWriter w{sizes + kSubstreamHeader, 0, 0};
-  for (int k = 0; k < kSubstreams; ++k) {
-    for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-      const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-      put_element(dtype, x, ref, lens, codes, pc, w);
-      uint32_t t, extra;
-      uint8_t raw[kMaxPlanes];
-      split_element(dtype, x, &t, raw, &extra);
-      for (int p = 0, j = 0; p < lay.raw_bytes; ++p)
-        if (!((pc.mask >> p) & 1)) body[i * st.raw_bytes + j++] = raw[p];
-      extras.put(extra >> sign_coded, st.extra_bits);
-    }
-    w.flush();
-  }
-  extras.flush();
-  return make_descriptor(coded, ref, 1);
+  return make_descriptor(coded, uint32_t(width));
 }
 
-// §6: reads bits LSB first from [p, p + nbytes), never past the end.
-struct BitReader {
+// §2: where the sub-streams of a coded block (body of size bytes, count
+// elements) start: starts[k] in bits from the body's start, starts[4] = the
+// body's end. Returns a Status.
+ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, int width, const GroupLayout& gl,
+                            uint32_t* starts) {
+  const uint32_t end = 8 * size, base = length_base(size, count, width, gl);
+  if (uint32_t(3 * width) > end) return kErrBlockSize;
+  BitReader r{body, size, 0, end};
+  starts[0] = 3 * width;
+  for (int k = 0; k + 1 < kSubstreams; ++k) {
+    uint32_t v;
+    r.take(width, &v);
+    const int64_t len = int64_t(base) + (int64_t(v) - ((v >> (width - 1)) ? (int64_t(1) << width) : 0));
+    if (len < 0 || starts[k] + len > end) return kErrBlockSize;
+    starts[k + 1] = starts[k] + uint32_t(len);
+  }
+  starts[kSubstreams] = end;
+  return kOk;
+}
+
+// §4, §6: decodes element i of a block from its sub-stream r: *sym receives
+// its symbol and *e its exponent; the codes of its coded planes go to raw.
+// Returns a Status.
+ZC_HD int decode_symbol(Layout lay, uint32_t ref, const uint16_t* lut, const PlaneCodes& pc, BitReader& r, int* sym,
+                        uint32_t* e, uint8_t* raw) {
+  const uint16_t entry = lut[r.peek(kMaxCodeLen)];
+  if (!(entry >> 8) || !r.skip(entry >> 8)) return kErrBitstream;
+  const int s = entry & 0xFF, c = (s >> kTopBits) & (kNumClasses - 1);
+  *sym = s;
+  *e = 0;
+  if (c == kClassEsc) {
+    if (!r.take(lay.exp_bits, e)) return kErrBitstream;
+  } else if (c != kClassZero) {
+    if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
+    *e = ref - uint32_t(c - 1);
+  }
+  if ((pc.mask & kMaskZeros) && c == kClassZero && (s & 3) == 0) {  // §4.2: an implied zero
+    for (int p = 0; p < kMaxPlanes; ++p) raw[p] = 0;
+    return kOk;
+  }
+  for (int p = 0; p < lay.raw_bytes; ++p) {
+    if (!((pc.mask >> p) & 1)) continue;
+    const uint16_t byte = pc.luts[p][r.peek(kMaxCodeLen)];
+    if (!(byte >> 8) || !r.skip(byte >> 8)) return kErrBitstream;
+    raw[p] = uint8_t(byte);
+  }
+  return kOk;
+}
+
+// Whether a decoded symbol of a group with this mask is an implied zero.
+ZC_HD bool implied_symbol(int sym, int mask) { return (mask & kMaskZeros) && (sym & (kNumSyms - 1)) == 0; }
+
+// The stored extra value of stored element j (§2: packed LSB first).
+ZC_HD uint32_t load_extra(const uint8_t* extras, int j, int width) {
+  uint32_t v = 0;
+  for (int b = 0; b < width; ++b) {
+    const uint32_t bit = uint32_t(j) * width + b;
+    v |= uint32_t((extras[bit >> 3] >> (bit & 7)) & 1u) << b;
+  }
+  return v;
+}
+
+// Where a coded block's stored area is, once known: at byte `at` of the
+// body, for m stored elements.
+struct StoredArea {
+  const uint8_t* at;
+  int m;
+};
+
+// §6: decodes the next element of sub-stream r of a coded block; with dst,
+// writes it there, taking its stored bits from area at stored index *j
+// (which it advances if the element stores bits). *implied counts implied
+// zeros. Returns a Status.
+ZC_HD int decode_element(int dtype, const GroupLayout& gl, uint32_t ref, const uint16_t* lut, const PlaneCodes& pc,
+                         BitReader& r, StoredArea area, int* j, int* implied, uint8_t* dst) {
+  const Layout lay = gl.lay;
+  int s;
+  uint32_t e;
+  uint8_t raw[kMaxPlanes] = {};
+  const int status = decode_symbol(lay, ref, lut, pc, r, &s, &e, raw);
+  if (status != kOk) return status;
+  if (implied_symbol(s, pc.mask)) {
+    ++*implied;
+    if (dst) store_element(dst, uint32_t(s >> kSignBit) << (8 * lay.elem_bytes - 1), lay.elem_bytes);
+    return kOk;
+  }
+  if (dst) {
+    uint32_t extra = 0;
+    for (int p = 0, n = 0; p < lay.raw_bytes; ++p)
+      if (!((pc.mask >> p) & 1)) raw[p] = area.at[*j * gl.stored_planes + n++];
+    if (gl.extra_bits) extra = load_extra(area.at + area.m * gl.stored_planes, *j, gl.extra_bits);
+    extra = (pc.mask & kMaskSign) ? (extra << 1 | uint32_t(s >> kSignBit)) : extra;
+    store_element(dst, join_element(dtype, e, uint32_t(s) & 3u, raw, extra), lay.elem_bytes);
+  }
+  ++*j;
+  return kOk;
+}
+
+// §6: after sub-stream k < 3 of a block, its end must be where sub-stream k + 1 starts.
+ZC_HD int substream_end_status(int k, uint32_t pos, const uint32_t* starts) {
+  return (k + 1 < kSubstreams && pos != starts[k + 1]) ? kErrTrailing : kOk;
+}
+
+// §6: decodes sub-stream k of a coded block (body of size bytes, count
+// elements, starts from locate_substreams). With out, it writes its elements
+// there, taking their stored bits from area (stored elements from index j0);
+// without, it only counts. *implied receives its implied zeros, *end the bit
+// it ends at. Returns a Status.
+ZC_HD int decode_substream(int dtype, const uint8_t* body, uint32_t size, int count, int k, const uint32_t* starts,
+                           uint32_t ref, const uint16_t* lut, const PlaneCodes& pc, StoredArea area, int j0,
+                           uint8_t* out, int* implied, uint32_t* end) {
+  const GroupLayout gl = group_layout(dtype, pc.mask);
+  const int q = substream_len(count);
+  BitReader r{body, size, starts[k], starts[k + 1]};
+  int j = j0;
+  *implied = 0;
+  for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
+    const int status =
+        decode_element(dtype, gl, ref, lut, pc, r, area, &j, implied, out ? out + i * gl.lay.elem_bytes : nullptr);
+    if (status != kOk) return status;
+  }
+  *end = r.pos;
+  return substream_end_status(k, r.pos, starts);
+}
+
+// §2, §6: the checks after a coded block's sub-streams: sub-stream 3 ends at
+// bit end3, m elements are stored. *area receives the stored area. Returns a Status.
+ZC_HD int check_stored_area(const uint8_t* body, uint32_t size, uint32_t end3, int m, const GroupLayout& gl,
+                            StoredArea* area) {
+  const uint32_t area_bytes = (end3 + 7) / 8;
+  if ((end3 & 7) && (body[area_bytes - 1] >> (end3 & 7))) return kErrTrailing;
+  if (size - area_bytes != gl.stored_bytes(m)) return kErrTrailing;
+  area->at = body + area_bytes;
+  area->m = m;
+  const uint32_t used = uint32_t(m) * gl.extra_bits;
+  const uint8_t* extras = area->at + m * gl.stored_planes;
+  if ((used & 7) && (extras[used >> 3] >> (used & 7))) return kErrTrailing;
+  return kOk;
+}
+
+// Decodes one coded block (descriptor desc, count elements) of a group with
+// codes pc and symbol decode table lut into out. Returns a Status.
+ZC_HD int decode_coded_block(int dtype, const uint8_t* body, uint32_t desc, int count, uint32_t ref,
+                             const uint16_t* lut, const PlaneCodes& pc, uint8_t* out) {
+  const GroupLayout gl = group_layout(dtype, pc.mask);
+  const uint32_t size = desc & 0xFFFFu;
+  uint32_t starts[kSubstreams + 1], end = 0;
+  int status = locate_substreams(body, size, count, int(desc >> 16), gl, starts);
+  if (status != kOk) return status;
+  const int q = substream_len(count);
+  int implied = 0, first[kSubstreams] = {0};  // first[k]: sub-stream k's first stored element
+  // Without ZEROS the stored area's place is known: one pass. With ZEROS, a
+  // first pass counts the implied zeros, which place it.
+  const int64_t at = int64_t(size) - gl.stored_bytes(count);
+  const bool one_pass = !(pc.mask & kMaskZeros) && at >= 0;
+  const StoredArea known{body + (one_pass ? at : 0), count};
+  for (int k = 0; k < kSubstreams && status == kOk; ++k) {
+    int z;
+    first[k] = k * q < count ? k * q - implied : count - implied;
+    status = decode_substream(dtype, body, size, count, k, starts, ref, lut, pc, known, first[k],
+                              one_pass ? out : nullptr, &z, &end);
+    implied += z;
+  }
+  if (status != kOk) return status;
+  StoredArea area;
+  status = check_stored_area(body, size, end, count - implied, gl, &area);
+  for (int k = 0; !one_pass && k < kSubstreams && status == kOk; ++k) {
+    int z;
+    uint32_t e;
+    status = decode_substream(dtype, body, size, count, k, starts, ref, lut, pc, area, first[k], out, &z, &e);
+  }
+  return status;
+}
+
+// §5.5: the refs of a group of nblocks blocks with this mask: one, or one per block.
+ZC_HD int num_refs(int mask, int nblocks) { return (mask & kMaskOwnRefs) ? nblocks : 1; }
+
+// §5.5: reads and checks a group's table area (bytes at `at`, `bytes` long):
+// refs (num_refs of them), the symbol code's lengths, each coded plane's.
+// Returns a Status.
+ZC_HD int read_table_area(const uint8_t* at, uint32_t bytes, int mask, int nblocks, uint8_t* refs,
+                          uint8_t* sym_lens, uint8_t (*plane_lens)[kPlaneSyms]) {
+  const int nrefs = num_refs(mask, nblocks);
+  if (bytes < uint32_t(nrefs)) return kErrTable;
+  for (int i = 0; i < nrefs; ++i) refs[i] = at[i];
+  BitReader r{at + nrefs, bytes - nrefs, 0, 8 * (bytes - nrefs)};
+  int status = read_lengths(r, sym_lens, num_symbols(mask));
+  for (int p = 0; p < kMaxPlanes && status == kOk; ++p)
+    if ((mask >> p) & 1) status = read_lengths(r, plane_lens[p], kPlaneSyms);
+  if (status != kOk) return status;
+  const uint32_t used = (r.pos + 7) / 8;  // the area ends in the last byte, padded with zero bits
+  if (used != r.nbytes || ((r.pos & 7) && (r.p[used - 1] >> (r.pos & 7)))) return kErrTable;
+  return kOk;
+}
+
+// §5.5: writes a group's table area to out; returns its bytes.
+ZC_HD uint32_t write_table_area(const uint8_t* refs, int nrefs, const uint8_t* sym_lens, int mask,
+                                const uint8_t (*plane_lens)[kPlaneSyms], uint8_t* out) {
+  for (int i = 0; i < nrefs; ++i) out[i] = refs[i];
+  BitWriter w{out + nrefs, 0, 0};
+  write_lengths(sym_lens, num_symbols(mask), w);
+  for (int p = 0; p < kMaxPlanes; ++p)
+    if ((mask >> p) & 1) write_lengths(plane_lens[p], kPlaneSyms, w);
+  w.flush();
+  return uint32_t(w.out - out);
+}
+
+// Header fields (FORMAT.md, "Stream header").
+ZC_HD void write_header(uint8_t* out, int dtype, int flags, uint64_t n) {
+  for (int i = 0; i < 4; ++i) out[i] = uint8_t("ZCCL"[i]);
+  out[4] = kVersion;
+  out[5] = uint8_t(dtype);
+  out[6] = uint8_t(flags);
+  out[7] = kBlockLog2;
+  for (int i = 0; i < 8; ++i) out[8 + i] = uint8_t(n >> (8 * i));
+}
+
+// Validates a header against the expected dtype and count; *version and
+// *flags receive those bytes, *mask_bits the bits a group mask may have.
+ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, int* version, int* flags,
+                       int* mask_bits) {
+  if (size < uint64_t(kHeaderBytes)) return kErrTruncated;
+  for (int i = 0; i < 4; ++i)
+    if (in[i] != uint8_t("ZCCL"[i])) return kErrMagic;
+  if (in[4] < 1 || in[4] > kVersion || in[7] != kBlockLog2) return kErrVersion;
+  if (in[5] != dtype) return kErrDType;
+  uint64_t count = 0;
+  for (int i = 0; i < 8; ++i) count |= uint64_t(in[8 + i]) << (8 * i);
+  if (count != n) return kErrCount;
+  const int planes = (1 << layout_of(dtype).raw_bytes) - 1, f = in[6];
+  *version = in[4];
+  *flags = f;
+  if (in[4] == kVersion) {
+    *mask_bits = planes | kMaskSign | kMaskZeros | kMaskOwnRefs;
+    return (f & ~kFlagStoredRaw) ? kErrFlags : kOk;
+  }
+  // Versions 1-2: a group mask may have a bit per raw byte plane and, from version 2, the sign bit.
+  *mask_bits = planes | (in[4] >= 2 ? kMaskSign : 0);
+  // masks need a bit to carry, and make no sense in a raw stream
+  if ((f & ~(kFlagStoredRaw | kFlagMasks)) || ((f & kFlagMasks) && (!*mask_bits || (f & kFlagStoredRaw))))
+    return kErrFlags;
+  return kOk;
+}
+
+// ---------------------------------------------------------------- versions 1-2
+
+// Version 2 §4.1: the class of exponent e under ref, with the sign in bit 4
+// of a sign-coded group's 14-delta classes.
+ZC_HD int class_of_v2(uint32_t e, uint32_t ref, uint32_t all_ones, bool sign_coded, uint32_t s) {
+  int c = kClassZero;
+  if (e != 0) {
+    if (e == all_ones || e > ref || ref - e > uint32_t(sign_coded ? kV2SignMaxDelta : kMaxDelta)) return kClassEsc;
+    c = int(ref - e) + 1;
+  }
+  return sign_coded ? c | int(s << 4) : c;
+}
+
+// Versions 1-2: the byte offset of the first group's tables (after the
+// descriptors and, with kFlagMasks, one mask byte per group).
+ZC_HD int64_t tables_offset_v2(int64_t nb, int flags) {
+  return kHeaderBytes + 4 * nb + ((flags & kFlagMasks) ? num_groups(nb) : 0);
+}
+
+// Versions 1-2: bytes of a group's tables: its symbol table, then one per coded plane.
+ZC_HD int64_t group_table_bytes_v2(int mask) { return kTableBytes + int64_t(kPlaneTableBytes) * popcount2(mask & 3); }
+
+// Versions 1-2: stored table -> lengths, validated.
+ZC_HD int unpack_table_v2(const uint8_t* table, uint8_t* lens, int nsym = kNumSyms) {
+  for (int j = 0; j < nsym / 2; ++j) {
+    lens[2 * j] = table[j] & 15;
+    lens[2 * j + 1] = table[j] >> 4;
+  }
+  for (int s = 0; s < nsym; ++s)
+    if (lens[s] > kMaxCodeLen) return kErrTable;
+  return check_code(lens, nsym);
+}
+
+// Versions 1-2: the layout of a group's coded blocks (raw areas, extra bits).
+ZC_HD Layout group_layout_v2(Layout lay, int mask) {
+  lay.raw_bytes -= popcount2(mask & 3);
+  lay.extra_bits -= (mask & kMaskSign) ? 1 : 0;
+  return lay;
+}
+
+// Versions 1-2: reads bits LSB first from [p, p + nbytes), never past the end.
+struct BitReaderV2 {
   const uint8_t* p;
   uint32_t nbytes;
   uint32_t pos;  // bit position
@@ -518,11 +979,11 @@ struct BitReader {
   ZC_HD bool finished() const { return (pos + 7) / 8 == nbytes && !((pos & 7) && (p[nbytes - 1] >> (pos & 7))); }
 };
 
-// §2: checks a coded block's layout; bounds[k] receives where sub-stream k
-// starts (bounds[kSubstreams] = size), relative to body. Also checks the
-// extra area's padding bits. Returns a Status.
-ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, Layout lay, uint32_t* bounds) {
-  const uint32_t sizes_at = uint32_t(count) * lay.raw_bytes + extra_area_bytes(count, lay);
+// Versions 1-2: checks a coded block's layout; bounds[k] receives where
+// sub-stream k starts (bounds[kSubstreams] = size), relative to body. Also
+// checks the extra area's padding bits. Returns a Status.
+ZC_HD int locate_substreams_v2(const uint8_t* body, uint32_t size, int count, Layout lay, uint32_t* bounds) {
+  const uint32_t sizes_at = uint32_t(count) * lay.raw_bytes + (uint32_t(count) * lay.extra_bits + 7) / 8;
   if (size <= sizes_at + kSubstreamHeader || size >= uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
   const uint32_t used_bits = uint32_t(count) * lay.extra_bits;
   if ((used_bits & 7) && (body[sizes_at - 1] >> (used_bits & 7))) return kErrTrailing;
@@ -535,23 +996,14 @@ ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, Layou
   return kOk;
 }
 
-// The extra value of element i of a coded block (§2: packed LSB first).
-ZC_HD uint32_t load_extra(const uint8_t* area, int i, Layout lay) {
-  if (!lay.extra_bits) return 0;  // float16 with a coded sign has no extra area
-  const uint32_t bit = uint32_t(i) * lay.extra_bits;
-  const uint32_t two = area[bit >> 3] | (((bit & 7) + lay.extra_bits > 8) ? uint32_t(area[(bit >> 3) + 1]) << 8 : 0u);
-  return (two >> (bit & 7)) & ((1u << lay.extra_bits) - 1);
-}
-
-// §6: decodes element i of a coded block of count elements (body: the
-// block's body) from its sub-stream r into dst; lut and pc.luts: the group's
-// decode tables. Returns a Status.
-ZC_HD int decode_element(int dtype, const uint8_t* body, int count, int i, uint32_t ref, const uint16_t* lut,
-                         const PlaneCodes& pc, BitReader& r, uint8_t* dst) {
-  const Layout lay = layout_of(dtype), st = group_layout(lay, pc.mask);
+// Versions 1-2: decodes element i of a coded block from its sub-stream r
+// into dst. Returns a Status.
+ZC_HD int decode_element_v2(int dtype, const uint8_t* body, int count, int i, uint32_t ref, const uint16_t* lut,
+                            const PlaneCodes& pc, BitReaderV2& r, uint8_t* dst) {
+  const Layout lay = layout_of(dtype), st = group_layout_v2(lay, pc.mask);
   const bool sign_coded = pc.mask & kMaskSign;
   const uint16_t entry = lut[r.peek(kMaxCodeLen)];
-  if (!entry || !r.skip(entry >> 8)) return kErrBitstream;
+  if (!(entry >> 8) || !r.skip(entry >> 8)) return kErrBitstream;
   int c = (entry & 0xFF) >> kTopBits;
   uint32_t e = 0, sign = 0;
   if (c == kClassEsc) {  // the exponent, then the sign if coded
@@ -563,7 +1015,7 @@ ZC_HD int decode_element(int dtype, const uint8_t* body, int count, int i, uint3
     if (sign_coded) {
       sign = uint32_t(c) >> 4;
       c &= 15;
-      if (c == 15) return kErrBitstream;  // §4.1: no sign-coded class
+      if (c == 15) return kErrBitstream;  // no sign-coded class
     }
     if (c != kClassZero) {
       if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
@@ -577,33 +1029,40 @@ ZC_HD int decode_element(int dtype, const uint8_t* body, int count, int i, uint3
       continue;
     }
     const uint16_t byte = pc.luts[p][r.peek(kMaxCodeLen)];
-    if (!byte || !r.skip(byte >> 8)) return kErrBitstream;
+    if (!(byte >> 8) || !r.skip(byte >> 8)) return kErrBitstream;
     raw[p] = uint8_t(byte);
   }
-  const uint32_t extra = load_extra(body + count * st.raw_bytes, i, st) << sign_coded | sign;
+  uint32_t extra = 0;
+  if (st.extra_bits) {
+    const uint8_t* area = body + count * st.raw_bytes;
+    const uint32_t bit = uint32_t(i) * st.extra_bits;
+    const uint32_t two = area[bit >> 3] | (((bit & 7) + st.extra_bits > 8) ? uint32_t(area[(bit >> 3) + 1]) << 8 : 0u);
+    extra = (two >> (bit & 7)) & ((1u << st.extra_bits) - 1);
+  }
+  extra = extra << sign_coded | sign;
   store_element(dst, join_element(dtype, e, entry & ((1u << kTopBits) - 1), raw, extra), lay.elem_bytes);
   return kOk;
 }
 
-// §2: decodes sub-stream k of a coded block (body, count elements, its
-// sub-stream bounds from locate_substreams) into out. Returns a Status.
-ZC_HD int decode_substream(int dtype, const uint8_t* body, int count, int k, const uint32_t* bounds, uint32_t ref,
-                           const uint16_t* lut, const PlaneCodes& pc, uint8_t* out) {
+// Versions 1-2: decodes sub-stream k of a coded block into out. Returns a Status.
+ZC_HD int decode_substream_v2(int dtype, const uint8_t* body, int count, int k, const uint32_t* bounds, uint32_t ref,
+                              const uint16_t* lut, const PlaneCodes& pc, uint8_t* out) {
   const int q = substream_len(count);
-  BitReader r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
+  BitReaderV2 r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
   for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-    const int status = decode_element(dtype, body, count, i, ref, lut, pc, r, out + i * layout_of(dtype).elem_bytes);
+    const int status = decode_element_v2(dtype, body, count, i, ref, lut, pc, r, out + i * layout_of(dtype).elem_bytes);
     if (status != kOk) return status;
   }
   return r.finished() ? kOk : kErrTrailing;
 }
 
-// Decodes one block body into count elements at out; lut is the decode
-// table of the block's group (null if the group's table is invalid, which
-// only matters to coded blocks), pc.luts its plane tables. Returns a Status.
-ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count, const uint16_t* lut,
-                       uint8_t* out, const PlaneCodes& pc = PlaneCodes{}) {
-  const Layout lay = layout_of(dtype), st = group_layout(lay, pc.mask);
+// Versions 1-2: decodes one block body into count elements at out; lut is
+// the decode table of the block's group (null if the group's table is
+// invalid, which only matters to coded blocks), pc.luts its plane tables.
+// Returns a Status.
+ZC_HD int decode_block_v2(int dtype, const uint8_t* body, uint32_t desc, int count, const uint16_t* lut,
+                          uint8_t* out, const PlaneCodes& pc) {
+  const Layout lay = layout_of(dtype), st = group_layout_v2(lay, pc.mask);
   const uint32_t size = desc & 0xFFFFu, ref = (desc >> 16) & 0xFFu, mode = desc >> 24;
   if (mode == 0) {
     if (size != uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
@@ -612,43 +1071,19 @@ ZC_HD int decode_block(int dtype, const uint8_t* body, uint32_t desc, int count,
   }
   if (mode != 1) return kErrBlockMode;
   uint32_t bounds[kSubstreams + 1];
-  int status = locate_substreams(body, size, count, st, bounds);
+  int status = locate_substreams_v2(body, size, count, st, bounds);
   if (status != kOk) return status;
   if (!lut) return kErrTable;
   for (int k = 0; k < kSubstreams && status == kOk; ++k)
-    status = decode_substream(dtype, body, count, k, bounds, ref, lut, pc, out);
+    status = decode_substream_v2(dtype, body, count, k, bounds, ref, lut, pc, out);
   return status;
 }
 
-// Header fields (FORMAT.md, "Stream header").
-ZC_HD void write_header(uint8_t* out, int dtype, int flags, uint64_t n) {
-  for (int i = 0; i < 4; ++i) out[i] = uint8_t("ZCCL"[i]);
-  out[4] = kVersion;
-  out[5] = uint8_t(dtype);
-  out[6] = uint8_t(flags);
-  out[7] = kBlockLog2;
-  for (int i = 0; i < 8; ++i) out[8 + i] = uint8_t(n >> (8 * i));
-}
+// Versions 1-2: the decode table of a version-2 sign-coded group's 128
+// symbols maps class c | 16 to symbol bit 7 (§4.1 of version 3), so that one
+// join serves both; see decode_element_v2 for the classes.
 
-// Validates a header against the expected dtype and count; *flags receives
-// the flags byte, *mask_bits the bits a group mask may have.
-ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, int* flags, int* mask_bits) {
-  if (size < uint64_t(kHeaderBytes)) return kErrTruncated;
-  for (int i = 0; i < 4; ++i)
-    if (in[i] != uint8_t("ZCCL"[i])) return kErrMagic;
-  if (in[4] < 1 || in[4] > kVersion || in[7] != kBlockLog2) return kErrVersion;
-  if (in[5] != dtype) return kErrDType;
-  uint64_t count = 0;
-  for (int i = 0; i < 8; ++i) count |= uint64_t(in[8 + i]) << (8 * i);
-  if (count != n) return kErrCount;
-  // A group mask may have a bit per raw byte plane and, from version 2, the sign bit.
-  *mask_bits = ((1 << layout_of(dtype).raw_bytes) - 1) | (in[4] >= 2 ? kMaskSign : 0);
-  const int f = in[6];  // masks need a bit to carry, and make no sense in a raw stream
-  if ((f & ~(kFlagStoredRaw | kFlagMasks)) || ((f & kFlagMasks) && (!*mask_bits || (f & kFlagStoredRaw))))
-    return kErrFlags;
-  *flags = in[6];
-  return kOk;
-}
+// ---------------------------------------------------------------- conversions
 
 ZC_HD float bits_to_f32(uint32_t u) {
   union { uint32_t u; float f; } v{u};

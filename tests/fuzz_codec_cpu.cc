@@ -2,9 +2,11 @@
 // UndefinedBehaviorSanitizer by test_codec_cpu.py:
 //   fuzz_codec_cpu SEED ITERATIONS
 // For random inputs of every dtype (Gaussian, wide exponents with escapes,
-// zeros, Inf/NaN, block-varying scale, random bits, skewed signs with and
-// without escapes) it checks that the fast
-// and the generic (CUDA's) block coders write the same stream and that it
+// zeros, Inf/NaN, block-varying scale, random bits, skewed signs over many
+// binades, ReLU outputs with implied zeros, with -0 and subnormals among
+// them) it checks that the fast
+// and the generic (CUDA's) block coders write the same stream, that the size
+// pass (stream_bytes) gives its length and its plan the same stream, and that it
 // round-trips; then it corrupts each stream many ways and checks that both
 // decoders give the same verdict and, when they accept, the same elements.
 // The sanitizers turn any out-of-bounds access into a failure.
@@ -33,10 +35,12 @@ std::vector<uint8_t> make_input(std::mt19937_64& rng, int dtype, int64_t n, int 
     if (kind == 3 && rng() % 50 == 0) f = (rng() % 2) ? INFINITY : NAN;
     if (kind == 4 && i > n / 2) f *= 1e-30f;  // the emax changes between blocks
     if (kind >= 6) f = rng() % 10 ? std::fabs(f) : -std::fabs(f);  // skewed signs: coded (§4.1)
-    if (kind == 7) f *= std::exp2(float(int(rng() % 40) - 20));    // ... past the sign-coded classes
+    if (kind == 7) f *= std::exp2(float(int(rng() % 40) - 20));    // ... over many binades
+    if (kind >= 8) f = std::fmax(f, 0.0f);                         // ReLU: implied zeros (§4.2)
     uint32_t u = f32_to_bits(f);
     if (dtype != kF32) u = dtype == kBF16 ? u >> 16 : f32_to_f16(f);
     if (kind == 5) u = uint32_t(rng());  // incompressible
+    if (kind == 9 && rng() % 20 == 0) u = rng() % 2 ? 1u : 1u << (8 * es - 1);  // a subnormal, -0: escapes
     store_element(x.data() + i * es, u, es);
   }
   return x;
@@ -48,19 +52,23 @@ bool same(const uint8_t* a, const uint8_t* b, int64_t bytes) { return bytes == 0
 std::vector<uint8_t> corrupt(std::mt19937_64& rng, const std::vector<uint8_t>& s, int64_t n) {
   std::vector<uint8_t> c(s);
   const size_t len = c.size(), nb = size_t(num_blocks(n));
-  const size_t masks = 16 + 4 * nb;  // §1: the group masks follow the descriptors
-  switch (rng() % 6) {
+  const size_t records = size_t(records_offset(int64_t(nb)));  // §1: the group records follow the descriptors
+  switch (rng() % 7) {
     case 0: c[16 + rng() % (len - 16)] ^= uint8_t(1 << (rng() % 8)); break;
     case 1: c[rng() % len] = uint8_t(rng()); break;
     case 2: c.resize(rng() % len); break;
     case 3:
       for (int r = 0; r < 3; ++r) c[16 + rng() % (len - 16)] ^= uint8_t(rng());
       break;
-    case 4:
-      if (nb && len > masks) c[masks + rng() % std::min(len - masks, size_t(num_groups(nb)))] ^= uint8_t(1 << (rng() % 3));
+    case 4:  // a group's mask bit
+      if (nb && len > records + kRecordBytes * size_t(num_groups(nb)))
+        c[records + kRecordBytes * (rng() % size_t(num_groups(nb)))] ^= uint8_t(1 << (rng() % 6));
       break;
-    default:
-      if (nb && len > 16 + 4 * nb) c[16 + 4 * (rng() % nb) + 2] = uint8_t(rng());  // a block's ref
+    case 5:  // a block's width
+      if (nb && len > records) c[16 + kDescBytes * (rng() % nb) + 2] = uint8_t(rng() % 24);
+      break;
+    default:  // the table areas, at the end: refs and code lengths
+      c[len - 1 - rng() % std::min(len - 16, size_t(64))] ^= uint8_t(1 << (rng() % 8));
   }
   return c;
 }
@@ -72,7 +80,7 @@ int main(int argc, char** argv) {
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 200;
   int fails = 0, mutations = 0, accepted = 0;
   for (int it = 0; it < iterations; ++it) {
-    const int dtype = 1 + it % 3, es = layout_of(dtype).elem_bytes, kind = int(rng() % 8);
+    const int dtype = 1 + it % 3, es = layout_of(dtype).elem_bytes, kind = int(rng() % 10);
     const int64_t n = it % 7 == 0 ? int64_t(rng() % 5) : it % 3 == 0 ? 2 * 65536 + int64_t(rng() % 9000)
                                                                    : int64_t(rng() % 70000);
     const std::vector<uint8_t> x = make_input(rng, dtype, n, kind);
@@ -82,6 +90,13 @@ int main(int argc, char** argv) {
       std::printf("streams differ: it=%d dtype=%d n=%ld kind=%d\n", it, dtype, long(n), kind);
       ++fails;
       continue;
+    }
+    std::vector<uint8_t> plan(size_t(plan_bytes(n))), planned(generic.size());
+    if (stream_bytes(dtype, x.data(), n) != len || stream_bytes(dtype, x.data(), n, plan.data()) != len ||
+        compress_stream(dtype, x.data(), n, planned.data(), false, plan.data()) != len ||
+        !same(fast.data(), planned.data(), len)) {
+      std::printf("size pass or planned stream differs: it=%d dtype=%d n=%ld kind=%d\n", it, dtype, long(n), kind);
+      ++fails;
     }
     fast.resize(size_t(len));
     std::vector<uint8_t> a(size_t(n * es) + 1), b(a.size());

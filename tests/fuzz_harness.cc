@@ -16,7 +16,7 @@
 //     give the same verdict and, when they accept, the same bytes;
 //   - decompress_accumulate of the one stream agrees with decompress_stream;
 //   - the input's bytes, read as elements, round-trip through both encoders,
-//     which write the same stream.
+//     which write the same stream, whose length the size pass gives.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -84,6 +84,7 @@ void check_round_trip(const uint8_t* data, size_t size) {
   check(len >= kHeaderBytes && len <= max_stream_bytes(n, dtype), "stream within max_stream_bytes");
   check(compress_stream(dtype, data, n, generic.data(), true) == len && !std::memcmp(fast.data(), generic.data(), size_t(len)),
         "fast and generic encoders write the same stream");
+  check(stream_bytes(dtype, data, n) == len, "the size pass gives the stream's length");
   check(decode(dtype, fast.data(), size_t(len), uint64_t(n), 0xA5, false, &back) == kOk, "own stream decodes");
   check(back.empty() || !std::memcmp(back.data(), data, back.size()), "round trip is bit-exact");
 }

@@ -35,13 +35,18 @@ def seed_tensors(dtype) -> dict[str, np.ndarray]:
     positive = np.abs(g)  # the sign coded in the symbols (§4.1)
     skewed = positive.copy()
     skewed[::9] = -skewed[::9]
-    skewed[::50] = (skewed[::50].astype(np.float32) * 2.0**-15).astype(dtype)  # escapes, which carry the sign
+    skewed[::50] = (skewed[::50].astype(np.float32) * 2.0**-15).astype(dtype)  # many binades below the rest
+    relu = np.maximum(g, 0)  # implied zeros (§4.2)
+    odd = relu.view(np.uint16 if relu.itemsize == 2 else np.uint32).copy()
+    odd[::17] = 1 << (8 * relu.itemsize - 1)  # -0
+    odd[::23] = 1  # a subnormal of t = 0: escapes
     return {
         "empty": g[:0], "one": g[:1], "three": g[:3], "small": g[:100], "block": g[:B],
         "blocks_group_ref": g, "blocks_own_ref": scaled, "raw_block": mixed, "escapes": wide,
         "zeros": zeros, "special": special, "stored_raw": random_bits(700, dtype, seed=7),
         "byte_codes": few_bits, "byte_code_plane0": low_zero.view(np.float32).astype(dtype),
-        "sign_coded": positive, "sign_coded_escapes": skewed, "sign_and_byte_codes": np.abs(few_bits),
+        "sign_coded": positive, "sign_coded_wide": skewed, "sign_and_byte_codes": np.abs(few_bits),
+        "implied_zeros": relu, "implied_zeros_escapes": odd.view(dtype), "zeros_and_byte_codes": np.maximum(few_bits, 0),
     }
 
 
@@ -56,11 +61,12 @@ def write_seeds(directory) -> int:
             count += 1
     # two groups of 16 blocks (two code tables), bf16 only to keep the corpus small
     (directory / "seed-bfloat16-two-groups").write_bytes(ref.compress(gaussian(17 * B, "bfloat16", seed=8)))
-    # version-1 streams, which decoders still read (FORMAT.md, Version 1)
-    v1 = np.load(Path(__file__).parent / "data" / "format_v1.npz")
-    for name in (k for k in v1.files if "." not in k):
-        (directory / f"seed-v1-{name}").write_bytes(v1[name].tobytes())
-        count += 1
+    # streams of versions 1 and 2, which decoders still read (FORMAT.md, Earlier versions)
+    for version in (1, 2):
+        old = np.load(Path(__file__).parent / "data" / f"format_v{version}.npz")
+        for name in (k for k in old.files if "." not in k):
+            (directory / f"seed-v{version}-{name}").write_bytes(old[name].tobytes())
+            count += 1
     return count + 1
 
 

@@ -9,6 +9,7 @@ import pytest
 from zipccl_jax import _zipccl_cpu as cpu
 from zipccl_jax import reference as ref
 from zipccl_jax.bench.data import gaussian, random_bits
+from test_reference import make
 
 CASES = {
     "bf16_coded": (gaussian(9000, "bfloat16", seed=1), 1),
@@ -21,6 +22,12 @@ CASES = {
     # Huffman-coded byte planes (FORMAT.md §5.4): both planes, and plane 0 only
     "fp32_byte_codes": ((np.random.default_rng(6).integers(-64, 64, 9000) / 64).astype(np.float32), 3),
     "fp16_byte_codes": ((np.random.default_rng(7).integers(-64, 64, 9000) / 64).astype(np.float16), 2),
+    # implied zeros (§4.2) with -0 and subnormals among them, 256-symbol sign coding (§4.1), own refs (§5.5)
+    "bf16_relu": (make("relu_odd_zeros", 9000, ml_dtypes.bfloat16, seed=8), 1),
+    "fp32_relu": (make("relu", 9000, np.float32, seed=9), 3),
+    "fp16_gelu": (make("gelu", 9000, np.float16, seed=10), 2),
+    "bf16_own_refs": (np.concatenate([gaussian(4096, "bfloat16"), gaussian(4096, "bfloat16", scale=2.0**-20),
+                                      gaussian(800, "bfloat16")]), 1),
 }
 
 
@@ -68,7 +75,8 @@ def test_thousands_of_mutations_never_crash_and_errors_are_clear(case, generic):
     assert rejected > 200  # structural damage is caught, not decoded as garbage
 
 
-@pytest.mark.parametrize("case", ["bf16_coded", "fp16_coded", "fp32_mixed", "fp32_byte_codes", "fp16_byte_codes"])
+@pytest.mark.parametrize("case", ["bf16_coded", "fp16_coded", "fp32_mixed", "fp32_byte_codes", "fp16_byte_codes",
+                                  "bf16_relu", "fp32_relu", "fp16_gelu", "bf16_own_refs"])
 def test_cpu_and_reference_agree_on_every_mutated_payload(case):
     """Same verdict and, when accepted, the same decoded bits."""
     x, code = CASES[case]
@@ -97,14 +105,14 @@ def test_each_header_field_is_checked_with_its_own_message():
 
     expect(s[:10], "truncated")
     expect(b"ZCCX" + s[4:], "bad magic")
-    expect(s[:4] + b"\x03" + s[5:], "unsupported format version")
+    expect(s[:4] + b"\x04" + s[5:], "unsupported format version")
     expect(s[:4] + b"\x00" + s[5:], "unsupported format version")
     expect(s, "dtype does not match", code=2)
     expect(s, "element count does not match", n=4999)
     expect(s[:6] + b"\x80" + s[7:], "unknown header flags")
     expect(s[:-1], "truncated")
     bad_mode = bytearray(s)
-    bad_mode[19] = 9  # block 0 mode byte: table 8 does not exist
+    bad_mode[18] = 21  # block 0's width: at most 20
     expect(bad_mode, "bad mode")
 
 
@@ -118,6 +126,19 @@ def test_round_trip_of_every_float32_exponent_and_sign():
     assert decode_cpu(out[:length].tobytes(), 3, x.size, 4) == x.tobytes()
 
 
+def test_large_outputs_advised_to_huge_pages_round_trip():
+    """Outputs of 8 MiB and more get madvise(MADV_HUGEPAGE) before they are written (codec_cpu.cc):
+    the bytes must come out the same, at any alignment of the buffer."""
+    x = gaussian(3 << 20, "float32", seed=4)  # 12 MiB
+    raw = x.view(np.uint8)
+    for offset in (0, 1, 4096 + 3):
+        out = np.zeros(ref.max_stream_bytes(x.size, x.dtype) + offset, np.uint8)[offset:]
+        length = cpu.compress_into(raw, 3, out)
+        back = np.zeros(x.nbytes + offset, np.uint8)[offset:]
+        cpu.decompress_into(out[:length], 3, back)
+        assert back.tobytes() == raw.tobytes()
+
+
 def test_output_buffer_smaller_than_worst_case_is_refused():
     x = gaussian(100, ml_dtypes.bfloat16)
     with pytest.raises(ValueError, match="smaller than max_stream_bytes"):
@@ -129,12 +150,15 @@ import hashlib
 import numpy as np
 from zipccl_jax import _zipccl_cpu as cpu, reference as ref
 from zipccl_jax.bench.data import gaussian, random_bits
+from test_reference import make
 
 mixed = gaussian(40000, "bfloat16")
 mixed[5000:9000] = random_bits(4000, "bfloat16")  # a raw block among coded ones
 cases = [(gaussian(70000, "bfloat16"), 1), (gaussian(70000, "float16"), 2), (gaussian(70000, "float32"), 3),
          (mixed, 1)]
 cases += [(np.abs(x), code) for x, code in cases[:3]]  # coded signs (FORMAT.md §4.1)
+cases += [(make(kind, 70000, dt, seed=3), code) for kind in ("relu", "relu_odd_zeros", "gelu")
+          for dt, code in (("bfloat16", 1), ("float16", 2), ("float32", 3))]  # implied zeros (§4.2)
 digest = hashlib.sha256()
 for x, code in cases:
     out = np.zeros(ref.max_stream_bytes(x.size, x.dtype), np.uint8)
@@ -157,6 +181,7 @@ def test_plain_paths_give_the_same_bytes_as_the_simd_paths(tmp_path):
     digests = []
     for no_simd in (False, True):
         env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
+        env["PYTHONPATH"] = os.path.dirname(__file__)  # test_reference's data kinds
         if no_simd:
             env["ZIPCCL_NO_SIMD"] = "1"
         # cwd away from the repo root, whose zipccl_jax/ has no compiled modules

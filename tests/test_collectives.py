@@ -212,10 +212,13 @@ def test_every_rung_is_reached_and_wire_bytes_follow_the_largest_stream():
         out_specs=(P("d"), P("d"))))
     scratch = np.zeros(cap, np.uint8)
     length = lambda a: _zipccl_cpu.compress_into(a.view(np.uint8), 1, scratch)  # noqa: E731 (= the reference's)
-    base = [spread(m, 1, seed=i) for i in range(N)]
+    # the others 90% zeros (below the lowest rung since format version 3 implies them)
+    base = [np.where(np.random.default_rng(i).random(m) < 0.9, 0, spread(m, 1, seed=i)).astype(jnp.bfloat16)
+            for i in range(N)]
     others = max(length(b) for b in base)
+    assert others < rungs[0]
     # device 3 decides: its first k values spread over `width` exponents, the rest over one
-    candidates = [(m, w) for w in range(1, 257)] + [(k, w) for w in (4, 8) for k in range(0, m, 100)]
+    candidates = [(m, w) for w in range(1, 257)] + [(k, w) for w in (4, 8, 32) for k in range(0, m, 100)]
     lands = {}  # rung -> the first candidate whose stream lands on it
     for k, width in candidates:
         mine = np.where(np.arange(m) < k, spread(m, width, seed=3), base[3])

@@ -22,6 +22,7 @@ unchecked: the device's weaker memory model (the emulation's barriers are sequen
 warp scheduling and speed, device memory errors (compute-sanitizer, with tests/test_cuda.py), GPU
 arithmetic (NaN payloads of sums) and XLA's capture of the handlers into command buffers."""
 
+import hashlib
 import re
 import shutil
 import struct
@@ -209,9 +210,7 @@ MUTATED = [pytest.param(dtype, kind, n, id=f"{np.dtype(dtype).name}-{kind}") for
 @pytest.mark.parametrize("dtype,kind,n", MUTATED)
 def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
     """Each mutated stream alone in a row of its own length: the same accept/reject as the reference,
-    the same bits when accepted, and when rejected the reference's error naming stream 0 -- or
-    "truncated": the CUDA decoder checks every block's bounds before decoding any block, so a body
-    size that runs past the end is reported before the bitstream it garbles."""
+    the same bits when accepted, and when rejected the reference's error naming stream 0."""
     x = make(kind, n, dtype)
     stream = ref.compress(x)
     rng = np.random.default_rng(zlib.crc32(f"{np.dtype(dtype).name}-{kind}".encode()))
@@ -222,7 +221,7 @@ def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
         try:
             expected = ref.decompress(b, dtype, n).tobytes()
         except ref.CorruptPayload as reason:
-            assert err in (CORRUPT.format(0) + str(reason), CORRUPT.format(0) + TRUNCATED)
+            assert err == CORRUPT.format(0) + str(reason)
             rejected += 1
         else:
             assert err == "" and out == expected, err
@@ -230,11 +229,12 @@ def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
 
 
 def test_a_body_size_past_the_end_is_reported_as_truncated(emulator):
-    """The one known difference from the reference's (and CPU codec's) first error, by design."""
+    """FORMAT.md §1: every body and table area is bounded before any block is decoded, by the
+    reference as by the CUDA decoder (version 2 left the reference to meet the bitstream first)."""
     dtype, n = np.float32, 9000
     s = bytearray(ref.compress(make("gauss", n, dtype)))
-    s[16] = (s[16] + 1) % 256  # block 0's body one byte longer: the last block now overruns
-    with pytest.raises(ref.CorruptPayload, match="padding bits"):
+    s[16] = (s[16] + 1) % 256  # block 0's body one byte longer: the table areas now overrun
+    with pytest.raises(ref.CorruptPayload, match="truncated"):
         ref.decompress(bytes(s), dtype, n)
     (err, _), = emulate(emulator, [decompress_request([bytes(s)], dtype, n)])
     assert err == CORRUPT.format(0) + TRUNCATED
@@ -246,7 +246,7 @@ def test_first_corrupt_stream_is_named_and_the_others_still_decode(emulator):
     dtype, n = np.float32, 9000
     streams = [ref.compress(make(kind, n, dtype)) for kind in ["gauss", "low_precision", "mixed_precision", "wide"]]
     bad_mode = bytearray(streams[2])
-    bad_mode[16 + 3] = 9  # block 0's mode
+    bad_mode[16 + 2] = 21  # block 0's width: at most 20
     batch = [streams[0], streams[1], bytes(bad_mode), streams[3], b"ZCCX" + streams[0][4:]]
     for b in batch[2], batch[4]:
         with pytest.raises(ref.CorruptPayload):
@@ -302,6 +302,16 @@ def test_the_selftest_timing_runs_and_round_trips(emulator):
     ms, (compressed, round_trip) = struct.unpack_from("<3d", out), struct.unpack_from("<2q", out, 24)
     assert all(0 < t < 60_000 for t in ms), ms
     assert compressed == len(ref.compress(x)) and round_trip == 1
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_earlier_versions_decode(emulator, version):
+    """FORMAT.md, Earlier versions: the CUDA decoder reads them too, each stream in its own row."""
+    from test_reference import _v_streams
+
+    for name, v in _v_streams(version).items():
+        (err, out), = emulate(emulator, [decompress_request([v.stream], v.dtype, v.size)])
+        assert err == "" and hashlib.sha256(out).hexdigest() == v.sha256, name
 
 
 def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
@@ -424,7 +434,7 @@ def test_row_ops_report_and_poison_the_corrupt_row_and_refuse_bad_arguments(emul
     streams = [ref.compress(r) for r in ref.cut_rows(x, rows)]
     cap = max(map(len, streams))
     payload = bytearray(b"".join(s + bytes(cap - len(s)) for s in streams))
-    payload[2 * cap + 19] = 9  # row 2 (the second buffer's first), block 0's mode
+    payload[2 * cap + 18] = 21  # row 2 (the second buffer's first), block 0's width: at most 20
     code = CODES[np.dtype(dtype)]
     requests = [row_request(DECODE_ROWS_OP, dtype, size, rows, 0, 1, 2, cap, bytes(payload)),
                 ((ACCUMULATE_ROWS_OP, code, size // rows, rows, code, 1, (2 << 32) | cap), bytes(payload))]

@@ -63,12 +63,25 @@ def make(kind, n, dtype, seed=0):
         x = gaussian(n, np.float32, seed=seed).view(np.uint32)
         x[::3] &= 0xFFFFFF00
         return x.view(np.float32).astype(dtype)
+    if kind == "relu":  # half exact zeros: implied (§4.2), the sign coded
+        return np.maximum(gaussian(n, np.float32, seed=seed), 0).astype(dtype)
+    if kind == "relu_odd_zeros":  # zeros with -0 and subnormals of t = 0 among them: escapes (§4.2)
+        x = np.maximum(gaussian(n, np.float32, seed=seed), 0).astype(dtype)
+        u = x.view(np.uint16 if x.itemsize == 2 else np.uint32)
+        sign = 1 << (8 * x.itemsize - 1)
+        u[rng.random(n) < 0.05] = sign  # -0
+        u[rng.random(n) < 0.05] = 1  # the smallest subnormal: e = 0, t = 0, a stored bit set
+        u[rng.random(n) < 0.02] = sign | 3
+        return x
+    if kind == "gelu":  # many binades below the largest values, either sign: 256-symbol sign coding (§4.1)
+        g = gaussian(n, np.float32, seed=seed) * np.float32(3)
+        return (0.5 * g * (1 + np.tanh(0.7978846 * (g + 0.044715 * g**3)))).astype(np.float32).astype(dtype)
     raise ValueError(kind)
 
 
 KINDS = ["gauss", "gauss_tiny", "gauss_huge", "wide", "random_bits", "zeros", "signed_zeros",
          "constant", "specials", "specials_in_gauss", "sparse", "low_precision", "mixed_precision", "positive",
-         "skewed_signs"]
+         "skewed_signs", "relu", "relu_odd_zeros", "gelu"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -121,24 +134,59 @@ def test_incompressible_input_grows_by_the_header_only(dtype):
 def test_gaussian_bf16_is_coded_not_raw_and_reaches_1_5x():
     x = gaussian(1 << 18, "bfloat16")
     stream = ref.compress(x)
-    assert stream[6] == ref.FLAG_MASKS  # coded: a coded stream always has its group masks
-    assert x.nbytes / len(stream) >= 1.50
+    assert stream[4] == 3 and stream[6] == 0  # version 3, coded
+    assert x.nbytes / len(stream) >= 1.517
+
+
+def _layout(stream: bytes, n: int):
+    """§1: (descriptors as (body_bytes, width), records as (mask, table_bytes), bodies_at, tables_at)."""
+    nb = -(-n // ref.BLOCK)
+    ng = -(-nb // ref.GROUP_BLOCKS)
+    descs = [(int.from_bytes(stream[16 + 3 * b : 18 + 3 * b], "little"), stream[18 + 3 * b]) for b in range(nb)]
+    at = 16 + 3 * nb
+    records = [(stream[at + 3 * g], int.from_bytes(stream[at + 3 * g + 1 : at + 3 * g + 3], "little"))
+               for g in range(ng)]
+    bodies_at = at + 3 * ng
+    return descs, records, bodies_at, bodies_at + sum(size for size, _ in descs)
+
+
+def _masks(stream: bytes, n: int) -> list:
+    return [mask for mask, _ in _layout(stream, n)[1]]
 
 
 def test_header_fields_follow_the_format():
     x = gaussian(5000, "float32")
     s = ref.compress(x)
-    assert s[:4] == b"ZCCL" and s[4] == 2 and s[5] == 3 and s[6] == ref.FLAG_MASKS and s[7] == 12
+    assert s[:4] == b"ZCCL" and s[4] == 3 and s[5] == 3 and s[6] == 0 and s[7] == 12
     assert int.from_bytes(s[8:16], "little") == 5000
-    descs = np.frombuffer(s, "<u4", count=2, offset=16)
-    assert list(descs >> 24) == [1, 1]  # both blocks coded
-    assert s[24] & 3 == 0  # the group mask: no byte plane coded
-    assert 16 + 8 + 1 + 64 + int((descs & 0xFFFF).sum()) == len(s)  # descriptors, mask, one table, bodies
-    lengths = ref.unpack_table(s[25:89])
+    descs, records, bodies_at, tables_at = _layout(s, 5000)
+    assert bodies_at == 16 + 2 * 3 + 3 and all(1 <= w <= ref.MAX_WIDTH for _, w in descs)  # both blocks coded
+    (mask, table_bytes), = records
+    assert mask == 0 and tables_at + table_bytes == len(s)  # one group: no planes, signs stored, one ref
+    e = ref.split(3, x)[0]
+    assert s[tables_at] == ref.block_ref(e, 8)  # §5.5: the group's ref, then its code lengths
+    lengths, = ref.unpack_tables(s[tables_at + 1 :], [ref.NUM_SYMS])
     assert sum(2.0 ** -int(l) for l in lengths if l) <= 1.0
+    assert table_bytes - 1 < ref.TABLE_BYTES // 2 + 8  # §5.3: about half a 4-bit table
 
 
-@pytest.mark.parametrize("nsym", [ref.NUM_SYMS, ref.PLANE_SYMS], ids=["symbols", "byte_plane"])
+def test_stored_code_lengths_round_trip_and_are_checked():
+    """§5.3: lengths relative to their prediction; every misuse of the entries is a corrupt table."""
+    rng = np.random.default_rng(4)
+    for nsym in (ref.NUM_SYMS, 2 * ref.NUM_SYMS, ref.PLANE_SYMS):
+        counts = (2 ** rng.integers(0, 12, nsym)) * (rng.random(nsym) < 0.8)
+        lengths = ref.code_lengths(counts + (counts.sum() == 0))
+        assert (ref.unpack_tables(ref.pack_tables([lengths]), [nsym])[0] == lengths).all()
+    for table, sizes in [(bytes([0b11111111, 0b1]), [4]),  # a raw length of 15
+                         (bytes(16), [128]),  # every length 0: no symbol
+                         (bytes([0b110]), [1]),  # one less than a prediction of 0
+                         (ref.pack_tables([np.array([1, 1])]) + b"\0", [2]),  # a whole unused byte
+                         (bytes([0b10]), [128])]:  # runs out of bits
+        with pytest.raises(ref.CorruptPayload, match="corrupt code table"):
+            ref.unpack_tables(table, sizes)
+
+
+@pytest.mark.parametrize("nsym", [ref.NUM_SYMS, 2 * ref.NUM_SYMS], ids=["symbols", "sign_or_byte_plane"])
 def test_code_lengths_are_identical_in_cpp_and_within_12_bits(nsym):
     rng = np.random.default_rng(0)
     for trial in range(300):
@@ -174,11 +222,6 @@ def test_unsupported_dtype_is_named():
         ref.decompress(b"", np.float64, 0)
 
 
-def _masks(stream: bytes, n: int) -> list:
-    nb = -(-n // ref.BLOCK)
-    return list(stream[ref.HEADER_BYTES + 4 * nb :][: -(-nb // ref.GROUP_BLOCKS)])
-
-
 @pytest.mark.parametrize("dtype,kind,mask", [(np.float32, "mixed_precision", 1), (np.float32, "low_precision", 3),
                                              (np.float16, "low_precision", 1)])
 def test_skewed_low_bytes_are_huffman_coded_and_pay(dtype, kind, mask):
@@ -196,39 +239,65 @@ def test_skewed_low_bytes_are_huffman_coded_and_pay(dtype, kind, mask):
     assert bits(ref.decompress(stream, dtype, n)) == bits(x)
 
 
-def test_group_mask_fields_are_validated():
+def expect_rejected(stream: bytes, dtype, n: int, message: str):
+    """The reference and both C++ decoders reject stream, naming the same problem."""
+    with pytest.raises(ref.CorruptPayload, match=message):
+        ref.decompress(stream, dtype, n)
+    for generic in (False, True):
+        with pytest.raises(ValueError, match=message):
+            cpu.decompress_into(np.frombuffer(stream, np.uint8), CODES[np.dtype(dtype)],
+                                np.zeros(n * np.dtype(dtype).itemsize, np.uint8), generic=generic)
+
+
+def test_group_records_are_validated():
     n = 70000  # two groups
     x = make("mixed_precision", n, np.float32, seed=2)
     s = ref.compress(x)
     nb = -(-n // ref.BLOCK)
-    masks_at = ref.HEADER_BYTES + 4 * nb
-
-    def expect(b, message, dtype=np.float32):
-        with pytest.raises(ref.CorruptPayload, match=message):
-            ref.decompress(bytes(b), dtype, n)
-        with pytest.raises(ValueError, match=message):
-            cpu.decompress_into(np.frombuffer(bytes(b), np.uint8), CODES[np.dtype(dtype)],
-                                np.zeros(n * np.dtype(dtype).itemsize, np.uint8))
-
-    assert s[6] == ref.FLAG_MASKS
-    expect(s[:masks_at] + b"\x08" + s[masks_at + 1 :], "corrupt group mask")  # fp32: planes 0, 1 and the sign
-    expect(s[:6] + bytes([ref.FLAG_MASKS | ref.FLAG_STORED_RAW]) + s[7:], "unknown header flags")
-    plane_table = masks_at + 2 + ref.TABLE_BYTES  # group 0's plane-0 table
-    expect(s[:plane_table] + bytes(ref.PLANE_TABLE_BYTES) + s[plane_table + ref.PLANE_TABLE_BYTES :], "code table")
-    expect(s[:masks_at + 1], "truncated")
+    records_at = ref.HEADER_BYTES + 3 * nb
+    _, records, _, tables_at = _layout(s, n)
+    assert records[0][0] & 1  # plane 0 coded
+    expect_rejected(s[:records_at] + b"\x20" + s[records_at + 1 :], np.float32, n, "corrupt group mask")  # bit 5
+    expect_rejected(s[:6] + bytes([2]) + s[7:], np.float32, n, "unknown header flags")  # version 2's MASKS
+    expect_rejected(s[:records_at + 4], np.float32, n, "truncated")
+    expect_rejected(s[:-1], np.float32, n, "truncated")  # the last table area
+    expect_rejected(s[:tables_at + 1] + bytes(records[0][1] - 1) + s[tables_at + records[0][1] :], np.float32, n,
+                    "code table")  # group 0's lengths zeroed
     h = ref.compress(gaussian(n, ml_dtypes.bfloat16))
-    expect(h[:masks_at] + b"\x01" + h[masks_at + 1 :], "corrupt group mask", dtype=ml_dtypes.bfloat16)  # no planes
-    expect(h[:4] + b"\x03" + h[5:], "unsupported format version")
-    # version 1 had no sign bit, and no masks for bfloat16
-    v1 = _v1_streams()
-    f32 = v1["f32_planes"]
-    at = ref.HEADER_BYTES + 4 * -(-f32.size // ref.BLOCK)
-    with pytest.raises(ref.CorruptPayload, match="corrupt group mask"):
-        ref.decompress(f32.stream[:at] + bytes([f32.stream[at] | ref.MASK_SIGN]) + f32.stream[at + 1 :], np.float32,
-                       f32.size)
-    b16 = v1["bf16_mixed"]
-    with pytest.raises(ref.CorruptPayload, match="unknown header flags"):
-        ref.decompress(b16.stream[:6] + bytes([ref.FLAG_MASKS]) + b16.stream[7:], ml_dtypes.bfloat16, b16.size)
+    expect_rejected(h[:records_at] + b"\x01" + h[records_at + 1 :], ml_dtypes.bfloat16, n, "corrupt group mask")
+    expect_rejected(h[:4] + b"\x04" + h[5:], ml_dtypes.bfloat16, n, "unsupported format version")
+
+
+def test_block_descriptors_and_lengths_are_validated():
+    """§2: the width, the body size and the sub-stream lengths, each with its message."""
+    n = 9000
+    x = gaussian(n, "bfloat16", seed=5)
+    s = bytearray(ref.compress(x))
+    (size, width), *_ = _layout(bytes(s), n)[0]
+    bad = s.copy()
+    bad[18] = ref.MAX_WIDTH + 1
+    expect_rejected(bytes(bad), x.dtype, n, "bad mode")
+    bad[18] = 0  # a raw block of the wrong size
+    expect_rejected(bytes(bad), x.dtype, n, "bad body size")
+    _, _, bodies_at, _ = _layout(bytes(s), n)
+    bad = s.copy()  # width 20, dev_0 = 2^19 - 1: sub-stream 0 runs past the body
+    bad[18] = 20
+    bad[bodies_at : bodies_at + 3] = bytes([0xFF, 0xFF, (bad[bodies_at + 2] & 0xF0) | 0x7])
+    expect_rejected(bytes(bad), x.dtype, n, "bad body size")
+    bad = s.copy()  # a body one byte longer: its stored area no longer fits the sub-streams' end
+    bad[16] = (bad[16] + 1) % 256
+    with pytest.raises(ref.CorruptPayload):
+        ref.decompress(bytes(bad), x.dtype, n)
+
+
+def _v_streams(version: int) -> dict:
+    """Streams written by an earlier encoder: format_v1.npz (commit e221c64's reference) holds bf16
+    Gaussian data with a block at another scale and specials, fp16 and fp32 data with coded byte planes,
+    fp32 with a raw block and random bf16 bits (STORED_RAW); format_v2.npz (commit c360123's) adds
+    sign-coded groups with escapes, sign-coded byte planes and zeros."""
+    d = np.load(pathlib.Path(__file__).parent / "data" / f"format_v{version}.npz")
+    return {k: _Vector(d[k].tobytes(), np.dtype(str(d[k + ".dtype"])), str(d[k + ".sha256"]))
+            for k in d.files if "." not in k}
 
 
 class _Vector:
@@ -237,24 +306,33 @@ class _Vector:
         self.size = int.from_bytes(stream[8:16], "little")
 
 
-def _v1_streams() -> dict:
-    """Version-1 streams written by the version-1 encoder (commit e221c64's reference.compress) from
-    bf16 Gaussian data with a block at another scale and specials (escapes), fp16 and fp32 data with
-    coded byte planes, fp32 with a raw block, and random bf16 bits (a STORED_RAW stream)."""
-    d = np.load(pathlib.Path(__file__).parent / "data" / "format_v1.npz")
-    return {k: _Vector(d[k].tobytes(), np.dtype(str(d[k + ".dtype"])), str(d[k + ".sha256"]))
-            for k in d.files if "." not in k}
-
-
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
-def test_version_1_streams_still_decode(generic):
-    for name, v in _v1_streams().items():
-        assert v.stream[4] == 1
+def test_earlier_versions_still_decode(version, generic):
+    streams = _v_streams(version)
+    assert len(streams) >= 5
+    for name, v in streams.items():
+        assert v.stream[4] == version
         x = ref.decompress(v.stream, v.dtype, v.size)
         assert hashlib.sha256(bits(x)).hexdigest() == v.sha256, name
         back = np.zeros(x.nbytes, np.uint8)
         cpu.decompress_into(np.frombuffer(v.stream, np.uint8), CODES[v.dtype], back, generic=generic)
         assert back.tobytes() == bits(x), name
+
+
+def test_earlier_versions_keep_their_own_mask_rules():
+    v1 = _v_streams(1)
+    f32 = v1["f32_planes"]
+    at = ref.HEADER_BYTES + 4 * -(-f32.size // ref.BLOCK)
+    expect_rejected(f32.stream[:at] + bytes([f32.stream[at] | ref.MASK_SIGN]) + f32.stream[at + 1 :], np.float32,
+                    f32.size, "corrupt group mask")  # version 1 has no sign bit
+    b16 = v1["bf16_mixed"]
+    expect_rejected(b16.stream[:6] + bytes([ref.FLAG_MASKS]) + b16.stream[7:], ml_dtypes.bfloat16, b16.size,
+                    "unknown header flags")  # ... and no masks for bfloat16
+    v2 = _v_streams(2)["bf16_sign_escapes"]
+    at = ref.HEADER_BYTES + 4 * -(-v2.size // ref.BLOCK)
+    expect_rejected(v2.stream[:at] + bytes([v2.stream[at] | ref.MASK_ZEROS]) + v2.stream[at + 1 :],
+                    ml_dtypes.bfloat16, v2.size, "corrupt group mask")  # version 2 has no implied zeros
 
 
 def _signs(n, dtype, positive, seed=0):
@@ -272,34 +350,76 @@ def test_skewed_signs_are_coded_and_pay(dtype):
     for positive, saved in [(1.0, 0.95), (0.88, 0.4)]:
         x = _signs(n, dtype, positive)
         stream = ref.compress(x)
-        assert _masks(stream, n) == [ref.MASK_SIGN] * 2
+        assert [m & ref.MASK_SIGN for m in _masks(stream, n)] == [ref.MASK_SIGN] * 2
         balanced = ref.compress(_signs(n, dtype, 0.5))
         assert len(balanced) - len(stream) > saved * n / 8, positive
         assert bits(ref.decompress(stream, dtype, n)) == bits(x)
 
 
-def test_sign_coded_class_15_is_corrupt():
-    """§4.1: class 15 is no sign-coded class; a stream whose code uses it is rejected."""
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_sign_coded_groups_cover_every_delta(dtype):
+    """§4.1: version 3's sign-coded symbols keep all 30 deltas: values 20 binades below the group's
+    largest escape in version 2's sign coding, not here."""
+    n = 65536
+    x = _signs(n, np.float32, 0.9).astype(np.float32)
+    x[::3] *= np.float32(2.0**-9)  # fp16's normals span 30 binades; stay within them
+    x = x.astype(dtype)
+    stream = ref.compress(x)
+    assert _masks(stream, n)[0] & ref.MASK_SIGN
+    e, t, _, extra = ref.split(CODES[np.dtype(dtype)], x)
+    s = ref.symbols(e, t, ref.block_ref(e, ref.LAYOUTS[CODES[np.dtype(dtype)]][1]), 8, extra & 1)
+    assert ((s >> 2) & 31 == 31).sum() == 0  # no escapes
+    assert bits(ref.decompress(stream, dtype, n)) == bits(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_implied_zeros_store_nothing_but_their_symbol(dtype):
+    """§4.2: exact zeros of a ZEROS group cost their symbol's code only; -0 (without a coded sign) and
+    subnormals with t = 0 escape and keep their bits."""
+    n = 2 * 65536
+    x = make("relu", n, dtype, seed=3)
+    zeros = int((x.view(np.uint16 if x.itemsize == 2 else np.uint32) == 0).sum())
+    stream = ref.compress(x)
+    assert all(m & ref.MASK_ZEROS and m & ref.MASK_SIGN for m in _masks(stream, n))
+    stored = 8 * ref.LAYOUTS[CODES[np.dtype(dtype)]][2] + ref.LAYOUTS[CODES[np.dtype(dtype)]][3] - 1
+    # the same values with random low bits in the zeros (subnormals of t = 0): nothing implied
+    noisy = x.view(np.uint16 if x.itemsize == 2 else np.uint32).copy()
+    noisy[noisy == 0] = np.random.default_rng(5).integers(1, 1 << stored, zeros)
+    assert len(ref.compress(noisy.view(dtype))) - len(stream) > 0.8 * zeros * stored / 8
+    assert bits(ref.decompress(stream, dtype, n)) == bits(x)
+    odd = make("relu_odd_zeros", n, dtype, seed=4)
+    assert bits(ref.decompress(ref.compress(odd), dtype, n)) == bits(odd)
+
+
+def test_zero_mode_is_only_taken_where_it_saves_a_sixteenth_of_a_bit():
+    """§7 step 2: sporadic zeros leave a group on the plain decoders."""
+    n = 65536
+    x = gaussian(n, "bfloat16", seed=8)
+    for zeros, expected in [(100, 0), (4000, ref.MASK_ZEROS)]:  # 6 stored bits each: n / 16 / 6 = 683
+        y = x.copy()
+        y[np.random.default_rng(zeros).choice(n, zeros, replace=False)] = 0
+        assert _masks(ref.compress(y), n)[0] & ref.MASK_ZEROS == expected, zeros
+
+
+def test_version_2_sign_coded_class_15_is_corrupt():
+    """Version 2's sign-coded classes: class 15 is none; a stream whose code uses it is rejected."""
     count = 64
     lengths = np.full(ref.NUM_SYMS, 7)  # a complete code: every symbol 7 bits
     codes = ref.canonical_codes(lengths)
     syms = np.zeros(count, np.int64)
     syms[37] = 15 << ref.TOP_BITS
-    streams = [ref.pack_bits(codes[syms[r]], lengths[syms[r]]) for r in ref.substream_ranges(count)]
-    body = bytes(ref.extra_bytes(count, 5)) + np.array([len(t) for t in streams[:3]], "<u2").tobytes() + b"".join(
-        streams)
-    desc = len(body) | (100 << 16) | (1 << 24)
-    stream = (ref.header(1, ref.FLAG_MASKS, count) + np.array([desc], "<u4").tobytes() + bytes([ref.MASK_SIGN])
-              + ref.pack_table(lengths) + body)
-    with pytest.raises(ref.CorruptPayload, match="corrupt block bitstream"):
-        ref.decompress(stream, ml_dtypes.bfloat16, count)
-    for generic in (False, True):
-        with pytest.raises(ValueError, match="corrupt block bitstream"):
-            cpu.decompress_into(np.frombuffer(stream, np.uint8), 1, np.zeros(2 * count, np.uint8), generic=generic)
+    v2_header = b"ZCCL" + bytes([2, 1, ref.FLAG_MASKS, 12]) + count.to_bytes(8, "little")
+
+    def stream(syms):
+        streams = [ref.pack_bits(codes[syms[r]], lengths[syms[r]]) for r in ref.substream_ranges(count)]
+        body = bytes(ref.extra_bytes(count, 5)) + np.array([len(t) for t in streams[:3]], "<u2").tobytes() + b"".join(
+            streams)
+        desc = len(body) | (100 << 16) | (1 << 24)
+        return v2_header + np.array([desc], "<u4").tobytes() + bytes([ref.MASK_SIGN]) + ref.pack_table(lengths) + body
+
+    expect_rejected(stream(syms), ml_dtypes.bfloat16, count, "corrupt block bitstream")
     syms[37] = 0  # the same stream without it decodes
-    streams = [ref.pack_bits(codes[syms[r]], lengths[syms[r]]) for r in ref.substream_ranges(count)]
-    ok = stream[: -sum(map(len, streams))] + b"".join(streams)
-    assert bits(ref.decompress(ok, ml_dtypes.bfloat16, count)) == bytes(2 * count)
+    assert bits(ref.decompress(stream(syms), ml_dtypes.bfloat16, count)) == bytes(2 * count)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -308,7 +428,27 @@ def test_coded_entropy_bound_is_just_below_the_stream(dtype):
     stream is never below it, and Huffman plus framing cost less than 3% over it."""
     from zipccl_jax.bench.baselines import coded_entropy_bits
 
-    for kind in ("gauss", "positive", "skewed_signs"):
+    for kind in ("gauss", "positive", "skewed_signs", "relu"):
         x = make(kind, 3 * ref.BLOCK + 100, dtype)
         ratio = 8 * len(ref.compress(x)) / coded_entropy_bits(x)
         assert 1 < ratio < 1.03, (kind, ratio)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_stream_bytes_is_the_compressed_length_without_coding(dtype):
+    """A size pass (codec_cpu.h: stream_bytes) gives exactly compress's length: the reference's and
+    the C++ one's, fast and generic, on every data kind and size."""
+    code = CODES[np.dtype(dtype)]
+    for kind in KINDS:
+        for n in SIZES + [2 * 65536 + 77]:
+            x = make(kind, n, dtype, seed=n + 2)
+            length = len(ref.compress(x))
+            assert ref.stream_bytes(x) == length, (kind, n)
+            raw = np.frombuffer(bits(x), np.uint8)
+            for generic in (False, True):
+                assert cpu.stream_bytes(raw, code, generic=generic) == length, (kind, n)
+            # the size pass's plan spares compress its choices: the same stream
+            plan = np.zeros(cpu.plan_bytes(n), np.uint8)
+            assert cpu.stream_bytes(raw, code, plan=plan) == length
+            out = np.zeros(ref.max_stream_bytes(n, dtype), np.uint8)
+            assert out[: cpu.compress_into(raw, code, out, plan=plan)].tobytes() == ref.compress(x), (kind, n)

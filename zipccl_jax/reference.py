@@ -2,7 +2,8 @@
 
 This is the oracle the C++ and CUDA codecs are tested against byte for byte.
 It favours following the document over speed, but is vectorised where that
-keeps it readable, so it checks tensors of a few million elements.
+keeps it readable, so it checks tensors of a few million elements. It writes
+version 3 and reads versions 1, 2 and 3 (FORMAT.md, "Earlier versions").
 """
 
 from __future__ import annotations
@@ -12,24 +13,29 @@ import numpy as np
 from .dtypes import DTYPE_CODES, dtype_name
 
 MAGIC = b"ZCCL"
-VERSION = 2  # written; version 1 streams are still read (§1)
+VERSION = 3  # written; versions 1 and 2 are still read
 HEADER_BYTES = 16
 BLOCK_LOG2 = 12
 BLOCK = 1 << BLOCK_LOG2
 GROUP_BLOCKS = 16  # blocks sharing one code table
 FLAG_STORED_RAW = 1
-FLAG_MASKS = 2  # one mask byte per group (§1; BYTE_CODES in version 1)
-MASK_SIGN = 4  # mask bit 2: the group codes the sign in its symbols (§4.1, version 2)
+FLAG_MASKS = 2  # versions 1-2 only: one mask byte per group (BYTE_CODES in version 1)
+MASK_SIGN = 4  # group mask bit 2: the symbols carry the sign (§4.1)
+MASK_ZEROS = 8  # group mask bit 3, version 3: exact zeros are implied (§4.2)
+MASK_OWN_REFS = 16  # group mask bit 4, version 3: each block has its own ref (§5.5)
 NUM_CLASSES, CLASS_ZERO, CLASS_ESC, MAX_DELTA = 32, 0, 31, 29
-SIGN_MAX_DELTA = 13  # §4.1: the deltas a sign-coded class covers
+V2_SIGN_MAX_DELTA = 13  # version 2's sign-coded classes cover 14 deltas
 TOP_BITS = 2  # top mantissa bits coded jointly with the exponent class
-NUM_SYMS = NUM_CLASSES << TOP_BITS
-TABLE_BYTES = NUM_SYMS // 2
+NUM_SYMS = NUM_CLASSES << TOP_BITS  # 128; a sign-coded group of version 3 has twice as many
+TABLE_BYTES = NUM_SYMS // 2  # versions 1-2: a table of 4-bit lengths
 MAX_CODE_LEN = 12
 SUBSTREAMS = 4
 PLANE_SYMS = 256  # §5.4: a raw byte plane's alphabet
-PLANE_TABLE_BYTES = PLANE_SYMS // 2
-PLANE_SAMPLE_STRIDE = 8  # §7 step 3's pre-check looks at every 8th element
+PLANE_TABLE_BYTES = PLANE_SYMS // 2  # versions 1-2
+PLANE_SAMPLE_STRIDE = 8  # §7 step 3's pre-check looks at every 8th stored element
+DESC_BYTES = 3  # version 3: body bytes (u16), length width (u8)
+GROUP_RECORD_BYTES = 3  # version 3: mask (u8), table bytes (u16)
+MAX_WIDTH = 20  # version 3: the widest sub-stream length field (§2)
 
 # §3: (elem_bytes, exp_bits, raw_bytes, extra_bits) per dtype code.
 LAYOUTS = {1: (2, 8, 0, 6), 2: (2, 5, 1, 1), 3: (4, 8, 2, 6)}
@@ -81,18 +87,23 @@ def block_ref(e: np.ndarray, exp_bits: int) -> int:
 
 
 def symbols(e: np.ndarray, t: np.ndarray, ref, exp_bits: int, sign: np.ndarray | None = None) -> np.ndarray:
-    """Symbol = (exponent class relative to ref) << 2 | top mantissa bits.
-
-    With sign (a sign-coded group, §4.1) the class covers d <= 13 and carries
-    the sign in its bit 4; escapes stay class 31.
-    """
+    """§4: symbol = (exponent class relative to ref) << 2 | top mantissa bits; with sign (a
+    sign-coded group, §4.1) the sign is symbol bit 7."""
     d = ref - e
-    max_delta = MAX_DELTA if sign is None else SIGN_MAX_DELTA
-    coded = (e >= 1) & (e != (1 << exp_bits) - 1) & (d >= 0) & (d <= max_delta)
+    coded = (e >= 1) & (e != (1 << exp_bits) - 1) & (d >= 0) & (d <= MAX_DELTA)
     cls = np.where(e == 0, CLASS_ZERO, np.where(coded, d + 1, CLASS_ESC))
-    if sign is not None:
-        cls = np.where(cls == CLASS_ESC, CLASS_ESC, cls | (sign << 4))
-    return (cls << TOP_BITS) | t
+    s = (cls << TOP_BITS) | t
+    return s if sign is None else s | (sign << 7)
+
+
+def implied_zeros(e, t, raw, stored_extra) -> np.ndarray:
+    """§4.2: elements whose every stored bit is 0 under class ZERO and t = 0."""
+    return (e == 0) & (t == 0) & (stored_extra == 0) & ~raw.any(axis=1)
+
+
+def zero_mode_symbols(s: np.ndarray, e, t, implied) -> np.ndarray:
+    """§4.2: in a ZEROS group, an element of class ZERO, t = 0 that is not an implied zero escapes."""
+    return np.where((e == 0) & (t == 0) & ~implied, (s & 128) | (CLASS_ESC << TOP_BITS), s)
 
 
 # §5 ---------------------------------------------------------------------------
@@ -137,7 +148,8 @@ def code_lengths(counts: np.ndarray) -> np.ndarray:
         lengths = huffman_lengths(counts)
         if lengths.max() <= MAX_CODE_LEN:
             return lengths
-        counts = np.where(counts > 0, (counts + 1) >> 1, 0)
+        k = min(int(lengths.max()) - MAX_CODE_LEN, 16)  # divided by 2^k, rounded up
+        counts = np.where(counts > 0, (counts + (1 << k) - 1) >> k, 0)
 
 
 def canonical_codes(lengths: np.ndarray) -> np.ndarray:
@@ -153,19 +165,80 @@ def canonical_codes(lengths: np.ndarray) -> np.ndarray:
     return codes
 
 
+def check_code(lengths: np.ndarray) -> np.ndarray:
+    """§5.3: a code must have a symbol and a Kraft sum of at most 1."""
+    if not lengths.any() or sum(1 << (MAX_CODE_LEN - int(l)) for l in lengths if l) > 1 << MAX_CODE_LEN:
+        raise CorruptPayload("corrupt code table")
+    return lengths
+
+
+def length_prediction(lengths, s: int) -> int:
+    """§5.3: the length a table predicts for symbol s from the lengths before it."""
+    if s % 4:
+        return int(lengths[s - 1])
+    if s % 128:
+        return int(lengths[s - 4])
+    return int(lengths[s - 128]) if s else 0
+
+
+def table_fields(lengths: np.ndarray) -> list[tuple[int, int]]:
+    """§5.3: (value, width) of each symbol's entry: '0' the prediction, '01' one more,
+    '011' one less, '111' and 4 bits any length (bits listed first to last)."""
+    fields = []
+    for s in range(len(lengths)):
+        d = int(lengths[s]) - length_prediction(lengths, s)
+        fields.append((0, 1) if d == 0 else (1, 2) if d == 1 else (3, 3) if d == -1 else (7 | int(lengths[s]) << 3, 7))
+    return fields
+
+
+def table_bits(lengths: np.ndarray) -> int:
+    return sum(w for _, w in table_fields(lengths))
+
+
+def pack_tables(codes: list[np.ndarray]) -> bytes:
+    """§5.3: a group's tables, one bitstream: each code's lengths in turn."""
+    fields = [f for lengths in codes for f in table_fields(lengths)]
+    return pack_bits(np.array([v for v, _ in fields], np.int64), np.array([w for _, w in fields], np.int64))
+
+
+def unpack_tables(table: bytes, sizes: list[int]) -> list[np.ndarray]:
+    """§5.3: the codes of a group's tables, nsym symbols each, validated."""
+    value, nbits, pos = int.from_bytes(table, "little"), 8 * len(table), 0
+
+    def take(width):
+        nonlocal pos
+        if pos + width > nbits:
+            raise CorruptPayload("corrupt code table")
+        pos += width
+        return (value >> (pos - width)) & ((1 << width) - 1)
+
+    out = []
+    for nsym in sizes:
+        lengths = np.zeros(nsym, np.int64)
+        for s in range(nsym):
+            p = length_prediction(lengths, s)
+            v = p if not take(1) else p + 1 if not take(1) else p - 1 if not take(1) else take(4)
+            if not 0 <= v <= MAX_CODE_LEN:
+                raise CorruptPayload("corrupt code table")
+            lengths[s] = v
+        out.append(lengths)
+    if (pos + 7) // 8 != len(table) or value >> pos:
+        raise CorruptPayload("corrupt code table")
+    return [check_code(lengths) for lengths in out]
+
+
 def pack_table(lengths: np.ndarray) -> bytes:
+    """Versions 1-2, §5.3: 4-bit lengths, two per byte."""
     return bytes((lengths[0::2] | (lengths[1::2] << 4)).astype(np.uint8))
 
 
 def unpack_table(table: bytes) -> np.ndarray:
-    """§5.3: the lengths of a stored table (two per byte), validated."""
+    """Versions 1-2: the lengths of a stored table (two per byte), validated."""
     b = np.frombuffer(table, np.uint8).astype(np.int64)
     lengths = np.stack([b & 15, b >> 4], axis=1).ravel()
-    if lengths.max() > MAX_CODE_LEN or not lengths.any():
+    if lengths.max() > MAX_CODE_LEN:
         raise CorruptPayload("corrupt code table")
-    if sum(1 << (MAX_CODE_LEN - int(l)) for l in lengths if l) > 1 << MAX_CODE_LEN:
-        raise CorruptPayload("corrupt code table")
-    return lengths
+    return check_code(lengths)
 
 
 def decode_lut(lengths: np.ndarray) -> tuple[list, list]:
@@ -202,6 +275,27 @@ def pack_bits(values: np.ndarray, widths: np.ndarray) -> bytes:
     return np.packbits(bits.astype(np.uint8), bitorder="little").tobytes()
 
 
+class GroupLayout:
+    """What a group's mask says about its elements (§1-§4)."""
+
+    def __init__(self, code: int, mask: int):
+        elem_bytes, self.exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
+        self.sc, self.zeros = int(bool(mask & MASK_SIGN)), bool(mask & MASK_ZEROS)
+        self.coded = [p for p in range(raw_bytes) if mask >> p & 1]  # byte planes coded in the sub-streams
+        self.stored = [p for p in range(raw_bytes) if not mask >> p & 1]  # ... and stored
+        self.extra_bits = extra_bits - self.sc  # stored extra bits per element
+        self.nsym = NUM_SYMS << self.sc
+
+    def stored_bytes(self, m: int) -> int:
+        """§2: the stored area of m stored elements."""
+        return m * len(self.stored) + extra_bytes(m, self.extra_bits)
+
+
+def length_base(body_bytes: int, count: int, width: int, lay: GroupLayout) -> int:
+    """§2: what sub-stream lengths are stored relative to."""
+    return max(0, 8 * (body_bytes - lay.stored_bytes(count)) - 3 * width) >> 2
+
+
 # §7 ---------------------------------------------------------------------------
 
 
@@ -209,52 +303,110 @@ def header(code: int, flags: int, n: int) -> bytes:
     return MAGIC + bytes([VERSION, code, flags, BLOCK_LOG2]) + int(n).to_bytes(8, "little")
 
 
-def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, codes: np.ndarray,
-                 planes: dict | None = None, sign_coded: bool = False) -> tuple[int, bytes]:
-    """One block with its ref and its group's codes -> (descriptor, body).
-
-    planes maps each coded raw byte plane p to its (lengths, codes) (§5.4);
-    sign_coded: the group's symbols carry the sign (§4.1).
-    """
-    elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
-    planes = planes or {}
-    count, sc = x.size, int(sign_coded)
+def _block_fields(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int, planes: dict):
+    """§6: each element's sub-stream fields and their widths [count, fields], and which are implied zeros."""
+    exp_bits = LAYOUTS[code][1]
+    lay = GroupLayout(code, mask)
     e, t, raw, extra = split(code, x)
-    sign = extra & 1  # §3: the sign is bit 0 of extra
-    s = symbols(e, t, ref, exp_bits, sign if sc else None)
-    esc = s >> TOP_BITS == CLASS_ESC
-    # per element: symbol code, escaped exponent (and sign), then each coded plane's code
-    fields = np.stack([codes[s], e | (sign << exp_bits) * sc] + [planes[p][1][raw[:, p]] for p in sorted(planes)],
-                      axis=1)
-    widths = np.stack([lengths[s], np.where(esc, exp_bits + sc, 0)] + [planes[p][0][raw[:, p]] for p in sorted(planes)],
-                      axis=1)
-    streams = [pack_bits(fields[r].ravel(), widths[r].ravel()) for r in substream_ranges(count)]
-    sizes = np.array([len(t) for t in streams[:-1]], "<u2").tobytes()
-    extras = pack_bits(extra >> sc, np.full(count, extra_bits - sc))
-    stored = raw[:, [p for p in range(raw_bytes) if p not in planes]]
-    body = stored.astype(np.uint8).tobytes() + extras + sizes + b"".join(streams)
+    s = symbols(e, t, ref, exp_bits, extra & 1 if lay.sc else None)
+    implied = implied_zeros(e, t, raw, extra >> lay.sc) if lay.zeros else np.zeros(x.size, bool)
+    s = zero_mode_symbols(s, e, t, implied) if lay.zeros else s
+    esc = (s >> TOP_BITS) & (NUM_CLASSES - 1) == CLASS_ESC
+    codes = canonical_codes(lengths)
+    # per element: symbol code, escaped exponent, then each coded plane's code
+    fields = [codes[s], e] + [canonical_codes(planes[p])[raw[:, p]] for p in lay.coded]
+    widths = [lengths[s], np.where(esc, exp_bits, 0)] + [np.where(implied, 0, planes[p][raw[:, p]]) for p in lay.coded]
+    return np.stack(fields, axis=1), np.stack(widths, axis=1), implied, raw, extra
+
+
+def _width(sub_bits: list[int], stored_bytes: int, count: int, lay: GroupLayout) -> tuple[int, list[int], int]:
+    """§7 step 4: the narrowest length fields that fit -> (width, deviations, body bytes)."""
+    for width in range(1, MAX_WIDTH + 1):
+        body_bytes = (3 * width + sum(sub_bits) + 7) // 8 + stored_bytes
+        devs = [b - length_base(body_bytes, count, width, lay) for b in sub_bits[:3]]
+        if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
+            return width, devs, body_bytes
+    raise AssertionError("sub-stream lengths beyond the format's widths")  # cannot happen: |dev| < 2^16
+
+
+def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int,
+                 planes: dict | None = None) -> tuple[int, bytes]:
+    """§7 step 4: one block with its ref and its group's codes -> (descriptor, body); the descriptor
+    as an integer: body bytes | width << 16.
+
+    lengths: the group's symbol code; planes maps each coded byte plane p to its code lengths."""
+    elem_bytes = LAYOUTS[code][0]
+    lay = GroupLayout(code, mask)
+    count = x.size
+    fields, widths, implied, raw, extra = _block_fields(code, x, ref, lengths, mask, planes or {})
+    sub_bits = [int(widths[r].sum()) for r in substream_ranges(count)]
+    kept = ~implied
+    m = int(kept.sum())
+    stored = (raw[kept][:, lay.stored].astype(np.uint8).tobytes()
+              + pack_bits((extra >> lay.sc)[kept], np.full(m, lay.extra_bits)))
+    width, devs, _ = _width(sub_bits, len(stored), count, lay)
+    area = pack_bits(np.concatenate([np.array(devs, np.int64) & ((1 << width) - 1), fields.ravel()]),
+                     np.concatenate([np.full(3, width), widths.ravel()]))
+    body = area + stored
     if len(body) >= count * elem_bytes:
         return count * elem_bytes, x.tobytes()
-    return len(body) | (ref << 16) | (1 << 24), body
+    return len(body) | width << 16, body
 
 
-def choose_group_code(code: int, blocks: list[np.ndarray]) -> tuple[list[int], np.ndarray, bool]:
-    """§7 step 2: the refs of a group's blocks, the group's code lengths and whether it codes the sign."""
+def block_bytes(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int, planes: dict) -> int:
+    """encode_block's body length, from the fields' widths, without coding them."""
+    lay = GroupLayout(code, mask)
+    _, widths, implied, _, _ = _block_fields(code, x, ref, lengths, mask, planes)
+    sub_bits = [int(widths[r].sum()) for r in substream_ranges(x.size)]
+    body = _width(sub_bits, lay.stored_bytes(int((~implied).sum())), x.size, lay)[2]
+    return min(body, x.size * LAYOUTS[code][0])
+
+
+def stored_bits_per_element(code: int, sc: int) -> int:
+    _, _, raw_bytes, extra_bits = LAYOUTS[code]
+    return 8 * raw_bytes + extra_bits - sc
+
+
+def choose_group_code(code: int, blocks: list[np.ndarray]) -> tuple[list[int], np.ndarray, int]:
+    """§7 step 2: the refs of a group's blocks, its symbol code lengths and its mask bits 2-4."""
     exp_bits = LAYOUTS[code][1]
-    parts = [(e, t, extra & 1) for e, t, _, extra in (split(code, blk) for blk in blocks)]
-    block_refs = [block_ref(e, exp_bits) for e, _, _ in parts]
+    parts = [split(code, blk) for blk in blocks]
+    block_refs = [block_ref(e, exp_bits) for e, _, _, _ in parts]
     group_refs = [max(block_refs)] * len(blocks)
-    best = None
-    # in this order, a candidate replaces the best only if strictly cheaper
-    for sc, refs in ((0, group_refs), (0, block_refs), (1, group_refs), (1, block_refs)):
-        counts = sum(np.bincount(symbols(e, t, r, exp_bits, sign if sc else None), minlength=NUM_SYMS)
-                     for (e, t, sign), r in zip(parts, refs))
-        lengths = code_lengths(counts)
-        esc = counts.reshape(NUM_CLASSES, -1)[CLASS_ESC].sum()
-        cost = int(counts @ lengths) + (exp_bits + sc) * int(esc) + (1 - sc) * int(counts.sum())
-        if best is None or cost < best[0]:
-            best = (cost, refs, lengths, bool(sc))
-    return best[1:]
+    n = sum(blk.size for blk in blocks)
+    candidates = []
+    for zeros in (False, True):
+        for sc, own in ((0, 0), (0, 1), (1, 0), (1, 1)):
+            refs = block_refs if own else group_refs
+            counts, m = 0, n
+            for (e, t, raw, extra), r in zip(parts, refs):
+                s = symbols(e, t, r, exp_bits, extra & 1 if sc else None)
+                if zeros:
+                    implied = implied_zeros(e, t, raw, extra >> sc)
+                    s, m = zero_mode_symbols(s, e, t, implied), m - int(implied.sum())
+                counts = counts + np.bincount(s, minlength=NUM_SYMS << sc)
+            if zeros and (n - m) * stored_bits_per_element(code, sc) * 16 <= n:
+                continue  # §7 step 2: cannot pass the zero mode's threshold
+            lengths = code_lengths(counts)
+            esc = int(counts.reshape(-1, 4)[CLASS_ESC::NUM_CLASSES].sum())
+            cost = (int(counts @ lengths) + exp_bits * esc + 8 * ((table_bits(lengths) + 7) // 8)
+                    + m * stored_bits_per_element(code, sc))
+            candidates.append((cost, zeros, own, lengths, sc))
+    best = min((c for c in candidates if not c[1]), key=lambda c: c[0])  # the first of least cost
+    zero = min((c for c in candidates if c[1]), key=lambda c: c[0], default=None)
+    if zero is not None and 16 * (best[0] - zero[0]) > n:
+        best = zero
+    cost, zeros, own, lengths, sc = best
+    mask = (MASK_SIGN if sc else 0) | (MASK_ZEROS if zeros else 0) | (MASK_OWN_REFS if own else 0)
+    return block_refs if own else group_refs, lengths, mask
+
+
+def stored_elements(code: int, x: np.ndarray, mask: int) -> np.ndarray:
+    """The elements a group stores bits for: all, or in a ZEROS group those that are no implied zero."""
+    if not mask & MASK_ZEROS:
+        return x
+    e, t, raw, extra = split(code, x)
+    return x[~implied_zeros(e, t, raw, extra >> bool(mask & MASK_SIGN))]
 
 
 def _plane_code_bits(plane: np.ndarray) -> tuple[int, np.ndarray]:
@@ -265,7 +417,7 @@ def _plane_code_bits(plane: np.ndarray) -> tuple[int, np.ndarray]:
 
 
 def choose_planes(code: int, x: np.ndarray) -> dict:
-    """§7 step 3: the raw byte planes a group codes -> {plane: code lengths}."""
+    """§7 step 3: the raw byte planes a group codes, over its stored elements x -> {plane: code lengths}."""
     raw = split(code, x)[2]
     planes = {}
     for p in range(raw.shape[1]):
@@ -273,7 +425,7 @@ def choose_planes(code: int, x: np.ndarray) -> dict:
         if 16 * (8 * sample.size - _plane_code_bits(sample)[0]) < sample.size:
             continue
         bits, lengths = _plane_code_bits(raw[:, p])
-        if bits + 8 * PLANE_TABLE_BYTES < 8 * x.size:
+        if bits + 8 * ((table_bits(lengths) + 7) // 8) < 8 * x.size:
             planes[p] = lengths
     return planes
 
@@ -283,96 +435,256 @@ def compress(x: np.ndarray) -> bytes:
     code = DTYPE_CODES[dtype_name(x.dtype)]
     x = np.ascontiguousarray(x).ravel()
     n, elem_bytes = x.size, LAYOUTS[code][0]
-    group = GROUP_BLOCKS * BLOCK
-    descs, masks, tables, bodies = [], [], [], []
-    for g in range(0, n, group):
-        planes = choose_planes(code, x[g : g + group])
-        blocks = [x[b : min(b + BLOCK, n)] for b in range(g, min(g + group, n), BLOCK)]
-        refs, lengths, sign_coded = choose_group_code(code, blocks)
-        masks.append(sum(1 << p for p in planes) | (MASK_SIGN if sign_coded else 0))
-        tables.append(pack_table(lengths) + b"".join(pack_table(planes[p]) for p in sorted(planes)))
-        codes = canonical_codes(lengths)
-        plane_codes = {p: (lens, canonical_codes(lens)) for p, lens in planes.items()}
+    descs, records, tables, bodies = [], [], [], []
+    for blocks, refs, lengths, mask, planes in _groups(code, x):
+        table = bytes(refs if mask & MASK_OWN_REFS else refs[:1]) + pack_tables([lengths] + [planes[p] for p in
+                                                                                          sorted(planes)])
+        records.append(bytes([mask]) + len(table).to_bytes(2, "little"))
+        tables.append(table)
         for blk, r in zip(blocks, refs):
-            desc, body = encode_block(code, blk, r, lengths, codes, plane_codes, sign_coded)
+            desc, body = encode_block(code, blk, r, lengths, mask, planes)
             descs.append(desc)
             bodies.append(body)
-    coded_len = 4 * len(descs) + len(masks) + sum(map(len, tables)) + sum(map(len, bodies))
+    coded_len = DESC_BYTES * len(descs) + sum(map(len, records)) + sum(map(len, tables)) + sum(map(len, bodies))
     if coded_len >= n * elem_bytes:
         return header(code, FLAG_STORED_RAW, n) + x.tobytes()
-    return (header(code, FLAG_MASKS, n) + np.array(descs, "<u4").tobytes() + bytes(masks) + b"".join(tables)
-            + b"".join(bodies))
+    return (header(code, 0, n) + b"".join(d.to_bytes(DESC_BYTES, "little") for d in descs) + b"".join(records)
+            + b"".join(bodies) + b"".join(tables))
+
+
+def _groups(code: int, x: np.ndarray):
+    """§7 steps 1-3 for each group: (blocks, refs, symbol code lengths, mask, plane codes)."""
+    n = x.size
+    for g in range(0, n, GROUP_BLOCKS * BLOCK):
+        blocks = [x[b : min(b + BLOCK, n)] for b in range(g, min(g + GROUP_BLOCKS * BLOCK, n), BLOCK)]
+        refs, lengths, mask = choose_group_code(code, blocks)
+        planes = choose_planes(code, stored_elements(code, x[g : g + GROUP_BLOCKS * BLOCK], mask))
+        yield blocks, refs, lengths, mask | sum(1 << p for p in planes), planes
+
+
+def stream_bytes(x: np.ndarray) -> int:
+    """len(compress(x)), from the encoder's choices and the sub-streams' sizes, without coding."""
+    code = DTYPE_CODES[dtype_name(x.dtype)]
+    x = np.ascontiguousarray(x).ravel()
+    total = HEADER_BYTES + DESC_BYTES * -(-x.size // BLOCK)
+    for blocks, refs, lengths, mask, planes in _groups(code, x):
+        nrefs = len(blocks) if mask & MASK_OWN_REFS else 1
+        bits = sum(table_bits(c) for c in [lengths] + [planes[p] for p in sorted(planes)])
+        total += GROUP_RECORD_BYTES + nrefs + (bits + 7) // 8
+        total += sum(block_bytes(code, blk, r, lengths, mask, planes) for blk, r in zip(blocks, refs))
+    return min(total, max_stream_bytes(x.size, x.dtype))
 
 
 # decoding ------------------------------------------------------------------------
 
+TRUNCATED = "truncated payload (shorter than its header says)"
 
-def _check_header(buf: bytes, code: int, n: int) -> tuple[int, int]:
-    """§1: (flags, the bits a group's mask may have)."""
+
+def _check_header(buf: bytes, code: int, n: int) -> tuple[int, int, int]:
+    """§1: (version, flags, the bits a group's mask may have)."""
     if len(buf) < HEADER_BYTES:
-        raise CorruptPayload("truncated payload (shorter than its header says)")
+        raise CorruptPayload(TRUNCATED)
     if buf[:4] != MAGIC:
         raise CorruptPayload("bad magic (not a zipccl payload)")
-    if buf[4] not in (1, VERSION) or buf[7] != BLOCK_LOG2:
+    version = buf[4]
+    if version not in (1, 2, 3) or buf[7] != BLOCK_LOG2:
         raise CorruptPayload("unsupported format version or block size")
     if buf[5] != code:
         raise CorruptPayload("payload dtype does not match the requested dtype")
     if int.from_bytes(buf[8:16], "little") != n:
         raise CorruptPayload("payload element count does not match the requested shape")
     flags = buf[6]
-    mask_bits = (1 << LAYOUTS[code][2]) - 1 | (MASK_SIGN if buf[4] >= 2 else 0)
+    planes = (1 << LAYOUTS[code][2]) - 1
+    if version == 3:
+        if flags & ~FLAG_STORED_RAW:
+            raise CorruptPayload("unknown header flags")
+        return version, flags, planes | MASK_SIGN | MASK_ZEROS | MASK_OWN_REFS
+    mask_bits = planes | (MASK_SIGN if version == 2 else 0)
     if flags & ~(FLAG_STORED_RAW | FLAG_MASKS) or (flags & FLAG_MASKS and (not mask_bits or flags & FLAG_STORED_RAW)):
         raise CorruptPayload("unknown header flags")
-    return flags, mask_bits
+    return version, flags, mask_bits
 
 
 def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
     """Decode a stream of n elements of dtype; raises CorruptPayload."""
     dt = np.dtype(dtype)
     code = DTYPE_CODES[dtype_name(dt)]
-    elem_bytes, raw_bytes = LAYOUTS[code][0], LAYOUTS[code][2]
+    elem_bytes = LAYOUTS[code][0]
     buf = bytes(buf)
-    flags, mask_bits = _check_header(buf, code, n)
-    truncated = CorruptPayload("truncated payload (shorter than its header says)")
+    version, flags, mask_bits = _check_header(buf, code, n)
     if flags & FLAG_STORED_RAW:
         if len(buf) - HEADER_BYTES < n * elem_bytes:
-            raise truncated
+            raise CorruptPayload(TRUNCATED)
         return np.frombuffer(buf, dt, count=n, offset=HEADER_BYTES).copy()
+    decode = _decompress_v3 if version == 3 else _decompress_v2
+    return decode(buf, code, n, flags, mask_bits).astype(np.uint16 if elem_bytes == 2 else np.uint32).view(dt)
+
+
+def _blocks(buf: bytes, descs, n: int, table_at: int, table_sizes: list):
+    """Per block in stream order: its index, its group, its descriptor, its element count and its
+    group's table bytes (the groups' tables lie end to end from table_at)."""
+    for b, desc in enumerate(descs):
+        g = b // GROUP_BLOCKS
+        if b % GROUP_BLOCKS == 0:
+            table = buf[table_at : table_at + table_sizes[g]]
+            table_at += table_sizes[g]
+        yield b, g, int(desc), min(BLOCK, n - b * BLOCK), table
+
+
+def _decompress_v3(buf: bytes, code: int, n: int, flags: int, mask_bits: int) -> np.ndarray:
+    """§1-§6 of version 3: the elements' unsigned bits."""
+    nb = -(-n // BLOCK)
+    ng = -(-nb // GROUP_BLOCKS)
+    records_at = HEADER_BYTES + DESC_BYTES * nb
+    bodies_at = records_at + GROUP_RECORD_BYTES * ng
+    if len(buf) < bodies_at:
+        raise CorruptPayload(TRUNCATED)
+    records = [buf[records_at + GROUP_RECORD_BYTES * g :][:GROUP_RECORD_BYTES] for g in range(ng)]
+    masks = [r[0] for r in records]
+    if any(m & ~mask_bits for m in masks):
+        raise CorruptPayload("corrupt group mask")
+    descs = [int.from_bytes(buf[HEADER_BYTES + DESC_BYTES * b :][:DESC_BYTES], "little") for b in range(nb)]
+    table_at = bodies_at + sum(d & 0xFFFF for d in descs)
+    table_sizes = [int.from_bytes(r[1:], "little") for r in records]
+    if len(buf) < table_at + sum(table_sizes):
+        raise CorruptPayload(TRUNCATED)
+    out = np.empty(n, np.int64)
+    pos, codes = bodies_at, None
+    for b, g, desc, count, table in _blocks(buf, descs, n, table_at, table_sizes):
+        if b % GROUP_BLOCKS == 0:
+            codes = None  # unpacked lazily: a group of raw blocks may carry any tables
+        size, width = desc & 0xFFFF, desc >> 16
+        body = buf[pos : pos + size]
+        pos += size
+        elem_bytes = LAYOUTS[code][0]
+        if width == 0:  # §2: a raw block
+            if size != count * elem_bytes:
+                raise CorruptPayload("corrupt block descriptor (bad body size)")
+            out[b * BLOCK : b * BLOCK + count] = np.frombuffer(body, np.uint16 if elem_bytes == 2 else np.uint32)
+            continue
+        if width > MAX_WIDTH:
+            raise CorruptPayload("corrupt block descriptor (bad mode)")
+        if size >= count * elem_bytes:
+            raise CorruptPayload("corrupt block descriptor (bad body size)")
+        lay = GroupLayout(code, masks[g])
+        if codes is None:
+            refs = min(nb, (g + 1) * GROUP_BLOCKS) - g * GROUP_BLOCKS if masks[g] & MASK_OWN_REFS else 1
+            if len(table) < refs:
+                raise CorruptPayload("corrupt code table")
+            codes = (list(table[:refs]), unpack_tables(table[refs:], [lay.nsym] + [PLANE_SYMS] * len(lay.coded)))
+        ref = codes[0][b % GROUP_BLOCKS if masks[g] & MASK_OWN_REFS else 0]
+        out[b * BLOCK : b * BLOCK + count] = _decode_block_v3(code, body, size, ref, width, count, codes[1], lay)
+    return out
+
+
+class _BitReader:
+    """Reads bits [pos, stop) of value, LSB first; a code's window reads past stop as 0."""
+
+    def __init__(self, value: int, pos: int, stop: int):
+        self.value, self.pos, self.stop = value, pos, stop
+
+    def take(self, width: int) -> int:
+        if self.pos + width > self.stop:
+            raise CorruptPayload("corrupt block bitstream")
+        self.pos += width
+        return (self.value >> (self.pos - width)) & ((1 << width) - 1)
+
+    def symbol(self, lut) -> int:
+        """One prefix code's symbol through its decode table (decode_lut)."""
+        window = (self.value >> self.pos) & ((1 << min(self.stop - self.pos, MAX_CODE_LEN)) - 1)
+        if not lut[1][window]:
+            raise CorruptPayload("corrupt block bitstream")
+        self.take(lut[1][window])
+        return lut[0][window]
+
+
+def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width: int, count: int, codes,
+                     lay: GroupLayout) -> np.ndarray:
+    """§2, §6 of version 3: a coded block's elements, as unsigned bits."""
+    elem_bytes, exp_bits, raw_bytes, _ = LAYOUTS[code]
+    value, end = int.from_bytes(body, "little"), 8 * size
+    base = length_base(size, count, width, lay)
+    starts = [3 * width]
+    for k in range(SUBSTREAMS - 1):
+        dev = (value >> (k * width)) & ((1 << width) - 1)
+        starts.append(starts[-1] + base + dev - ((dev >> (width - 1)) << width))
+    if 3 * width > end or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > end:
+        raise CorruptPayload("corrupt block descriptor (bad body size)")
+    luts = [decode_lut(c) for c in codes]
+    sym_lut, plane_luts = luts[0], dict(zip(lay.coded, luts[1:]))
+    e, t, raw = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros((count, raw_bytes), np.int64)
+    sign, implied = np.zeros(count, np.int64), np.zeros(count, bool)
+    for k, elements in enumerate(substream_ranges(count)):
+        bits = _BitReader(value, starts[k], starts[k + 1] if k + 1 < SUBSTREAMS else end)
+        take, symbol = bits.take, bits.symbol
+        for i in elements:
+            s = symbol(sym_lut)
+            sign[i], cls, t[i] = s >> 7, (s >> TOP_BITS) & (NUM_CLASSES - 1), s & 3
+            if cls == CLASS_ESC:
+                e[i] = take(exp_bits)
+            elif cls != CLASS_ZERO:
+                if cls - 1 >= ref:
+                    raise CorruptPayload("corrupt block bitstream")
+                e[i] = ref - (cls - 1)
+            implied[i] = lay.zeros and cls == CLASS_ZERO and t[i] == 0
+            for p in lay.coded:
+                raw[i, p] = 0 if implied[i] else symbol(plane_luts[p])
+        if k + 1 < SUBSTREAMS and bits.pos != bits.stop:
+            raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
+    pos = bits.pos
+    area = (pos + 7) // 8
+    m = count - int(implied.sum())
+    if (value >> pos) & ((1 << (8 * area - pos)) - 1) or size - area != lay.stored_bytes(m):
+        raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
+    kept = ~implied
+    stored = np.frombuffer(body, np.uint8, count=m * len(lay.stored), offset=area)
+    raw[np.ix_(kept, lay.stored)] = stored.reshape(m, len(lay.stored))
+    w = lay.extra_bits
+    ebits = np.unpackbits(np.frombuffer(body[area + m * len(lay.stored) :], np.uint8), bitorder="little")
+    if ebits[m * w :].any():
+        raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
+    extra = np.zeros(count, np.int64)
+    extra[kept] = ebits[: m * w].reshape(m, w).astype(np.int64) @ (1 << np.arange(w))
+    if not lay.sc:
+        sign = extra & 1
+        extra >>= 1
+    return join(code, e, t, raw, extra << 1 | sign)
+
+
+def _decompress_v2(buf: bytes, code: int, n: int, flags: int, mask_bits: int) -> np.ndarray:
+    """Versions 1-2 ("Earlier versions" of FORMAT.md): the elements' unsigned bits."""
+    raw_bytes = LAYOUTS[code][2]
     nb = -(-n // BLOCK)
     ng = -(-nb // GROUP_BLOCKS)
     table_at = HEADER_BYTES + 4 * nb + (ng if flags & FLAG_MASKS else 0)
     if len(buf) < table_at:
-        raise truncated
+        raise CorruptPayload(TRUNCATED)
     masks = list(buf[HEADER_BYTES + 4 * nb : table_at]) if flags & FLAG_MASKS else [0] * ng
     if any(m & ~mask_bits for m in masks):
         raise CorruptPayload("corrupt group mask")
     table_sizes = [TABLE_BYTES + PLANE_TABLE_BYTES * bin(m & ~MASK_SIGN).count("1") for m in masks]
     pos = table_at + sum(table_sizes)
     if len(buf) < pos:
-        raise truncated
+        raise CorruptPayload(TRUNCATED)
     descs = np.frombuffer(buf, "<u4", count=nb, offset=HEADER_BYTES).astype(np.int64)
-    out = np.empty(n, dt)
+    out = np.empty(n, np.int64)
     luts = None
-    for b, desc in enumerate(descs):
-        g = b // GROUP_BLOCKS
+    for b, g, desc, count, tables in _blocks(buf, descs, n, table_at, table_sizes):
         if b % GROUP_BLOCKS == 0:
             luts = None  # built lazily: a group of raw blocks may carry any tables
-            tables = buf[table_at : table_at + table_sizes[g]]
-            table_at += table_sizes[g]
-        count = min(BLOCK, n - b * BLOCK)
-        size = int(desc & 0xFFFF)
+        size = desc & 0xFFFF
         if size > len(buf) - pos:
-            raise truncated
+            raise CorruptPayload(TRUNCATED)
         if desc >> 24 == 1 and luts is None:
-            luts = _group_luts(tables, masks[g], raw_bytes)
-        block = _decode_block(code, buf[pos : pos + size], int(desc), count, luts, bool(masks[g] & MASK_SIGN))
-        out[b * BLOCK : b * BLOCK + count] = block.view(dt)
+            luts = _group_luts_v2(tables, masks[g], raw_bytes)
+        out[b * BLOCK : b * BLOCK + count] = _decode_block_v2(code, buf[pos : pos + size], int(desc), count, luts,
+                                                              bool(masks[g] & MASK_SIGN))
         pos += size
     return out
 
 
-def _group_luts(tables: bytes, mask: int, raw_bytes: int) -> tuple:
-    """§5.3-5.4: the symbol table's decode table, then each plane's (None: stored raw)."""
+def _group_luts_v2(tables: bytes, mask: int, raw_bytes: int) -> tuple:
+    """Versions 1-2: the symbol table's decode table, then each plane's (None: stored raw)."""
     luts = [decode_lut(unpack_table(tables[:TABLE_BYTES]))]
     at = TABLE_BYTES
     for p in range(raw_bytes):
@@ -384,17 +696,16 @@ def _group_luts(tables: bytes, mask: int, raw_bytes: int) -> tuple:
     return tuple(luts)
 
 
-def _decode_block(code: int, body: bytes, desc: int, count: int, luts, sign_coded: bool) -> np.ndarray:
-    """One block; luts from _group_luts. Returns the elements' unsigned bits."""
+def _decode_block_v2(code: int, body: bytes, desc: int, count: int, luts, sign_coded: bool) -> np.ndarray:
+    """Versions 1-2: one block; luts from _group_luts_v2. Returns the elements' unsigned bits."""
     elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
     sc = int(sign_coded)
-    extra_bits -= sc  # §4.1: the sign is coded, not stored
-    utype = np.uint16 if elem_bytes == 2 else np.uint32
+    extra_bits -= sc  # the sign is coded, not stored
     size, ref, mode = desc & 0xFFFF, (desc >> 16) & 0xFF, desc >> 24
     if mode == 0:
         if size != count * elem_bytes:
             raise CorruptPayload("corrupt block descriptor (bad body size)")
-        return np.frombuffer(body, utype).copy()
+        return np.frombuffer(body, np.uint16 if elem_bytes == 2 else np.uint32).astype(np.int64)
     if mode != 1:
         raise CorruptPayload("corrupt block descriptor (bad mode)")
     coded = [p for p in range(raw_bytes) if luts and luts[1 + p] is not None]
@@ -418,25 +729,9 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, luts, sign_code
     e, t, sign = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros(count, np.int64)
     for k, elements in enumerate(substream_ranges(count)):
         stream = body[bounds[k] : bounds[k + 1]]
-        nbits = 8 * len(stream)
-        value = int.from_bytes(stream, "little")  # bits past the end read as 0
-        pos = 0
-
-        def take(width: int) -> int:
-            nonlocal pos
-            if pos + width > nbits:
-                raise CorruptPayload("corrupt block bitstream")
-            pos += width
-            return (value >> (pos - width)) & ((1 << width) - 1)
-
-        def symbol(lut) -> int:
-            lut_sym, lut_len = lut
-            window = (value >> pos) & ((1 << MAX_CODE_LEN) - 1)
-            if not lut_len[window]:
-                raise CorruptPayload("corrupt block bitstream")
-            take(lut_len[window])
-            return lut_sym[window]
-
+        value = int.from_bytes(stream, "little")
+        bits = _BitReader(value, 0, 8 * len(stream))
+        take, symbol = bits.take, bits.symbol
         for i in elements:
             s = symbol(luts[0])
             cls, t[i] = s >> TOP_BITS, s & ((1 << TOP_BITS) - 1)
@@ -445,7 +740,7 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, luts, sign_code
                 sign[i] = take(sc)
             elif sc:
                 sign[i], cls = cls >> 4, cls & 15
-                if cls == 15:  # §4.1: the one class a sign-coded group does not use
+                if cls == 15:  # version 2: the one class a sign-coded group does not use
                     raise CorruptPayload("corrupt block bitstream")
             if cls not in (CLASS_ZERO, CLASS_ESC):
                 if cls - 1 >= ref:
@@ -453,9 +748,9 @@ def _decode_block(code: int, body: bytes, desc: int, count: int, luts, sign_code
                 e[i] = ref - (cls - 1)
             for p in coded:
                 raw[i, p] = symbol(luts[1 + p])
-        if (pos + 7) // 8 != len(stream) or value >> pos:
+        if (bits.pos + 7) // 8 != len(stream) or value >> bits.pos:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    return join(code, e, t, raw, extra << sc | sign).astype(utype)
+    return join(code, e, t, raw, extra << sc | sign)
 
 
 # §8 ---------------------------------------------------------------------------

@@ -136,10 +136,10 @@ def _entropy_bits(counts):
 
 def coded_entropy_bits(x):
     """Bits zipccl's own model needs for x at best: per group of 65,536 values, the entropy of its
-    symbols under the refs and sign choice the encoder makes, escaped exponents (and signs), the raw
-    extra bits and, per byte plane, the bytes' entropy where the group codes the plane, else 8 bits.
-    Tables and block framing are free here, so zipccl's stream is this plus Huffman's and the
-    format's overhead."""
+    symbols under the refs, sign coding and implied zeros the encoder chooses, escaped exponents,
+    the stored extra bits and, per byte plane, the bytes' entropy where the group codes the plane,
+    else 8 bits (implied zeros store nothing). Tables and block framing are free here, so zipccl's
+    stream is this plus Huffman's and the format's overhead."""
     from .. import reference as ref
     from ..dtypes import DTYPE_CODES
 
@@ -151,16 +151,20 @@ def coded_entropy_bits(x):
     for g in range(0, x.size, group):
         xs = x[g : g + group]
         blocks = [xs[b : b + ref.BLOCK] for b in range(0, xs.size, ref.BLOCK)]
-        refs, _, sign_coded = ref.choose_group_code(code, blocks)
+        refs, _, mask = ref.choose_group_code(code, blocks)
+        sc = int(bool(mask & ref.MASK_SIGN))
         counts = 0
         for blk, r in zip(blocks, refs):
-            e, t, _, extra = ref.split(code, blk)
-            counts = counts + np.bincount(ref.symbols(e, t, r, exp_bits, (extra & 1) if sign_coded else None),
-                                          minlength=ref.NUM_SYMS)
-        escapes = counts.reshape(ref.NUM_CLASSES, -1)[ref.CLASS_ESC].sum()
-        bits += _entropy_bits(counts) + escapes * (exp_bits + sign_coded) + xs.size * (extra_bits - sign_coded)
-        planes = ref.choose_planes(code, xs)
-        raw = ref.split(code, xs)[2]
+            e, t, raw, extra = ref.split(code, blk)
+            s = ref.symbols(e, t, r, exp_bits, (extra & 1) if sc else None)
+            if mask & ref.MASK_ZEROS:
+                s = ref.zero_mode_symbols(s, e, t, ref.implied_zeros(e, t, raw, extra >> sc))
+            counts = counts + np.bincount(s, minlength=ref.NUM_SYMS << sc)
+        escapes = int(counts.reshape(-1, 4)[ref.CLASS_ESC :: ref.NUM_CLASSES].sum())
+        stored = ref.stored_elements(code, xs, mask)
+        bits += _entropy_bits(counts) + escapes * exp_bits + stored.size * (extra_bits - sc)
+        planes = ref.choose_planes(code, stored)
+        raw = ref.split(code, stored)[2]
         for p in range(raw_bytes):
-            bits += _entropy_bits(np.bincount(raw[:, p], minlength=256)) if p in planes else 8 * xs.size
+            bits += _entropy_bits(np.bincount(raw[:, p], minlength=256)) if p in planes else 8 * stored.size
     return bits

