@@ -86,11 +86,17 @@ def relayout(fn, x):
     bits. XLA:CPU may copy bf16 through float32 and flush subnormals to zero
     on the way (jax 0.11.2 does in a transpose that follows a conditional, on
     the thread pool, whose threads flush denormals), which would break
-    losslessness. The barriers keep XLA from folding the bitcasts away."""
-    if not jnp.issubdtype(x.dtype, jnp.floating):
+    losslessness. The barriers keep XLA from folding the bitcasts away; they
+    would also cost a copy, so a fn that only reshapes runs as it is."""
+    if not jnp.issubdtype(x.dtype, jnp.floating) or _only_reshapes(fn, x):
         return fn(x)
     bits = lax.optimization_barrier(lax.bitcast_convert_type(x, jnp.dtype(f"uint{x.dtype.itemsize * 8}")))
     return lax.bitcast_convert_type(lax.optimization_barrier(fn(bits)), x.dtype)
+
+
+def _only_reshapes(fn, x) -> bool:
+    eqns = jax.make_jaxpr(fn)(jax.ShapeDtypeStruct(x.shape, x.dtype)).eqns
+    return all(e.primitive.name in ("reshape", "squeeze", "expand_dims") for e in eqns)
 
 
 @dataclasses.dataclass(frozen=True)
