@@ -33,4 +33,13 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
 // them in row order in float32 into acc (FORMAT.md §8). Returns a Status.
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc);
 
+// acc[i] = x[i] (first) or acc[i] + x[i] in float32, for n elements of dtype
+// at x: the rank-ordered sum's step (FORMAT.md §8; the caller turns flush-to-
+// zero and denormals-are-zero off). Typed loops the compiler vectorises.
+void accumulate_elements(int dtype, const uint8_t* x, int64_t n, float* acc, bool first);
+
+// out[i] = acc[i] rounded once to dtype (round to nearest even; NaN to the
+// canonical quiet NaN of its sign, as numpy's cast does).
+void round_elements(int dtype, const float* acc, int64_t n, uint8_t* out);
+
 }  // namespace zipccl

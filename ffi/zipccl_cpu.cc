@@ -118,15 +118,13 @@ ffi::Error DecompressAccumulate(ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::A
     return ffi::Error::InvalidArgument("zipccl: accumulate buffer shapes do not match item_elems");
   const int out_bytes = zipccl::layout_of(out_dtype).elem_bytes;
   auto* dst = static_cast<uint8_t*>(out->untyped_data());
-  std::vector<float> acc(item_elems);
+  std::unique_ptr<float[]> acc(new float[size_t(item_elems > 0 ? item_elems : 1)]);
   const ExactSubnormals exact;
   for (int64_t i = 0; i < batch; ++i) {
     const int status = zipccl::decompress_accumulate(dtype, payload.typed_data() + i * k * cap, cap, k,
-                                                     item_elems, acc.data());
+                                                     item_elems, acc.get());
     if (status != zipccl::kOk) return corrupt(i, status);
-    uint8_t* o = dst + i * item_elems * out_bytes;
-    for (int64_t j = 0; j < item_elems; ++j)
-      zipccl::store_element(o + j * out_bytes, zipccl::f32_to_element(out_dtype, acc[j]), out_bytes);
+    zipccl::round_elements(out_dtype, acc.get(), item_elems, dst + i * item_elems * out_bytes);
   }
   return ffi::Error::Success();
 }
@@ -362,21 +360,15 @@ ffi::Error DecodeAccumulateRows(ffi::RemainingArgs parts, ffi::RemainingRets out
   const int64_t m = x->size();
   if (rows->row.empty()) return bad_rows("decode_accumulate_rows needs at least one row");
   const int es = zipccl::layout_of(dtype).elem_bytes;
-  std::vector<float> acc(static_cast<size_t>(m));
+  std::unique_ptr<float[]> acc(new float[size_t(m > 0 ? m : 1)]);
   auto row = scratch_bytes(m * es);
   const ExactSubnormals exact;
   for (size_t j = 0; j < rows->row.size(); ++j) {
     const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, m, row.get());
     if (status != zipccl::kOk) return corrupt(int64_t(j), status);
-    for (int64_t i = 0; i < m; ++i) {
-      const float v = zipccl::element_to_f32(dtype, zipccl::load_element(row.get() + i * es, es));
-      acc[i] = j == 0 ? v : acc[i] + v;
-    }
+    zipccl::accumulate_elements(dtype, row.get(), m, acc.get(), j == 0);
   }
-  x->pieces(0, m, [&](uint8_t* o, int64_t done, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-      zipccl::store_element(o + i * x->es, zipccl::f32_to_element(out_dtype, acc[done + i]), x->es);
-  });
+  x->pieces(0, m, [&](uint8_t* o, int64_t done, int64_t n) { zipccl::round_elements(out_dtype, acc.get() + done, n, o); });
   return ffi::Error::Success();
 }
 
