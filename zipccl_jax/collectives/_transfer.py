@@ -83,10 +83,9 @@ def bitwise(collective, x):
 
 def relayout(fn, x):
     """fn -- a layout change: transpose, reshape, slice -- applied to x's
-    bits. XLA:CPU may copy bf16 through float32 and flush subnormals to zero
-    on the way (jax 0.11.2 does in a transpose that follows a conditional, on
-    the thread pool, whose threads flush denormals), which would break
-    losslessness. The barriers keep XLA from folding the bitcasts away; they
+    bits. XLA:CPU may flush bf16 subnormals to zero in a plain copy (jax
+    0.11.2 does in a transpose that follows a conditional: docs/RELIABILITY.md),
+    which would break losslessness. The barriers keep XLA from folding the bitcasts away; they
     would also cost a copy, so a fn that only reshapes runs as it is."""
     if not jnp.issubdtype(x.dtype, jnp.floating) or _only_reshapes(fn, x):
         return fn(x)
