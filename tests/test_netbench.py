@@ -59,7 +59,9 @@ def test_two_processes_over_a_shaped_link():
         assert plain["link_bytes"] / forced["link_bytes"] > 0.9 * ratio, (plain["link_bytes"], forced["link_bytes"])
     assert forced["link_bytes"] < lax_["link_bytes"]
     times = {label: (s["step_ms"], s["comm_ms"]) for label, s in syncs.items()}
-    assert all(comm > 0 and step > comm / 2 for step, comm in times.values()), times
+    # timed apart, a step (compute + sync) can take less than the sync run on its own: CI saw lax.psum's
+    # per-leaf all-reduces at 43 ms alone and 21 ms a step on a tiny model, so no order between them
+    assert all(comm > 0 and step > 0 for step, comm in times.values()), times
     rows = netbench.summary_rows(runs)
     assert [r["sync"] for r in rows] == list(trainbench.SYNCS)
     assert [r["losses = compress=False"] for r in rows][1:] == [True, True] + [
