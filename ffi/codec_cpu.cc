@@ -96,11 +96,14 @@ void choose_group(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, bool gen
 }
 
 template <int DT>
-int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan) {
+int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan, int64_t cap) {
   constexpr Layout lay = Elem<DT>::lay;
   constexpr int es = lay.elem_bytes;
   const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;  // coded ends before limit
+  // Only out[0, bound) is written; a stream that needs more (cap < limit) fails with -1.
+  const int64_t bound = cap >= 0 && cap < limit ? cap : limit;
   int64_t pos = bodies_offset(nb);
+  if (pos > bound && bound < limit) return -1;  // no room for the descriptors and records
   std::vector<uint8_t> tables;  // §1: after the bodies
   uint8_t scratch[kBlock * 4];
   GroupCode g;
@@ -125,7 +128,7 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic,
     else encoder_table(g.lens, num_symbols(g.mask), table);
     for (int64_t b = b0; b < b1 && pos < limit; ++b) {
       const int count = block_count(n, b);
-      const bool room = pos + int64_t(count) * es <= limit;
+      const bool room = pos + int64_t(count) * es <= bound;
       uint8_t* body = room ? out + pos : scratch;
       const uint8_t* src = in + b * kBlock * es;
       const uint32_t ref = g.refs[(g.mask & kMaskOwnRefs) ? b - b0 : 0];
@@ -133,13 +136,15 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic,
       const uint32_t desc = shared ? encode_block(DT, src, count, ref, g.lens, codes, body, pc)
                                    : encode_block_fast<DT>(src, count, ref, g.mask, table, body);
       const int64_t body_bytes = desc & 0xFFFFu;
+      if (pos + body_bytes > bound && bound < limit) return -1;
       if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
       store_descriptor(out + kHeaderBytes + kDescBytes * b, desc);
       pos += body_bytes;
     }
   }
   store_fence();  // the bodies' non-temporal stores (stream_copy) before anyone reads them
-  if (pos + int64_t(tables.size()) >= limit) return store_raw(DT, in, n, out);
+  if (pos + int64_t(tables.size()) >= limit) return bound < limit ? -1 : store_raw(DT, in, n, out);
+  if (pos + int64_t(tables.size()) > bound) return -1;
   if (!tables.empty()) std::memcpy(out + pos, tables.data(), tables.size());
   write_header(out, DT, 0, uint64_t(n));
   return pos + int64_t(tables.size());
@@ -397,17 +402,43 @@ int64_t stream_bytes_typed(const uint8_t* in, int64_t n, bool generic, uint8_t* 
 
 int64_t plan_bytes(int64_t n) { return num_groups(num_blocks(n)) * int64_t(sizeof(GroupCode)); }
 
+namespace {
+bool lengths_ok(const uint8_t* lens, int nsym) {
+  for (int s = 0; s < nsym; ++s)
+    if (lens[s] > kMaxCodeLen) return false;
+  return check_code(lens, nsym) == kOk;
+}
+}  // namespace
+
+bool check_plan(int dtype, const uint8_t* plan, int64_t n) {
+  const Layout lay = layout_of(dtype);
+  const int allowed = kMaskSign | kMaskZeros | kMaskOwnRefs | ((1 << lay.raw_bytes) - 1);
+  const int64_t nb = num_blocks(n);
+  for (int64_t gi = 0; gi < num_groups(nb); ++gi) {
+    GroupCode g;
+    std::memcpy(&g, plan + gi * int64_t(sizeof(GroupCode)), sizeof(GroupCode));
+    const int64_t blocks = nb - gi * kGroupBlocks < kGroupBlocks ? nb - gi * kGroupBlocks : kGroupBlocks;
+    if ((g.mask & ~allowed) || !lengths_ok(g.lens, num_symbols(g.mask))) return false;
+    for (int p = 0; p < lay.raw_bytes; ++p)
+      if (((g.mask >> p) & 1) && !lengths_ok(g.plane_lens[p], kPlaneSyms)) return false;
+    for (int64_t b = 0; b < blocks; ++b)
+      if (g.refs[b] >= (1u << lay.exp_bits) - 1) return false;
+  }
+  return true;
+}
+
 int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, uint8_t* plan, bool generic) {
   if (dtype == kBF16) return stream_bytes_typed<kBF16>(in, n, generic, plan);
   if (dtype == kF16) return stream_bytes_typed<kF16>(in, n, generic, plan);
   return stream_bytes_typed<kF32>(in, n, generic, plan);
 }
 
-int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan) {
-  advise_huge_pages(out, max_stream_bytes(n, dtype));
-  if (dtype == kBF16) return compress_typed<kBF16>(in, n, out, generic, plan);
-  if (dtype == kF16) return compress_typed<kF16>(in, n, out, generic, plan);
-  return compress_typed<kF32>(in, n, out, generic, plan);
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan,
+                        int64_t cap) {
+  advise_huge_pages(out, cap >= 0 && cap < max_stream_bytes(n, dtype) ? cap : max_stream_bytes(n, dtype));
+  if (dtype == kBF16) return compress_typed<kBF16>(in, n, out, generic, plan, cap);
+  if (dtype == kF16) return compress_typed<kF16>(in, n, out, generic, plan, cap);
+  return compress_typed<kF32>(in, n, out, generic, plan, cap);
 }
 
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {

@@ -10,12 +10,15 @@
 namespace zipccl {
 
 // Writes one stream of n elements (bytes at in) to out, which has room for
-// max_stream_bytes(n, dtype) bytes. Returns the stream length. generic=true
+// max_stream_bytes(n, dtype) bytes, or for cap bytes where cap >= 0: then
+// nothing past out[cap) is written and a stream longer than cap returns -1
+// (out's contents unspecified). Returns the stream length. generic=true
 // runs the shared block coder the CUDA codec uses instead of the fast CPU one
 // (same bytes; tests compare them). With a plan from stream_bytes of the same
-// elements, it skips the choices (FORMAT.md §7 steps 1-3) that fill it.
+// elements, it skips the choices (FORMAT.md §7 steps 1-3) that fill it; the
+// plan must be that (check_plan guards memory safety, not the match).
 int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic = false,
-                        const uint8_t* plan = nullptr);
+                        const uint8_t* plan = nullptr, int64_t cap = -1);
 
 // The length compress_stream would write for these n elements, from the
 // encoder's choices and the sub-streams' sizes, without coding them: for
@@ -24,6 +27,9 @@ int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, b
 // they are kept, and compress_stream given the plan codes without them.
 int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, uint8_t* plan = nullptr, bool generic = false);
 int64_t plan_bytes(int64_t n);
+// Whether plan (plan_bytes(n) bytes) is safe to code n elements of dtype
+// with: masks, code lengths and refs in range (not that it is their plan).
+bool check_plan(int dtype, const uint8_t* plan, int64_t n);
 
 // Decodes the stream in [in, in + size) into n elements at out. Validates
 // everything and returns a Status; never reads or writes out of bounds.

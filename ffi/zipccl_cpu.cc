@@ -137,15 +137,12 @@ std::unique_ptr<uint8_t[]> scratch_bytes(int64_t bytes) {
   return std::unique_ptr<uint8_t[]>(new uint8_t[size_t(bytes > 0 ? bytes : 1)]);
 }
 
-// Writes the stream of the n elements at in to out[0, cap) and zeros the
-// rest of the row; returns its length, or -1 when it is longer than cap.
-// compress_stream may write up to max_stream_bytes(n) (a block's body is
-// built in place), so a smaller row is coded in scratch and copied.
-int64_t compress_bounded(int dtype, const uint8_t* in, int64_t n, uint8_t* out, int64_t cap, uint8_t* scratch) {
-  const bool direct = cap >= zipccl::max_stream_bytes(n, dtype);
-  const int64_t len = zipccl::compress_stream(dtype, in, n, direct ? out : scratch);
-  if (len > cap) return -1;
-  if (!direct) std::memcpy(out, scratch, size_t(len));
+// Writes the stream of the n elements at in to out[0, cap) (with the size
+// pass's plan, if any) and zeros the rest of the row; returns its length, or
+// -1 when it is longer than cap.
+int64_t compress_bounded(int dtype, const uint8_t* in, int64_t n, uint8_t* out, int64_t cap, const uint8_t* plan) {
+  const int64_t len = zipccl::compress_stream(dtype, in, n, out, false, plan, cap);
+  if (len < 0 || len > cap) return -1;
   std::memset(out + len, 0, size_t(cap - len));
   return len;
 }
@@ -238,8 +235,17 @@ ffi::Error check_stream_limit(int64_t m, int dtype) {
   return ffi::Error::Success();
 }
 
-ffi::ErrorOr<Leaves<const uint8_t>> input_leaves(const ffi::RemainingArgs& args, int* dtype) {
-  return leaves_of<const uint8_t>(args.size(), dtype, [&](size_t i) { return args.get<ffi::AnyBuffer>(i); });
+// Arguments [first, first + count) as leaves.
+ffi::ErrorOr<Leaves<const uint8_t>> input_leaves(const ffi::RemainingArgs& args, size_t first, size_t count,
+                                                 int* dtype) {
+  return leaves_of<const uint8_t>(count, dtype, [&](size_t i) { return args.get<ffi::AnyBuffer>(first + i); });
+}
+
+// The row plans (uint8 [rows, plan_bytes(m)]) in buffer b, or an error.
+ffi::ErrorOr<uint8_t*> plan_rows(const ffi::AnyBuffer& b, int64_t rows, int64_t m) {
+  if (b.element_type() != ffi::DataType::U8 || int64_t(b.element_count()) != rows * zipccl::plan_bytes(m))
+    return ffi::Unexpected(bad_rows("the plans do not hold one plan per row"));
+  return static_cast<uint8_t*>(b.untyped_data());
 }
 
 ffi::ErrorOr<Leaves<uint8_t>> output_leaves(const ffi::RemainingRets& rets, int* dtype) {
@@ -250,29 +256,56 @@ ffi::ErrorOr<Leaves<uint8_t>> output_leaves(const ffi::RemainingRets& rets, int*
   });
 }
 
-// sizes[j] = the length of row j's stream (the size pass before the consensus).
-ffi::Error StreamSizes(ffi::RemainingArgs args, ffi::Result<ffi::Buffer<ffi::U32>> sizes, int64_t unit) {
+// sizes[j] = the length of row j's stream (the size pass before the
+// consensus); with a second result, the encoder's choices for each row
+// (plans, uint8 [rows, plan_bytes(m)]), which encode_rows can code with.
+ffi::Error StreamSizes(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t unit) {
   int dtype = 0;
-  auto x = input_leaves(args, &dtype);
+  auto x = input_leaves(args, 0, args.size(), &dtype);
   if (x.has_error()) return x.error();
-  const auto l = zipccl::RowLayout::of(x->size(), int64_t(sizes->element_count()), unit);
+  auto sizes = outs.get<ffi::Buffer<ffi::U32>>(0);
+  if (sizes.has_error()) return sizes.error();
+  const auto l = zipccl::RowLayout::of(x->size(), int64_t((*sizes)->element_count()), unit);
   if (l.rows == 0) return bad_rows("stream_sizes needs at least one row");
   if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
+  uint8_t* plans = nullptr;
+  if (outs.size() > 1) {
+    auto b = outs.get<ffi::AnyBuffer>(1);
+    if (b.has_error()) return b.error();
+    auto p = plan_rows(**b, l.rows, l.m);
+    if (p.has_error()) return p.error();
+    plans = *p;
+  }
+  const int64_t plan_bytes = zipccl::plan_bytes(l.m);
   auto gathered = scratch_bytes(l.m * x->es);
   for (int64_t j = 0; j < l.rows; ++j)  // the codec's size-only analysis: no stream is written
-    sizes->typed_data()[j] = uint32_t(zipccl::stream_bytes(dtype, row_elements(l, j, *x, gathered.get()), l.m));
+    (*sizes)->typed_data()[j] = uint32_t(zipccl::stream_bytes(dtype, row_elements(l, j, *x, gathered.get()), l.m,
+                                                               plans ? plans + j * plan_bytes : nullptr));
   return ffi::Error::Success();
 }
 
 // The rows' streams at capacity cap (the outputs' last dimension), the
 // outputs holding consecutive rows; raw: STORED_RAW streams (FORMAT.md §1),
-// the uncompressed path through the same transfer.
-ffi::Error EncodeRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t rows, int64_t unit, bool raw) {
+// the uncompressed path through the same transfer. planned: the last
+// argument is stream_sizes' plans of the same leaves.
+ffi::Error EncodeRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t rows, int64_t unit, bool raw,
+                      bool planned) {
   int dtype = 0;
-  auto x = input_leaves(args, &dtype);
+  if (planned && args.size() < 2) return bad_rows("encode_rows with plans needs the leaves and the plans");
+  auto x = input_leaves(args, 0, args.size() - (planned ? 1 : 0), &dtype);
   if (x.has_error()) return x.error();
   const auto l = zipccl::RowLayout::of(x->size(), rows, unit);
   if (const auto e = check_stream_limit(l.m, dtype); e.failure()) return e;
+  const uint8_t* plans = nullptr;
+  if (planned && !raw) {
+    auto b = args.get<ffi::AnyBuffer>(args.size() - 1);
+    if (b.has_error()) return b.error();
+    auto p = plan_rows(*b, rows, l.m);
+    if (p.has_error()) return p.error();
+    for (int64_t j = 0; j < rows; ++j)
+      if (!zipccl::check_plan(dtype, *p + j * zipccl::plan_bytes(l.m), l.m)) return bad_rows("corrupt row plan");
+    plans = *p;
+  }
   const int es = x->es;
   std::vector<ffi::Result<ffi::Buffer<ffi::U8>>> bufs;
   int64_t cap = -1, total = 0;
@@ -288,7 +321,6 @@ ffi::Error EncodeRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t 
   if (total != rows || rows == 0) return bad_rows("encode_rows outputs do not hold the rows");
   if (raw && cap < zipccl::max_stream_bytes(l.m, dtype)) return bad_rows("encode_rows: raw streams need their full capacity");
   auto gathered = scratch_bytes(l.m * es);
-  auto stream = scratch_bytes(raw ? 0 : zipccl::max_stream_bytes(l.m, dtype));
   int64_t j = 0;
   for (auto& b : bufs) {
     for (uint8_t* row = b->typed_data(); row < b->typed_data() + b->element_count(); row += cap, ++j) {
@@ -297,7 +329,8 @@ ffi::Error EncodeRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t 
         zipccl::write_header(row, dtype, zipccl::kFlagStoredRaw, uint64_t(l.m));
         std::memcpy(row + zipccl::kHeaderBytes, elems, size_t(l.m * es));
         std::memset(row + zipccl::kHeaderBytes + l.m * es, 0, size_t(cap - zipccl::max_stream_bytes(l.m, dtype)));
-      } else if (compress_bounded(dtype, elems, l.m, row, cap, stream.get()) < 0) {
+      } else if (compress_bounded(dtype, elems, l.m, row, cap,
+                                  plans ? plans + j * zipccl::plan_bytes(l.m) : nullptr) < 0) {
         return ffi::Error::Internal("zipccl: row " + std::to_string(j) + "'s stream is longer than the capacity " +
                                     std::to_string(cap) + " its size pass agreed on");
       }
@@ -312,9 +345,9 @@ struct Rows {
   int64_t cap = 0;
 };
 
-ffi::ErrorOr<Rows> rows_of(ffi::RemainingArgs parts) {
+ffi::ErrorOr<Rows> rows_of(ffi::RemainingArgs parts, size_t count) {
   Rows r;
-  for (size_t i = 0; i < parts.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     auto b = parts.get<ffi::Buffer<ffi::U8>>(i);
     if (b.has_error()) return ffi::Unexpected(b.error());
     const int64_t c = last_dim(b->dimensions());
@@ -331,7 +364,7 @@ ffi::Error DecodeRows(ffi::RemainingArgs parts, ffi::RemainingRets outs, int64_t
   int dtype = 0;
   auto x = output_leaves(outs, &dtype);
   if (x.has_error()) return x.error();
-  auto rows = rows_of(parts);
+  auto rows = rows_of(parts, parts.size());
   if (rows.has_error()) return rows.error();
   const auto l = zipccl::RowLayout::of(x->size(), int64_t(rows->row.size()), unit);
   if (l.rows == 0) return bad_rows("decode_rows needs at least one row");
@@ -348,22 +381,49 @@ ffi::Error DecodeRows(ffi::RemainingArgs parts, ffi::RemainingRets outs, int64_t
 
 // Sums the parts' rows in row order in float32 (FORMAT.md §8) and rounds
 // the sums once into the outs (float32 or the streams' dtype; the leaves of
-// one flat array of the streams' length).
-ffi::Error DecodeAccumulateRows(ffi::RemainingArgs parts, ffi::RemainingRets outs, int32_t dtype) {
+// one flat array of the streams' length). local_leaves > 0: the arguments
+// after the parts are an int32 row index and that many leaves holding that
+// row's elements (this device's own data, all-gathered with the others):
+// the row is summed from them instead of decoded (the same bits).
+ffi::Error DecodeAccumulateRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int32_t dtype,
+                                int64_t local_leaves) {
   int out_dtype = 0;
   auto x = output_leaves(outs, &out_dtype);
   if (x.has_error()) return x.error();
   if (dtype < zipccl::kBF16 || dtype > zipccl::kF32 || (out_dtype != dtype && out_dtype != zipccl::kF32))
     return ffi::Error::InvalidArgument("zipccl: accumulate output must be the input dtype or float32");
-  auto rows = rows_of(parts);
+  const size_t nparts = local_leaves > 0 ? args.size() - size_t(local_leaves) - 1 : args.size();
+  if (local_leaves < 0 || (local_leaves > 0 && args.size() < size_t(local_leaves) + 2))
+    return bad_rows("decode_accumulate_rows: bad local_leaves");
+  auto rows = rows_of(args, nparts);
   if (rows.has_error()) return rows.error();
   const int64_t m = x->size();
   if (rows->row.empty()) return bad_rows("decode_accumulate_rows needs at least one row");
   const int es = zipccl::layout_of(dtype).elem_bytes;
+  int64_t own = -1;
+  Leaves<const uint8_t> local;
+  if (local_leaves > 0) {
+    auto index = args.get<ffi::Buffer<ffi::S32>>(nparts);
+    if (index.has_error()) return index.error();
+    int local_dtype = 0;
+    auto l = input_leaves(args, nparts + 1, size_t(local_leaves), &local_dtype);
+    if (l.has_error()) return l.error();
+    if (index->element_count() != 1 || local_dtype != dtype || l->size() != m)
+      return bad_rows("decode_accumulate_rows: the local row does not match the rows");
+    own = index->typed_data()[0];
+    if (own < 0 || own >= int64_t(rows->row.size())) return bad_rows("decode_accumulate_rows: local row index out of range");
+    local = *l;
+  }
   std::unique_ptr<float[]> acc(new float[size_t(m > 0 ? m : 1)]);
   auto row = scratch_bytes(m * es);
   const ExactSubnormals exact;
   for (size_t j = 0; j < rows->row.size(); ++j) {
+    if (int64_t(j) == own) {
+      local.pieces(0, m, [&](const uint8_t* p, int64_t done, int64_t n) {
+        zipccl::accumulate_elements(dtype, p, n, acc.get() + done, j == 0);
+      });
+      continue;
+    }
     const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, m, row.get());
     if (status != zipccl::kOk) return corrupt(int64_t(j), status);
     zipccl::accumulate_elements(dtype, row.get(), m, acc.get(), j == 0);
@@ -397,7 +457,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecompressAccumulateCpu, DecompressAccumulat
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclStreamSizesCpu, StreamSizes,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()
-                                  .Ret<ffi::Buffer<ffi::U32>>()
+                                  .RemainingRets()
                                   .Attr<int64_t>("unit"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclEncodeRowsCpu, EncodeRows,
@@ -406,7 +466,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclEncodeRowsCpu, EncodeRows,
                                   .RemainingRets()
                                   .Attr<int64_t>("rows")
                                   .Attr<int64_t>("unit")
-                                  .Attr<bool>("raw"));
+                                  .Attr<bool>("raw")
+                                  .Attr<bool>("planned"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeRowsCpu, DecodeRows,
                               ffi::Ffi::Bind()
@@ -418,4 +479,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCpu, DecodeAccumulateRow
                               ffi::Ffi::Bind()
                                   .RemainingArgs()
                                   .RemainingRets()
-                                  .Attr<int32_t>("dtype"));
+                                  .Attr<int32_t>("dtype")
+                                  .Attr<int64_t>("local_leaves"));

@@ -98,6 +98,23 @@ int main(int argc, char** argv) {
       std::printf("size pass or planned stream differs: it=%d dtype=%d n=%ld kind=%d\n", it, dtype, long(n), kind);
       ++fails;
     }
+    // A capacity bound: exactly the stream's length fits (the same bytes, with or without the plan);
+    // one byte less is refused; nothing is written past it (AddressSanitizer guards the exact-size buffers).
+    for (const uint8_t* p : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(plan.data())}) {
+      std::vector<uint8_t> exact(static_cast<size_t>(len)), short_by_one(static_cast<size_t>(len - 1));
+      if (!check_plan(dtype, plan.data(), n) || compress_stream(dtype, x.data(), n, exact.data(), false, p, len) != len ||
+          !same(fast.data(), exact.data(), len) ||
+          compress_stream(dtype, x.data(), n, short_by_one.data(), false, p, len - 1) != -1) {
+        std::printf("bounded stream wrong: it=%d dtype=%d n=%ld kind=%d\n", it, dtype, long(n), kind);
+        ++fails;
+      }
+    }
+    // A damaged plan: refused by check_plan, or coded within bounds (its stream is then not promised to decode).
+    if (!plan.empty()) {
+      std::vector<uint8_t> bad = plan, out(size_t(max_stream_bytes(n, dtype)));
+      bad[rng() % bad.size()] ^= uint8_t(1 << (rng() % 8));
+      if (check_plan(dtype, bad.data(), n)) compress_stream(dtype, x.data(), n, out.data(), false, bad.data(), int64_t(out.size()));
+    }
     fast.resize(size_t(len));
     std::vector<uint8_t> a(size_t(n * es) + 1), b(a.size());
     if (decompress_stream(dtype, fast.data(), len, n, a.data()) != kOk || !same(a.data(), x.data(), n * es)) {

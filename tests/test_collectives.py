@@ -82,6 +82,34 @@ def test_psum_with_and_without_codec_and_both_algorithms_agree_bitwise(dtype):
     assert len(set(results.values())) == 1
 
 
+@pytest.mark.parametrize("groups", [None, [[0, 1, 2, 3], [4, 5, 6, 7]], [[6, 2, 4, 0], [1, 3, 7, 5]]],
+                         ids=["no-groups", "groups", "listed-out-of-order"])
+@pytest.mark.parametrize("compress", [True, False], ids=["compressed", "uncompressed"])
+def test_all_gather_local_reduce_sums_its_own_row_from_its_data(groups, compress):
+    """On the CPU the own row of all_gather+local_reduce is not decoded but
+    summed from the device's data, at its place in the rank order (its
+    index, row-major over a tuple of axes, or its place in its listed
+    group); the compressed rungs code with the size pass's plans."""
+    x = per_device((20_000,), jnp.bfloat16, seed=11)
+    name = f"{'compressed' if compress else 'uncompressed'} all_gather+local_reduce"
+    if groups is None:  # a tuple of axes of a 2-D mesh
+        mesh = jax.make_mesh((2, 4), ("a", "b"), devices=cpu_devices())
+        axes, kw, groups = ("a", "b"), {}, [list(range(N))]
+    else:
+        mesh, axes, kw = mesh1(AxisType.Explicit), "d", dict(axis_index_groups=groups)
+    spec = P(mesh.axis_names)
+    f = jax.jit(jax.shard_map(lambda a: zc.zip_psum(a[0], axes, strategy=strategy.Pinned(name), **kw)[None],
+                              mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
+    xs = jax.device_put(x, NamedSharding(mesh, spec))
+    out, hlo = np.asarray(f(xs)), f.lower(xs).as_text()
+    for g in groups:
+        want = bits(rank_sum(x[g], jnp.bfloat16))
+        assert all(bits(out[i]) == want for i in g), g
+    rungs = len(strategy.DEFAULT_LADDER)  # the top one raw (STORED_RAW streams, coded without plans)
+    assert hlo.count("local_leaves = 1") == (rungs if compress else 1)  # a decode per branch
+    assert hlo.count("planned = true") == (rungs - 1 if compress else 0)
+
+
 @pytest.mark.parametrize("algorithm", strategy.PSUM_ALGORITHMS)
 def test_uncompressed_plans_are_the_rank_ordered_sum_of_the_raw_bits_without_consensus(algorithm):
     x = per_device((20_000,), jnp.bfloat16, seed=3)

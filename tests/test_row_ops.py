@@ -63,6 +63,60 @@ def test_rows_round_trip_at_the_agreed_capacity_byte_for_byte(dtype, layout):
         assert o.tobytes() == ref.header(DTYPE_CODES[np.dtype(dtype).name], ref.FLAG_STORED_RAW, m) + rows[j].tobytes()
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=ids)
+def test_coding_with_the_size_pass_plans_gives_the_same_bytes_at_the_tightest_capacity(dtype, layout):
+    sizes, unit = layout
+    leaves = leaves_of(sizes, dtype, seed=7)
+    streams = [ref.compress(r) for r in ref.cut_rows(np.concatenate(leaves), K, unit)]
+    got, plans = jax.jit(lambda *x: ops.stream_sizes(x, K, unit=unit, plans=True))(*leaves)
+    assert np.asarray(got).tolist() == [len(s) for s in streams]
+    tight = max(map(len, streams))  # the largest stream fills its row exactly: nothing may be written past it
+    for with_plans in (True, False):
+        outs = jax.jit(lambda p, *x: ops.encode_rows(x, K, tight, outputs=K, unit=unit,
+                                                     plans=p if with_plans else None))(plans, *leaves)
+        assert [np.asarray(o).tobytes() for o in outs] == [s + bytes(tight - len(s)) for s in streams]
+    short = [len(s) for s in streams].index(tight)
+    with pytest.raises(Exception, match=rf"row {short}'s stream is longer than the capacity {tight - 1}"):
+        jax.block_until_ready(jax.jit(lambda p, *x: ops.encode_rows(x, K, tight - 1, outputs=K, unit=unit,
+                                                                    plans=p))(plans, *leaves))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_an_accumulated_row_taken_from_local_leaves_gives_the_same_bits(dtype):
+    rows = ref.cut_rows(np.concatenate(leaves_of((K * 3 * ref.BLOCK + 5,), dtype, seed=3)), K, 0)
+    m = rows.shape[1]
+    cap = ref.max_stream_bytes(m, dtype)
+    payload = np.zeros((K, cap), np.uint8)
+    for j, r in enumerate(rows):
+        s = ref.compress(r)
+        payload[j, :len(s)] = np.frombuffer(s, np.uint8)
+    want = ref.accumulate(list(rows), dtype).tobytes()
+    for own in range(K):
+        broken = payload.copy()
+        broken[own, 16:19] = 0xFF  # the own row is not decoded: its corrupt stream goes unread
+        op = jax.jit(lambda p, i, a, b: ops.decode_accumulate_rows([p], (m - 1, 1), dtype, local=(i, [a, b])))
+        sums = op(broken, np.int32(own), rows[own][:7], rows[own][7:])
+        assert np.concatenate([np.asarray(x) for x in sums]).tobytes() == want
+    with pytest.raises(Exception, match="local row index out of range"):
+        jax.block_until_ready(op(payload, np.int32(K), rows[0][:7], rows[0][7:]))
+    with pytest.raises(Exception, match="the local row does not match the rows"):
+        jax.block_until_ready(op(payload, np.int32(0), rows[0][:7], rows[0][8:]))
+
+
+def test_a_bad_plan_is_refused():
+    x = make("gauss", 3 * ref.BLOCK, np.float32)
+    cap = ref.max_stream_bytes(x.size, np.float32)
+    _, plans = jax.jit(lambda a: ops.stream_sizes(a, 1, plans=True))(x)
+    encode = jax.jit(lambda p, a: ops.encode_rows(a, 1, cap, plans=p))
+    bad = np.array(plans)
+    bad[0, 16] = 13  # symbol 0's code length (the plan's lengths follow the 16 block refs): over 12
+    with pytest.raises(Exception, match="corrupt row plan"):
+        jax.block_until_ready(encode(bad, x))
+    with pytest.raises(Exception, match="the plans do not hold one plan per row"):
+        jax.block_until_ready(encode(np.asarray(plans)[:, 1:], x))
+
+
 def test_a_stream_longer_than_the_capacity_is_refused():
     x = make("random_bits", 3 * ref.BLOCK, np.float32)
     with pytest.raises(Exception, match=r"row 0's stream is longer than the capacity 1000 its size pass agreed on"):

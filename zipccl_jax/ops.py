@@ -270,14 +270,16 @@ def row_elems(size: int, rows: int) -> int:
     return -(-size // rows) if rows else 0
 
 
-def _rows_call(target: str, operands: list, results: list, workspace, status_rows: int = 0, **attrs) -> list:
-    """The row op `target`(*operands, **attrs) -> results. CUDA: the handler's
+def _rows_call(target: str, operands: list, results: list, workspace, status_rows: int = 0, cpu_attrs=None,
+               **attrs) -> list:
+    """The row op `target`(*operands, **attrs) -> results (the CPU handler
+    also gets cpu_attrs). CUDA: the handler's
     results are followed by, for the decoders, a status word per row (dropped
     here: a corrupt row's elements come back poisoned, as in the public
     decoders under jit), and its workspace of workspace() bytes (_codec_call)."""
 
     def cpu(xs):
-        return list(jax.ffi.ffi_call(target, results)(*xs, **attrs))
+        return list(jax.ffi.ffi_call(target, results)(*xs, **attrs, **(cpu_attrs or {})))
 
     def cuda(xs):
         extra = [_result(xs[0], (status_rows,), jnp.uint32)] if status_rows else []
@@ -292,33 +294,47 @@ def _row_workspace(target: str, dtype, rows: int, size: int, unit: int, leaves: 
                                                           unit, leaves, part_rows)
 
 
-def stream_sizes(leaves, rows: int, *, unit: int = 0) -> jax.Array:
-    """The exact length of each row's stream (the size pass): uint32 [rows]."""
+def stream_sizes(leaves, rows: int, *, unit: int = 0, plans: bool = False):
+    """The exact length of each row's stream (the size pass): uint32 [rows].
+
+    plans=True (CPU only: for a computation lowered for the CPU) returns
+    (sizes, plans): also the encoder's choices for each row (FORMAT.md §7
+    steps 1-3; uint8 [rows, plan bytes]), which encode_rows of the same
+    leaves codes with instead of choosing again."""
     _ffi.register()
     leaves = _check_leaves(leaves, rows)
     size = sum(x.size for x in leaves)
+    sizes = _result(leaves[0], (rows,), jnp.uint32)
+    if plans:
+        planned = _result(leaves[0], (rows, _zipccl_cpu.plan_bytes(row_elems(size, rows))), jnp.uint8)
+        return tuple(jax.ffi.ffi_call("zipccl_stream_sizes", [sizes, planned])(*leaves, unit=np.int64(unit)))
     workspace = _row_workspace("zipccl_stream_sizes", leaves[0].dtype, rows, size, unit, len(leaves))
-    (sizes,) = _rows_call("zipccl_stream_sizes", leaves, [_result(leaves[0], (rows,), jnp.uint32)], workspace,
-                          unit=np.int64(unit))
-    return sizes
+    return _rows_call("zipccl_stream_sizes", leaves, [sizes], workspace, unit=np.int64(unit))[0]
 
 
 def encode_rows(leaves, rows: int, capacity: int, *, outputs: int = 1, unit: int = 0,
-                raw: bool = False) -> list[jax.Array]:
+                raw: bool = False, plans=None) -> list[jax.Array]:
     """Each row's stream in a row of `capacity` bytes (zero past its end),
     the rows split over `outputs` uint8 arrays [rows / outputs, capacity].
     Every stream must fit (stream_sizes, agreed before): a longer one is an
-    error. raw=True writes STORED_RAW streams (capacity: the full one)."""
+    error. raw=True writes STORED_RAW streams (capacity: the full one).
+    plans (CPU only): stream_sizes(..., plans=True)'s plans of these leaves
+    and rows; a plan of other data is checked only for memory safety (its
+    streams would not decode to these leaves)."""
     _ffi.register()
     leaves = _check_leaves(leaves, rows)
     if rows % outputs:
         raise ValueError(f"zipccl: {rows} rows do not split into {outputs} outputs")
     shape = (rows // outputs, capacity)
+    results = [_result(leaves[0], shape, jnp.uint8)] * outputs
+    attrs = dict(rows=np.int64(rows), unit=np.int64(unit), raw=np.bool_(raw))
+    if plans is not None:
+        return list(jax.ffi.ffi_call("zipccl_encode_rows", results)(*leaves, plans, planned=np.bool_(True), **attrs))
     size = sum(x.size for x in leaves)
     workspace = _row_workspace("zipccl_encode_rows_raw" if raw else "zipccl_encode_rows", leaves[0].dtype, rows, size,
                                unit, len(leaves))
-    return _rows_call("zipccl_encode_rows", leaves, [_result(leaves[0], shape, jnp.uint8)] * outputs, workspace,
-                      rows=np.int64(rows), unit=np.int64(unit), raw=np.bool_(raw))
+    return _rows_call("zipccl_encode_rows", leaves, results, workspace, cpu_attrs=dict(planned=np.bool_(False)),
+                      **attrs)
 
 
 def decode_rows(parts, sizes, dtype, *, unit: int = 0) -> list[jax.Array]:
@@ -332,16 +348,26 @@ def decode_rows(parts, sizes, dtype, *, unit: int = 0) -> list[jax.Array]:
                       status_rows=sum(rows), unit=np.int64(unit))
 
 
-def decode_accumulate_rows(parts, sizes, dtype) -> list[jax.Array]:
+def decode_accumulate_rows(parts, sizes, dtype, *, local=None) -> list[jax.Array]:
     """The rows of the parts (streams of sum(sizes) elements) decoded and
     summed in row order in float32, rounded once to dtype (FORMAT.md §8),
-    into flat leaves of `sizes` elements end to end."""
+    into flat leaves of `sizes` elements end to end.
+
+    local (CPU only): (index, leaves): row `index` (an int32 scalar) holds
+    these leaves' elements, which are summed in its place instead of
+    decoding it (the same bits: an all-gather's own row)."""
     _ffi.register()
     dtype = np.dtype(dtype_name(dtype))
     rows = sum(math.prod(p.shape[:-1]) for p in parts)
+    results = [_result(parts[0], (size,), dtype) for size in sizes]
+    code = np.int32(DTYPE_CODES[dtype.name])
+    if local is not None:
+        index, leaves = local[0], _check_leaves(local[1], 1)
+        return list(jax.ffi.ffi_call("zipccl_decode_accumulate_rows", results)(
+            *parts, jnp.asarray(index, jnp.int32).reshape(1), *leaves, dtype=code, local_leaves=np.int64(len(leaves))))
     workspace = _row_workspace("zipccl_decode_accumulate_rows", dtype, 1, sum(sizes), 0, len(sizes), 1)
-    return _rows_call("zipccl_decode_accumulate_rows", parts, [_result(parts[0], (size,), dtype) for size in sizes],
-                      workspace, status_rows=rows, dtype=np.int32(DTYPE_CODES[dtype.name]))
+    return _rows_call("zipccl_decode_accumulate_rows", parts, results, workspace, status_rows=rows,
+                      cpu_attrs=dict(local_leaves=np.int64(0)), dtype=code)
 
 
 def _check_leaves(leaves, rows) -> list:

@@ -61,14 +61,38 @@ class Axes:
         """axis_index_groups for the lax collectives that take it."""
         return {"axis_index_groups": self.groups} if self.groups else {}
 
+    def position(self) -> jax.Array:
+        """This device's row in an all_gather over these axes: its index
+        (row-major over a tuple of axes), or its place in its index group."""
+        index = lax.axis_index(self.names)
+        if not self.groups:
+            return index
+        places = np.zeros(sum(len(g) for g in self.groups), np.int32)
+        for group in self.groups:
+            places[list(group)] = np.arange(len(group), dtype=np.int32)
+        return jnp.asarray(places)[index]
+
 
 def plan(collective, x, axes: Axes, info):
     return strategy.plan(collective, x.size * x.dtype.itemsize, x.dtype, axes.names, axes.size,
                          info.options.strategy, platform=info.platform)
 
 
-def ladder(axes: Axes, info) -> tuple:
-    return strategy.model_for(axes.names, info.options.strategy, platform=info.platform).ladder
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """How a transfer sizes its streams: the capacity ladder (fractions of
+    raw), and whether the codec runs on the CPU, where the size pass hands
+    the encoder its choices (ops.stream_sizes' plans) and all_gather+
+    local_reduce sums a device's own row from its data instead of decoding
+    it (the CUDA handlers take neither)."""
+
+    rungs: tuple
+    cpu: bool
+
+
+def ladder(axes: Axes, info) -> Sizing:
+    model = strategy.model_for(axes.names, info.options.strategy, platform=info.platform)
+    return Sizing(model.ladder, info.platform == "cpu")
 
 
 def bitwise(collective, x):
@@ -128,7 +152,7 @@ class Rows:
         return ops.stream_capacity(self.m, self.dtype)
 
 
-def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, rungs_from, *, raw=None):
+def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, sizing: Sizing, *, raw=None):
     """Moves the rows' streams at the smallest ladder rung that every
     device's streams fit, then decodes. Returns (decoded, bytes per stream sent).
 
@@ -143,16 +167,23 @@ def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, rungs_f
     [r, c]); decode(parts) -> the result. The top rung (and compress=False)
     sends STORED_RAW streams through the same send and decode, or runs
     raw = (function of the leaves giving what decode would, bytes per stream
-    it sends): the operand's own bits, without a stream header."""
-    cap = rows.capacity
+    it sends): the operand's own bits, without a stream header. On the CPU
+    the coded rungs code with the size pass's plans (sizing.cpu)."""
+    cap, nleaves = rows.capacity, len(rows.leaves)
 
-    def move(*leaves, c, stored_raw=False):
-        return decode(send(ops.encode_rows(leaves, rows.k, c, outputs=rows.k, unit=rows.unit, raw=stored_raw)))
+    def move(*operands, c, stored_raw=False):
+        leaves, plans = operands[:nleaves], (operands[nleaves] if len(operands) > nleaves and not stored_raw else None)
+        return decode(send(ops.encode_rows(leaves, rows.k, c, outputs=rows.k, unit=rows.unit, raw=stored_raw,
+                                           plans=plans)))
 
     if not compress:
         return move(*rows.leaves, c=cap, stored_raw=True), f32(cap)
-    rungs = strategy.capacities(cap, cap - reference.HEADER_BYTES, rungs_from)
-    sizes = ops.stream_sizes(rows.leaves, rows.k, unit=rows.unit)
+    rungs = strategy.capacities(cap, cap - reference.HEADER_BYTES, sizing.rungs)
+    if sizing.cpu:
+        sizes, plans = ops.stream_sizes(rows.leaves, rows.k, unit=rows.unit, plans=True)
+        operands = (*rows.leaves, plans)
+    else:
+        sizes, operands = ops.stream_sizes(rows.leaves, rows.k, unit=rows.unit), rows.leaves
     need = lax.pmax(jnp.max(sizes), axes.names, **axes.kw())  # the same on every device: a safe predicate
     index = jnp.sum(need > jnp.asarray(rungs[:-1], jnp.uint32)).astype(jnp.int32)
     branches = [functools.partial(move, c=c) for c in rungs[:-1]]
@@ -160,12 +191,12 @@ def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, rungs_f
     if raw is None:
         branches.append(functools.partial(move, c=cap, stored_raw=True))
     else:
-        branches.append(raw[0])
+        branches.append(lambda *operands: raw[0](*operands[:nleaves]))
         sent[-1] = raw[1]
-    return lax.switch(index, branches, *rows.leaves), jnp.asarray(sent, jnp.float32)[index]
+    return lax.switch(index, branches, *operands), jnp.asarray(sent, jnp.float32)[index]
 
 
-def gather_rows(part, axes: Axes, compress: bool, rungs_from, *, sizes=None, unit=0, raw=True):
+def gather_rows(part, axes: Axes, compress: bool, sizing: Sizing, *, sizes=None, unit=0, raw=True):
     """part [m] on each device -> the devices' parts in rank order, as the
     rows of a flat array: leaves of `sizes` elements (default one of n m:
     [n, m] flattened; reference.row_order with `unit` places the rows,
@@ -176,7 +207,7 @@ def gather_rows(part, axes: Axes, compress: bool, rungs_from, *, sizes=None, uni
     decode = lambda parts: ops.decode_rows(parts, sizes, part.dtype, unit=unit)  # noqa: E731
     gather = lambda p: [bitwise(lambda a: lax.all_gather(a, axes.names, axis=0, tiled=True, **axes.kw()), p)]  # noqa: E731
     top = (gather, part.size * part.dtype.itemsize) if raw else None
-    return sized_transfer(Rows((part,), 1), axes, send, decode, compress, rungs_from, raw=top)
+    return sized_transfer(Rows((part,), 1), axes, send, decode, compress, sizing, raw=top)
 
 
 def exchange(outs, axes: Axes):
@@ -187,8 +218,8 @@ def exchange(outs, axes: Axes):
     return [received[j:j + 1] for j in range(len(outs))]
 
 
-def reduce_scatter_rows(rows: Rows, axes: Axes, compress: bool, rungs_from):
+def reduce_scatter_rows(rows: Rows, axes: Axes, compress: bool, sizing: Sizing):
     """rows (k = n) on each device -> ([this device's row of the rank-ordered
     sum], bytes per stream sent)."""
     decode = lambda parts: ops.decode_accumulate_rows(parts, (rows.m,), rows.dtype)  # noqa: E731
-    return sized_transfer(rows, axes, lambda outs: exchange(outs, axes), decode, compress, rungs_from)
+    return sized_transfer(rows, axes, lambda outs: exchange(outs, axes), decode, compress, sizing)

@@ -103,7 +103,9 @@ def _psum_bucket(leaves: tuple, group: Axes, info):
     sizes = tuple(x.size for x in leaves)
     if decision.algorithm == "all_gather+local_reduce":
         send = lambda outs: [lax.all_gather(outs[0][0], group.names, axis=0, tiled=False, **group.kw())]  # noqa: E731
-        decode = lambda parts: ops.decode_accumulate_rows(parts, sizes, dtype)  # noqa: E731
+        # the own row is summed from the leaves where the codec runs on the CPU (the same bits, one decode fewer)
+        local = (group.position(), leaves) if rungs.cpu else None
+        decode = lambda parts: ops.decode_accumulate_rows(parts, sizes, dtype, local=local)  # noqa: E731
         totals, per_stream = sized_transfer(Rows(leaves, 1), group, send, decode, compress, rungs)
         return totals, per_stream * (n - 1), f32(nbytes * (n - 1))
     rows = Rows(leaves, n, interleave_unit(n * ops.row_elems(size, n), n))
