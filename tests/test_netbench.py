@@ -101,6 +101,16 @@ def test_network_links_are_shaped_and_torn_down():
     assert ours() == []
 
 
+@needs_netns
+def test_the_link_probe_moves_plain_tcp_at_the_shaped_rate_both_ways():
+    from zipccl_jax.bench import linkprobe
+    result = linkprobe.probe("40mbit", [50_000, 100_000], repeat=6, gap_ms=10)  # 5 MB/s each way
+    (small, *_), (large, *_) = result[50_000], result[100_000]
+    assert 1.5 < large / small < 2.5, result  # in proportion to the bytes
+    assert 3.0 < 100_000 / large / 1e3 < 5.5, result  # MB/s each way, both directions at once
+    assert ours() == []
+
+
 def test_bad_rate_is_rejected_before_anything_is_built():
     with pytest.raises(ValueError, match=r"rate 'fast': expected a number followed by kbit, mbit or gbit"):
         netbench.run(2, ["1gbit", "fast"], TINY, steps=1, warmup=1, repeat=1)
