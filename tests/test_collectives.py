@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 import zipccl_jax as zc
 from conftest import cpu_devices
 from zipccl_jax import reference as ref
-from zipccl_jax import _zipccl_cpu, strategy
+from zipccl_jax import _ffi, _zipccl_cpu, strategy
 from zipccl_jax.bench.data import gaussian, random_bits, special_values
 
 FLOATS = [jnp.bfloat16, jnp.float16, jnp.float32]
@@ -108,6 +108,19 @@ def test_all_gather_local_reduce_sums_its_own_row_from_its_data(groups, compress
     rungs = len(strategy.DEFAULT_LADDER)  # the top one raw (STORED_RAW streams, coded without plans)
     assert hlo.count("local_leaves = 1") == (rungs if compress else 1)  # a decode per branch
     assert hlo.count("planned = true") == (rungs - 1 if compress else 0)
+
+
+@pytest.mark.skipif(_ffi.cuda_module() is None, reason="built without the CUDA codec (CI builds it)")
+def test_the_cpu_only_shortcuts_stay_out_of_a_module_lowered_for_cuda_too():
+    """Plans and the own row are CPU handlers' inputs: a module lowered for
+    CUDA, or for CPU and CUDA at once (jax.export), has neither."""
+    mesh = mesh1()
+    f = jax.jit(jax.shard_map(lambda a: zc.zip_psum(a[0], "d", strategy=strategy.Pinned(
+        "compressed all_gather+local_reduce"))[None], mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    x = jax.device_put(np.zeros((N, 5000), jnp.bfloat16), NamedSharding(mesh, P("d")))
+    for platforms, shortcuts in ((("cpu",), True), (("cpu", "cuda"), False), (("cuda",), False)):
+        text = f.trace(x).lower(lowering_platforms=platforms).as_text()
+        assert ("planned = true" in text) == ("local_leaves = 1" in text) == shortcuts, platforms
 
 
 @pytest.mark.parametrize("algorithm", strategy.PSUM_ALGORITHMS)

@@ -67,6 +67,7 @@ class Lowering:
     options: Options
     platform: str
     out_shapes: tuple
+    platforms: tuple = ()  # every platform the module is lowered for (jax.export may name several)
 
 
 MIRRORS: dict = {}  # lax primitive -> zip primitive
@@ -176,8 +177,8 @@ def _batch(lax_prim, axis_data, vals, dims, **params):
 
 
 def _lower(lower, collective_dims, ctx, *xs, zip: Options, **params):
-    platform = ctx.module_context.platforms[0] if ctx.module_context.platforms else jax.default_backend()
-    info = Lowering(zip, platform, tuple((a.shape, a.dtype) for a in ctx.avals_out[:len(xs)]))
+    platforms = tuple(ctx.module_context.platforms or ()) or (jax.default_backend(),)
+    info = Lowering(zip, platforms[0], tuple((a.shape, a.dtype) for a in ctx.avals_out[:len(xs)]), platforms)
 
     def algorithm(*operands):
         outs, wire, raw = lower(info, *operands, **params)

@@ -92,7 +92,7 @@ class Sizing:
 
 def ladder(axes: Axes, info) -> Sizing:
     model = strategy.model_for(axes.names, info.options.strategy, platform=info.platform)
-    return Sizing(model.ladder, info.platform == "cpu")
+    return Sizing(model.ladder, set(info.platforms or (info.platform,)) == {"cpu"})
 
 
 def bitwise(collective, x):
