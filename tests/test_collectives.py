@@ -223,6 +223,68 @@ def test_all_to_all_equals_lax_bitwise(dtype, split, concat, tiled):
     assert ours.shape == theirs.shape and bits(ours) == bits(theirs)
 
 
+def emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *,
+                               axis_name, axis_index_groups=None):
+    """lax.ragged_all_to_all's semantics from a dense all_to_all (XLA:CPU has no
+    ragged one), for slices of at most operand.size / n elements: each
+    destination's slice travels padded, and only its recv_sizes elements are
+    written into the output, at the offset its sender chose."""
+    n = send_sizes.shape[0]
+    width = operand.shape[0] // n
+    kw = {"axis_index_groups": axis_index_groups} if axis_index_groups else {}
+    padded = jnp.concatenate([operand, jnp.zeros(width, operand.dtype)])
+    rows = jnp.stack([lax.dynamic_slice(padded, (input_offsets[j],), (width,)) for j in range(n)])
+    rows = jnp.where(jnp.arange(width)[None] < send_sizes[:, None], rows, 0)
+    got = lax.all_to_all(rows, axis_name, 0, 0, tiled=True, **kw)
+    at = lax.all_to_all(output_offsets, axis_name, 0, 0, tiled=True, **kw)  # where each source writes here
+    pos = jnp.arange(output.shape[0])
+    for i in range(n):
+        inside = (pos >= at[i]) & (pos < at[i] + recv_sizes[i])
+        output = jnp.where(inside, got[i][jnp.clip(pos - at[i], 0, width - 1)], output)
+    return output
+
+
+@pytest.mark.parametrize("groups", [None, [[3, 1, 2, 0], [4, 5, 7, 6]]], ids=["no-groups", "groups"])
+def test_all_to_all_at_exact_stream_lengths_where_xla_has_ragged_all_to_all(monkeypatch, groups):
+    """The ragged transport (modules lowered for CUDA alone; here with an
+    emulated ragged_all_to_all on the CPU): lax's bits, and on the wire each
+    stream's exact length plus its 4-byte size, no rung."""
+    from zipccl_jax.collectives import _transfer
+    monkeypatch.setattr(_transfer, "RAGGED_PLATFORMS", frozenset({"cpu"}))
+    monkeypatch.setattr(_transfer, "ragged_all_to_all", emulated_ragged_all_to_all)
+    x = per_device((N, 3000), jnp.bfloat16, seed=9)
+    x[:, 1::2, 2000:] = 0  # MoE-like: chunks with empty slots compress far better than full ones
+    n = 4 if groups else N
+    kw = {"axis_index_groups": groups} if groups else {}
+    def ours_and_wire(a):
+        out, stats = zc.zip_all_to_all(a.reshape(n, -1, 3000), "d", 0, 1, tiled=True, with_stats=True,
+                                       strategy="compressed", **kw)
+        return out, stats.wire_bytes[None]
+    ours, wire = run(ours_and_wire, x, out_specs=(P("d"), P("d")), check_vma=not groups)
+    theirs = run(lambda a: lax.all_to_all(a.reshape(n, -1, 3000), "d", 0, 1, tiled=True, **kw), x,
+                 check_vma=not groups)
+    assert bits(ours) == bits(theirs)
+    for d in range(N):  # what device d sent: its chunks' exact streams to the others of its group
+        group = next(g for g in (groups or [list(range(N))]) if d in g)
+        chunks = x[d].reshape(n, -1)
+        exact = sum(len(ref.compress(chunks[j])) for j in range(n) if group[j] != d) + 4 * (n - 1)
+        assert float(wire[d]) == exact, d
+
+
+@pytest.mark.skipif(_ffi.cuda_module() is None, reason="built without the CUDA codec (CI builds it)")
+def test_a_cuda_lowering_of_all_to_all_sends_exact_lengths_with_ragged_all_to_all():
+    mesh = mesh1()
+    f = jax.jit(jax.shard_map(lambda a: zc.zip_all_to_all(a[0], "d", 0, 0, tiled=True, strategy="compressed")[None],
+                              mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    x = jax.device_put(np.zeros((N, N * 100), jnp.bfloat16), NamedSharding(mesh, P("d")))
+    texts = {p: f.trace(x).lower(lowering_platforms=p).as_text() for p in (("cuda",), ("cpu",), ("cpu", "cuda"))}
+    encodes = {p: t.count("@zipccl_encode_rows(") for p, t in texts.items()}
+    ragged = {p: t.count("@ragged_all_to_all(") for p, t in texts.items()}
+    assert ragged[("cuda",)] == encodes[("cuda",)] == 1  # one encode, no rung branches
+    for p in (("cpu",), ("cpu", "cuda")):  # where ragged_all_to_all may not run: the ladder, an encode per rung
+        assert ragged[p] == 0 and encodes[p] > 10, (p, encodes)
+
+
 @pytest.mark.parametrize("perm", [[(i, (i + 1) % N) for i in range(N)], [(0, 3), (3, 5), (6, 0)]],
                          ids=["ring", "partial"])
 def test_ppermute_equals_lax_bitwise_including_devices_nobody_sends_to(perm):

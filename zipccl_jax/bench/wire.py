@@ -22,8 +22,8 @@ denser ladder) and of alternatives:
   mantissa bits the format stores raw) sent without sizing, only the tail
   laddered. In bytes that is a ladder whose rungs all lie above F;
 - sizing: one consensus per phase (the library's), or one per shift of a square phase
-  sent as n - 1 ppermutes. Exact per-stream sizes (a ragged all_to_all) would
-  reach the codec's bytes by construction.
+  sent as n - 1 ppermutes, or each stream at its exact length plus a 4-byte
+  length (ragged_all_to_all: zip_all_to_all's transfer on CUDA).
 
 wire_data.py gathers the real tensors and checks the simulation of the
 library's scheme against the library's own Stats, byte for byte.
@@ -270,7 +270,9 @@ class Scheme:
     """How a collective's phases are sized: a ladder (None: each phase at its
     largest stream exactly, a bound), the interleaved layout where the
     collective chooses its chunks, one consensus per phase ("phase") or per
-    shift of a square phase ("shift": n - 1 ppermutes)."""
+    shift of a square phase ("shift": n - 1 ppermutes), or each stream at its
+    own length ("ragged": ragged_all_to_all, what zip_all_to_all does in a
+    module lowered for CUDA)."""
 
     name: str
     ladder: Ladder | None
@@ -281,6 +283,8 @@ class Scheme:
         """The collectives one phase runs, besides its consensus (a pmax)."""
         if self.sizing == "shift" and case.given[0].sizes.shape[1] > 1:
             return f"{case.devices - 1} ppermutes"
+        if self.sizing == "ragged":
+            return "2 (lengths, then ragged_all_to_all)"
         return "2 (head unsized)" if self.ladder is not None and self.ladder.head else "1"
 
 
@@ -289,6 +293,8 @@ def phase_wire(phase: Phase, scheme: Scheme) -> np.ndarray:
     sizes, copies = phase.sizes, phase.copies
     fit = (lambda need: need) if scheme.ladder is None else (lambda need: scheme.ladder.fit(phase, need))  # noqa: E731
     n, streams = sizes.shape
+    if scheme.sizing == "ragged":  # ragged_all_to_all: every stream at its length, plus its int32 length
+        return ((sizes + 4) * copies).sum(1).astype(float)
     if scheme.sizing == "shift" and streams > 1:
         d, wire = np.arange(n), np.zeros(n)
         for k in range(1, n):
@@ -371,6 +377,7 @@ def schemes(case: Case, cases: list[Case], rungs: list[int]) -> list[Scheme]:
     out.append(Scheme("largest stream (bound)", None, best))
     if case.given[0].sizes.shape[1] > 1:
         out.append(Scheme("largest per shift (bound)", None, best, "shift"))
+        out.append(Scheme("ragged: each stream exact + 4 B (the library on CUDA)", None, best, "ragged"))
     for k in rungs:
         for family in FAMILIES:
             ladder = family_ladder(family, k, case, cases)

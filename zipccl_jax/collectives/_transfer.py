@@ -78,21 +78,28 @@ def plan(collective, x, axes: Axes, info):
                          info.options.strategy, platform=info.platform)
 
 
+RAGGED_PLATFORMS = frozenset({"cuda"})  # where XLA implements ragged_all_to_all (XLA:CPU does not)
+ragged_all_to_all = lax.ragged_all_to_all  # module-level: tests stand in for it on the CPU
+
+
 @dataclasses.dataclass(frozen=True)
 class Sizing:
     """How a transfer sizes its streams: the capacity ladder (fractions of
-    raw), and whether the codec runs on the CPU, where the size pass hands
+    raw); whether the codec runs on the CPU, where the size pass hands
     the encoder its choices (ops.stream_sizes' plans) and all_gather+
     local_reduce sums a device's own row from its data instead of decoding
-    it (the CUDA handlers take neither)."""
+    it (the CUDA handlers take neither); and whether all_to_all sends each
+    stream at its exact length (ragged_transfer) instead of at a rung."""
 
     rungs: tuple
     cpu: bool
+    ragged: bool = False
 
 
 def ladder(axes: Axes, info) -> Sizing:
     model = strategy.model_for(axes.names, info.options.strategy, platform=info.platform)
-    return Sizing(model.ladder, set(info.platforms or (info.platform,)) == {"cpu"})
+    platforms = set(info.platforms or (info.platform,))
+    return Sizing(model.ladder, platforms == {"cpu"}, platforms <= RAGGED_PLATFORMS)
 
 
 def bitwise(collective, x):
@@ -216,6 +223,26 @@ def exchange(outs, axes: Axes):
     all_to_all delivers them, without joining them first)."""
     received = lax.all_to_all(jnp.concatenate(outs), axes.names, 0, 0, tiled=True, **axes.kw())
     return [received[j:j + 1] for j in range(len(outs))]
+
+
+def ragged_transfer(rows: Rows, axes: Axes, decode):
+    """all_to_all of the rows' streams (row j to device j) at their exact
+    lengths: each stream is written at full capacity, the lengths are
+    exchanged (one all_to_all of n int32), and ragged_all_to_all sends each
+    stream's bytes only, into the receiver's row of its source. No ladder, no
+    consensus: the wire carries the codec's bytes plus 4 per destination.
+    Returns (decoded, bytes this device sent to the others)."""
+    n, cap = rows.k, rows.capacity
+    sizes = ops.stream_sizes(rows.leaves, n, unit=rows.unit).astype(jnp.int32)
+    (payload,) = ops.encode_rows(rows.leaves, n, cap, outputs=1, unit=rows.unit)  # [n, cap]
+    recv = lax.all_to_all(sizes, axes.names, 0, 0, tiled=True, **axes.kw())
+    me = axes.position()
+    received = ragged_all_to_all(payload.reshape(-1), jnp.zeros(n * cap, jnp.uint8),
+                                 jnp.arange(n, dtype=jnp.int32) * cap, sizes,
+                                 jnp.full((n,), me * cap, jnp.int32), recv,
+                                 axis_name=axes.names, **axes.kw())
+    others = jnp.where(jnp.arange(n) == me, 0, sizes)
+    return decode([received.reshape(n, cap)]), jnp.sum(others).astype(jnp.float32) + 4.0 * (n - 1)
 
 
 def reduce_scatter_rows(rows: Rows, axes: Axes, compress: bool, sizing: Sizing):
