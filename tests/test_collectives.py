@@ -283,6 +283,16 @@ def test_a_cuda_lowering_of_all_to_all_sends_exact_lengths_with_ragged_all_to_al
     assert ragged[("cuda",)] == encodes[("cuda",)] == 1  # one encode, no rung branches
     for p in (("cpu",), ("cpu", "cuda")):  # where ragged_all_to_all may not run: the ladder, an encode per rung
         assert ragged[p] == 0 and encodes[p] > 10, (p, encodes)
+    # over a tuple of axes of a 2-D mesh, and within index groups: lax's ragged_all_to_all takes both
+    mesh2 = jax.make_mesh((2, 4), ("a", "b"), devices=cpu_devices())
+    spec = P(("a", "b"))
+    x2 = jax.device_put(np.zeros((N, 800), jnp.bfloat16), NamedSharding(mesh2, spec))
+    for kw in ({}, {"axis_index_groups": [[0, 1, 2, 3], [4, 5, 6, 7]]}):
+        g = jax.jit(jax.shard_map(lambda a, kw=kw: zc.zip_all_to_all(a[0], ("a", "b"), 0, 0, tiled=True,
+                                                                     strategy="compressed", **kw)[None],
+                                  mesh=mesh2, in_specs=spec, out_specs=spec, check_vma=not kw))
+        text = g.trace(x2).lower(lowering_platforms=("cuda",)).as_text()
+        assert text.count("@ragged_all_to_all(") == text.count("@zipccl_encode_rows(") == 1, kw
 
 
 @pytest.mark.parametrize("perm", [[(i, (i + 1) % N) for i in range(N)], [(0, 3), (3, 5), (6, 0)]],
