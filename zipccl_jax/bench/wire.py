@@ -377,7 +377,7 @@ def schemes(case: Case, cases: list[Case], rungs: list[int]) -> list[Scheme]:
     out.append(Scheme("largest stream (bound)", None, best))
     if case.given[0].sizes.shape[1] > 1:
         out.append(Scheme("largest per shift (bound)", None, best, "shift"))
-        out.append(Scheme("ragged: each stream exact + 4 B (the library on CUDA)", None, best, "ragged"))
+        out.append(Scheme("ragged: each stream exact + 4 B (zip_all_to_all on CUDA)", None, best, "ragged"))
     for k in rungs:
         for family in FAMILIES:
             ladder = family_ladder(family, k, case, cases)
