@@ -110,6 +110,31 @@ def test_all_gather_local_reduce_sums_its_own_row_from_its_data(groups, compress
     assert hlo.count("planned = true") == (rungs - 1 if compress else 0)
 
 
+@pytest.mark.parametrize("mapping", ["pmap", "vmap-in-shard_map", "jvp"])
+def test_all_gather_local_reduce_own_row_under_transformations(mapping):
+    """The own-row shortcut where lax's psum works: under pmap, vmapped over
+    a batch inside shard_map, and under jvp (the tangents summed alike)."""
+    name = "compressed all_gather+local_reduce"
+    x = per_device((2, 3000), jnp.bfloat16, seed=13)
+    psum = lambda a: zc.zip_psum(a, "d", strategy=strategy.Pinned(name))  # noqa: E731
+    if mapping == "pmap":
+        out = np.asarray(jax.pmap(psum, axis_name="d", devices=cpu_devices())(x))
+        want = rank_sum(x, jnp.bfloat16)
+        assert all(bits(out[i]) == bits(want) for i in range(N))
+    elif mapping == "vmap-in-shard_map":
+        out = run(lambda a: jax.vmap(psum)(a)[None], x)
+        want = np.stack([rank_sum(x[:, b], jnp.bfloat16) for b in range(2)])
+        assert all(bits(out[i]) == bits(want) for i in range(N))
+    else:  # forward mode: the tangents go through the same psum
+        t = per_device((2, 3000), jnp.bfloat16, seed=14)
+        mesh = mesh1()
+        f = jax.jit(jax.shard_map(lambda a, b: jax.jvp(psum, (a[0],), (b[0],)), mesh=mesh, in_specs=(P("d"), P("d")),
+                                  out_specs=(P(), P())))
+        put = lambda v: jax.device_put(v, NamedSharding(mesh, P("d")))  # noqa: E731
+        primal, tangent = f(put(x), put(t))
+        assert bits(primal) == bits(rank_sum(x, jnp.bfloat16)) and bits(tangent) == bits(rank_sum(t, jnp.bfloat16))
+
+
 @pytest.mark.skipif(_ffi.cuda_module() is None, reason="built without the CUDA codec (CI builds it)")
 def test_the_cpu_only_shortcuts_stay_out_of_a_module_lowered_for_cuda_too():
     """Plans and the own row are CPU handlers' inputs: a module lowered for

@@ -67,7 +67,7 @@ class Lowering:
     options: Options
     platform: str
     out_shapes: tuple
-    platforms: tuple = ()  # every platform the module is lowered for (jax.export may name several)
+    platforms: tuple  # every platform the module is lowered for (jax.export may name several); platform: the first
 
 
 MIRRORS: dict = {}  # lax primitive -> zip primitive

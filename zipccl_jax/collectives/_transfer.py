@@ -98,7 +98,7 @@ class Sizing:
 
 def ladder(axes: Axes, info) -> Sizing:
     model = strategy.model_for(axes.names, info.options.strategy, platform=info.platform)
-    platforms = set(info.platforms or (info.platform,))
+    platforms = set(info.platforms)
     return Sizing(model.ladder, platforms == {"cpu"}, platforms <= RAGGED_PLATFORMS)
 
 
