@@ -35,7 +35,9 @@ def test_two_processes_over_a_shaped_link():
     # fastest of them, compress=False its variant without the codec
     tuned = runs[0]["tune"]
     assert tuned["source"] == "autotune" and [name for name, _ in tuned["profile"]["links"]] == ["data"]
-    assert 0.4 * 12.5e6 < tuned["profile"]["links"][0][1]["bandwidth"] < 1.2 * 12.5e6, tuned
+    # the shaped link, not loopback's GB/s; gloo's all_gather reaches about half the link's rate and is bimodal
+    # (bench linkprobe, docs/BENCHMARKS.md): CI measured 0.38 of it once, hence the low floor
+    assert 0.2 * 12.5e6 < tuned["profile"]["links"][0][1]["bandwidth"] < 1.2 * 12.5e6, tuned
     (timed,) = tuned["profile"]["measured"]
     assert timed["axes"] == ["data"] and timed["nbytes"] == forced["raw_bytes"]  # the bucket's bytes (n = 2)
     fastest = min(timed["seconds"], key=lambda kv: kv[1])
