@@ -227,14 +227,18 @@ def exchange(outs, axes: Axes):
 
 def ragged_transfer(rows: Rows, axes: Axes, decode):
     """all_to_all of the rows' streams (row j to device j) at their exact
-    lengths: each stream is written at full capacity, the lengths are
-    exchanged (one all_to_all of n int32), and ragged_all_to_all sends each
-    stream's bytes only, into the receiver's row of its source. No ladder, no
-    consensus: the wire carries the codec's bytes plus 4 per destination.
+    lengths: one codec call writes each stream at full capacity and returns
+    its length (the public compress's, no separate size pass), the lengths
+    are exchanged (one all_to_all of n int32), and ragged_all_to_all sends
+    each stream's bytes only, into the receiver's row of its source. No
+    ladder, no consensus: the wire carries the codec's bytes plus 4 per
+    destination. Rows: one leaf cut into n contiguous rows (unit 0).
     Returns (decoded, bytes this device sent to the others)."""
     n, cap = rows.k, rows.capacity
-    sizes = ops.stream_sizes(rows.leaves, n, unit=rows.unit).astype(jnp.int32)
-    (payload,) = ops.encode_rows(rows.leaves, n, cap, outputs=1, unit=rows.unit)  # [n, cap]
+    (leaf,) = rows.leaves
+    assert rows.unit == 0 and leaf.size == n * rows.m, (rows.unit, leaf.size, n)
+    payload, sizes = ops.compress_rows(leaf.reshape(n, rows.m))  # [n, cap], [n]
+    sizes = sizes.astype(jnp.int32)
     recv = lax.all_to_all(sizes, axes.names, 0, 0, tiled=True, **axes.kw())
     me = axes.position()
     received = ragged_all_to_all(payload.reshape(-1), jnp.zeros(n * cap, jnp.uint8),
