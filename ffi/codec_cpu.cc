@@ -166,9 +166,9 @@ struct GroupTables {
   PlaneCodes pc{};
 
   // Reads and checks group g's table area (bytes at `at`). Returns a Status.
-  int build(const uint8_t* at, uint32_t bytes, int64_t g, int group_mask, int nblocks, bool generic) {
+  int build(const uint8_t* at, uint32_t bytes, int64_t g, int group_mask, int nblocks, bool generic, int version) {
     uint8_t lens[kMaxSyms], plane_lens[kMaxPlanes][kPlaneSyms];
-    if (read_table_area(at, bytes, group_mask, nblocks, refs, lens, plane_lens) != kOk) return kErrTable;
+    if (read_table_area(at, bytes, group_mask, nblocks, refs, lens, plane_lens, version) != kOk) return kErrTable;
     mask = group_mask;
     pc = PlaneCodes{};
     pc.mask = mask;
@@ -191,23 +191,24 @@ struct GroupTables {
 };
 
 template <int DT>
-int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int mask_bits, uint8_t* out, bool generic) {
+int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int version, int mask_bits, uint8_t* out,
+                     bool generic) {
   constexpr int es = Elem<DT>::lay.elem_bytes;
-  const int64_t nb = num_blocks(n), ng = num_groups(nb), records = records_offset(nb);
-  const int64_t bodies = bodies_offset(nb);
+  const int64_t nb = num_blocks(n), ng = num_groups(nb), records = records_offset(nb, version);
+  const int64_t bodies = bodies_offset(nb, version);
   if (size < bodies) return kErrTruncated;
   int64_t body_total = 0, table_total = 0;
   for (int64_t g = 0; g < ng; ++g) {
     if (in[records + kRecordBytes * g] & ~mask_bits) return kErrPlanes;
     table_total += in[records + kRecordBytes * g + 1] | (in[records + kRecordBytes * g + 2] << 8);
   }
-  for (int64_t b = 0; b < nb; ++b) body_total += load_descriptor(in + kHeaderBytes + kDescBytes * b) & 0xFFFFu;
+  for (int64_t b = 0; b < nb; ++b) body_total += load_descriptor(in, b, version, 0) & 0xFFFFu;
   if (size - bodies < body_total + table_total) return kErrTruncated;
   GroupTables tables;
   int64_t pos = bodies, table_at = bodies + body_total, asked = 0, ahead = pos;
   for (int64_t b = 0; b < nb; ++b) {
     for (; asked < nb && asked <= b + 2; ++asked) {  // keep the next two blocks' input coming
-      const int64_t bytes = load_descriptor(in + kHeaderBytes + kDescBytes * asked) & 0xFFFFu;
+      const int64_t bytes = load_descriptor(in, asked, version, 0) & 0xFFFFu;
       prefetch_body(in, size, ahead, bytes);
       ahead += bytes;
     }
@@ -216,9 +217,9 @@ int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int mask_bits, 
     const uint32_t table_bytes = record[1] | (record[2] << 8);
     if (b > 0 && b % kGroupBlocks == 0) table_at += in[records + kRecordBytes * (g - 1) + 1] |
                                                      (in[records + kRecordBytes * (g - 1) + 2] << 8);
-    const uint32_t desc = load_descriptor(in + kHeaderBytes + kDescBytes * b);
-    const uint32_t body_bytes = desc & 0xFFFFu, width = desc >> 16;
     const int count = block_count(n, b);
+    const uint32_t desc = load_descriptor(in, b, version, uint32_t(count) * es);
+    const uint32_t body_bytes = desc & 0xFFFFu, width = desc >> 16;
     uint8_t* dst = out + b * kBlock * es;
     const uint8_t* body = in + pos;
     pos += body_bytes;
@@ -227,10 +228,10 @@ int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int mask_bits, 
       std::memcpy(dst, body, body_bytes);
       continue;
     }
-    if (width > uint32_t(kMaxWidth)) return kErrBlockMode;
+    if (width > uint32_t(kMaxWidth) && width != kWidthInBody) return kErrBlockMode;
     if (body_bytes >= uint32_t(count) * es) return kErrBlockSize;
     if (tables.group != g &&
-        tables.build(in + table_at, table_bytes, g, record[0], group_block_count(nb, g), generic) != kOk)
+        tables.build(in + table_at, table_bytes, g, record[0], group_block_count(nb, g), generic, version) != kOk)
       return kErrTable;
     const int mask = tables.mask;
     const uint32_t ref = tables.refs[(mask & kMaskOwnRefs) ? b % kGroupBlocks : 0];
@@ -349,8 +350,8 @@ int64_t body_bytes(const uint32_t* bits, int m, int count, int mask, int dtype) 
 
 // The bytes of a group's table area (§5.5).
 int64_t table_area_bytes(const GroupCode& g, int nblocks) {
-  uint32_t bits = table_bits(g.lens, num_symbols(g.mask));
-  for (int p = 0; p < kMaxPlanes; ++p) bits += ((g.mask >> p) & 1) ? table_bits(g.plane_lens[p], kPlaneSyms) : 0;
+  uint32_t bits = table_bits(g.lens, num_symbols(g.mask), true);
+  for (int p = 0; p < kMaxPlanes; ++p) bits += ((g.mask >> p) & 1) ? table_bits(g.plane_lens[p], kPlaneSyms, false) : 0;
   return num_refs(g.mask, nblocks) + (bits + 7) / 8;
 }
 
@@ -452,10 +453,10 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
     if (bytes) std::memcpy(out, in + kHeaderBytes, size_t(bytes));
     return kOk;
   }
-  if (version < kVersion) return decompress_v2(dtype, in, size, n, flags, mask_bits, out);
-  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, mask_bits, out, generic);
-  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, mask_bits, out, generic);
-  return decompress_typed<kF32>(in, size, n, mask_bits, out, generic);
+  if (version < 3) return decompress_v2(dtype, in, size, n, flags, mask_bits, out);
+  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, version, mask_bits, out, generic);
+  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, version, mask_bits, out, generic);
+  return decompress_typed<kF32>(in, size, n, version, mask_bits, out, generic);
 }
 
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {

@@ -690,10 +690,11 @@ uint32_t encode_block_fast(const uint8_t* in, int count, uint32_t ref, const uin
     std::memcpy(body, in, raw_block);
     return make_descriptor(raw_block, 0);
   }
-  // The sub-stream area: the deviations, the four sub-streams at bit granularity.
+  // The sub-stream area: the width, the deviations, the four sub-streams at bit granularity.
   for (int k = 0; k < kSubstreams; ++k) std::memcpy(w[k].out, &w[k].acc, 8);  // the last partial byte, and slack
   alignas(64) uint8_t joined[kBlock * 4 + 64];  // the body, then copied out (stream_copy)
   Writer a{joined, 0, 0};
+  put_width(width, a);
   a.put((uint64_t(uint32_t(devs[0])) & ((1u << width) - 1)) | (uint64_t(uint32_t(devs[1])) & ((1u << width) - 1)) << width,
         2 * width);
   a.put(uint32_t(devs[2]) & ((1u << width) - 1), width);

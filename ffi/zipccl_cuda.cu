@@ -325,8 +325,9 @@ __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
     if (Lane() == 0 && WarpId() == 0) {
       zc::canonical_codes(sm.lens[best], codes + gi * zc::kMaxSyms, zc::num_symbols(full));
       ps.masks[gi] = full;
-      uint32_t bits = zc::table_bits(sm.lens[best], zc::num_symbols(full));
-      for (int q = 0; q < zc::kMaxPlanes; ++q) bits += ((full >> q) & 1) ? zc::table_bits(sm.plens[q], zc::kPlaneSyms) : 0;
+      uint32_t bits = zc::table_bits(sm.lens[best], zc::num_symbols(full), true);
+      for (int q = 0; q < zc::kMaxPlanes; ++q)
+        bits += ((full >> q) & 1) ? zc::table_bits(sm.plens[q], zc::kPlaneSyms, false) : 0;
       ps.table_bytes[gi] = uint32_t(zc::num_refs(full, nblocks)) + (bits + 7) / 8;
     } else if (Lane() == 0 && WarpId() <= zc::kMaxPlanes && ((full >> (WarpId() - 1)) & 1)) {
       const int q = WarpId() - 1;
@@ -422,7 +423,8 @@ __global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
     } else {
       for (uint32_t w = threadIdx.x; w < (coded + 3) / 4; w += blockDim.x) sm.words[w] = 0;
       if (!ZC_INJECTED(1)) __syncthreads();  // without it, a race the emulation must catch
-      uint32_t start = 3 * width, all = 3 * width;  // sub-stream k's first bit; the area's bits
+      const uint32_t head = zc::head_bits(width);  // §2: the width field and the deviations
+      uint32_t start = head, all = head;  // sub-stream k's first bit; the area's bits
       int first = 0;  // sub-stream k's first stored element
       for (int j = 0; j < zc::kSubstreams; ++j) {
         start += j < k ? sm.stream_bits[j] : 0;
@@ -430,8 +432,9 @@ __global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
         all += sm.stream_bits[j];
       }
       const uint32_t area = (all + 7) / 8;  // the stored area's first byte
-      if (threadIdx.x == 0) {  // §2: the length deviations
+      if (threadIdx.x == 0) {  // §2: the width field, the length deviations
         SharedBitWriter d{sm.words, 0};
+        zc::put_width(width, d);
         for (int j = 0; j + 1 < zc::kSubstreams; ++j) d.put(uint32_t(sm.devs[j]) & ((1u << width) - 1), width);
       }
       uint32_t done = 0;  // bits of sub-stream k put so far
@@ -554,7 +557,7 @@ struct StreamInfo {
   int64_t* table_at;   // [streams * ng] offset of each group's tables
   uint8_t* table_ok;   // [streams * ng] versions 1-2: the group's tables are valid (§5.3)
 };
-constexpr int8_t kCoded = 0, kStoredRaw = 1, kCodedV2 = 2;
+constexpr int8_t kCoded = 0, kStoredRaw = 1, kCodedV2 = 2, kCodedV3 = 3;
 
 // Each payload row has a status word on the device (0: no error so far). The
 // first error wins: the lowest (block, sub-stream) of the row -- the order a
@@ -585,9 +588,9 @@ __device__ int GroupTablesStatusV2(const uint8_t* at, int mask) {
   return zc::kOk;
 }
 
-// Version 3, §1: a group's table_bytes from its record.
-__device__ uint32_t RecordTableBytes(const uint8_t* in, int64_t nb, int64_t g) {
-  const uint8_t* r = in + zc::records_offset(nb) + zc::kRecordBytes * g;
+// Versions 3-4, §1: a group's table_bytes from its record.
+__device__ uint32_t RecordTableBytes(const uint8_t* in, int64_t nb, int64_t g, int version) {
+  const uint8_t* r = in + zc::records_offset(nb, version) + zc::kRecordBytes * g;
   return r[1] | (uint32_t(r[2]) << 8);
 }
 
@@ -650,30 +653,31 @@ __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, i
     const uint8_t* in = payload + row * cap;
     if (threadIdx.x == 0) {
       int st = zc::check_header(in, uint64_t(cap), dtype, uint64_t(n), &sm.version, &sm.flags, &sm.mask_bits);
-      const bool raw = sm.flags & zc::kFlagStoredRaw, v3 = sm.version == zc::kVersion;
+      const bool raw = sm.flags & zc::kFlagStoredRaw, v3 = sm.version >= 3;
       if (st == zc::kOk && raw && zc::max_stream_bytes(n, dtype) > cap) st = zc::kErrTruncated;
-      if (st == zc::kOk && !raw && (v3 ? zc::bodies_offset(nb) : zc::tables_offset_v2(nb, sm.flags)) > cap)
+      if (st == zc::kOk && !raw && (v3 ? zc::bodies_offset(nb, sm.version) : zc::tables_offset_v2(nb, sm.flags)) > cap)
         st = zc::kErrTruncated;
       sm.status = st;
       sm.first = kNoError;
     }
     __syncthreads();
     const bool coded = sm.status == zc::kOk && !(sm.flags & zc::kFlagStoredRaw);
-    if (coded && sm.version == zc::kVersion) {
+    if (coded && sm.version >= 3) {
       for (int64_t g = threadIdx.x; g < ng; g += blockDim.x)
-        if (in[zc::records_offset(nb) + zc::kRecordBytes * g] & ~sm.mask_bits)
+        if (in[zc::records_offset(nb, sm.version) + zc::kRecordBytes * g] & ~sm.mask_bits)
           atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
-      int64_t pos = zc::bodies_offset(nb), total;
+      int64_t pos = zc::bodies_offset(nb, sm.version), total;
       for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x) {
         const int64_t b = b0 + threadIdx.x;
-        const uint32_t desc = b < nb ? zc::load_descriptor(in + zc::kHeaderBytes + zc::kDescBytes * b) : 0;
+        const uint32_t desc = b < nb ? zc::load_descriptor(in, b, sm.version, 0) : 0;
         const int64_t at = pos + BlockExclusiveScan(desc & 0xFFFFu, sm.sums, &total);
         if (b < nb) info.body_at[s * nb + b] = at;
         pos += total;
       }
       for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
         const int64_t g = g0 + threadIdx.x;
-        const int64_t at = pos + BlockExclusiveScan(g < ng ? RecordTableBytes(in, nb, g) : 0, sm.sums, &total);
+        const int64_t at = pos + BlockExclusiveScan(g < ng ? RecordTableBytes(in, nb, g, sm.version) : 0, sm.sums,
+                                                    &total);
         if (g < ng) info.table_at[s * ng + g] = at;
         pos += total;
       }
@@ -691,6 +695,7 @@ __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, i
       info.state[s] = sm.status != zc::kOk                ? -1
                       : (sm.flags & zc::kFlagStoredRaw)    ? kStoredRaw
                       : sm.version == zc::kVersion         ? kCoded
+                      : sm.version == 3                    ? kCodedV3
                                                            : kCodedV2;
     }
     __syncthreads();  // the shared memory is reused by the next stream
@@ -813,12 +818,14 @@ __device__ void DecodeGroupV2(int dtype, const uint8_t* in, int64_t s, int64_t g
 __device__ void DecodeGroup(int dtype, const uint8_t* in, int64_t s, int64_t g, int64_t row, int64_t n,
                             StreamInfo info, uint8_t* group_out, DecodeSmem& sm, uint32_t* status) {
   const zc::Layout lay = zc::layout_of(dtype);
+  const int version = info.state[s] == kCodedV3 ? 3 : zc::kVersion;
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  const int mask = in[zc::records_offset(nb) + zc::kRecordBytes * g], nblocks = zc::group_block_count(nb, g);
+  const int mask = in[zc::records_offset(nb, version) + zc::kRecordBytes * g], nblocks = zc::group_block_count(nb, g);
   if (threadIdx.x == 0)
-    sm.table_ok = zc::read_table_area(in + info.table_at[s * ng + g], RecordTableBytes(in, nb, g), mask, nblocks,
-                                      sm.refs, sm.area_lens[0],
-                                      reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(sm.area_lens[1])) == zc::kOk;
+    sm.table_ok = zc::read_table_area(in + info.table_at[s * ng + g], RecordTableBytes(in, nb, g, version), mask,
+                                      nblocks, sm.refs, sm.area_lens[0],
+                                      reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(sm.area_lens[1]),
+                                      version) == zc::kOk;
   __syncthreads();
   const bool ok = sm.table_ok;
   if (ok) {
@@ -829,7 +836,7 @@ __device__ void DecodeGroup(int dtype, const uint8_t* in, int64_t s, int64_t g, 
   const int j = threadIdx.x / zc::kSubstreams, k = threadIdx.x % zc::kSubstreams;
   const int64_t b = g * zc::kGroupBlocks + j;
   const int count = b < nb ? zc::block_count(n, b) : 0, q = zc::substream_len(count);
-  const uint32_t desc = b < nb ? zc::load_descriptor(in + zc::kHeaderBytes + zc::kDescBytes * b) : 0;
+  const uint32_t desc = b < nb ? zc::load_descriptor(in, b, version, uint32_t(count) * lay.elem_bytes) : 0;
   const uint32_t size = desc & 0xFFFFu, width = desc >> 16;
   const uint8_t* body = b < nb ? in + info.body_at[s * nb + b] : in;
   const zc::GroupLayout gl = zc::group_layout(dtype, mask);
@@ -842,7 +849,7 @@ __device__ void DecodeGroup(int dtype, const uint8_t* in, int64_t s, int64_t g, 
     if (size != uint32_t(count) * lay.elem_bytes) st = k == 0 ? zc::kErrBlockSize : zc::kOk;
     for (uint32_t i = k * part; size == uint32_t(count) * lay.elem_bytes && i < Min(size, (k + 1) * part); ++i)
       to[i] = body[i];
-  } else if (b < nb && width > uint32_t(zc::kMaxWidth)) {
+  } else if (b < nb && width > uint32_t(zc::kMaxWidth) && width != zc::kWidthInBody) {
     st = k == 0 ? zc::kErrBlockMode : zc::kOk;
   } else if (b < nb && size >= uint32_t(count) * lay.elem_bytes) {
     st = k == 0 ? zc::kErrBlockSize : zc::kOk;

@@ -4,8 +4,10 @@
 // and device, so the C++ and CUDA codecs run the same coder and cannot drift
 // apart. The numpy reference (zipccl_jax/reference.py) follows FORMAT.md
 // section by section; tests assert byte identity against both. Section
-// numbers below refer to FORMAT.md. Encoders write version 3; versions 1 and
-// 2 are decoded by the *_v2 functions at the end.
+// numbers below refer to FORMAT.md. Encoders write version 4; version 3
+// differs only in its descriptors and stored code lengths (the version
+// arguments below), versions 1 and 2 are decoded by the *_v2 functions at
+// the end.
 #pragma once
 
 #include <cstddef>
@@ -19,13 +21,15 @@
 
 namespace zipccl {
 
-constexpr int kVersion = 3;  // written; versions 1 and 2 are still read (§1)
+constexpr int kVersion = 4;  // written; versions 1 to 3 are still read (§1)
 constexpr int kHeaderBytes = 16;
 constexpr int kBlockLog2 = 12;
 constexpr int kBlock = 1 << kBlockLog2;  // elements per block
 constexpr int kGroupBlocks = 16;         // blocks sharing one code table
 constexpr int kFlagStoredRaw = 1;        // header flags: whole stream is raw
-constexpr int kDescBytes = 3;            // §2: body_bytes (u16), width (u8)
+constexpr int kDescBytes = 2;            // §2: body_bytes (u16); version 3: 3, the width (u8) after it
+constexpr uint32_t kWidthInBody = 0x100;  // a loaded version-4 coded block's width: in its body (§2)
+constexpr int kWidthShort = 5;           // §2: widths 5..11 take a 3-bit field, others 3 + 5 bits
 constexpr int kRecordBytes = 3;          // §1: a group's mask (u8), table_bytes (u16)
 constexpr int kMaskSign = 4;             // group mask bit 2: the symbols carry the sign (§4.1)
 constexpr int kMaskZeros = 8;            // group mask bit 3: exact zeros are implied (§4.2)
@@ -47,8 +51,9 @@ constexpr int kPlaneSyms = 256;                   // §5.4: the alphabet of a ra
 constexpr int kMaxPlanes = 2;                     // raw bytes per element, at most
 constexpr int kPlaneSampleStride = 8;             // §7 step 3: the pre-check samples every 8th element
 constexpr int kMaxSyms = 256;                     // the larger alphabets, for array sizes
-// §5.3: a stored length takes at most 7 bits; a group's table area, at most
-constexpr int kMaxTableBytes = kGroupBlocks + (7 * (kMaxSyms + kMaxPlanes * kPlaneSyms) + 7) / 8;
+// §5.3: a stored length takes at most 8 bits (7 in version 3), a half's class count 5; a group's
+// table area, at most
+constexpr int kMaxTableBytes = kGroupBlocks + (8 * (kMaxSyms + kMaxPlanes * kPlaneSyms) + 2 * 5 + 7) / 8;
 
 // Versions 1-2 (FORMAT.md, "Earlier versions").
 constexpr int kFlagMasks = 2;           // header flags: one mask byte per group (BYTE_CODES in version 1)
@@ -182,9 +187,12 @@ ZC_HD int group_block_count(int64_t nb, int64_t g) {
   return int(nb - g * kGroupBlocks < kGroupBlocks ? nb - g * kGroupBlocks : kGroupBlocks);
 }
 
-// §1: where a coded stream's group records and bodies start.
-ZC_HD int64_t records_offset(int64_t nb) { return kHeaderBytes + int64_t(kDescBytes) * nb; }
-ZC_HD int64_t bodies_offset(int64_t nb) { return records_offset(nb) + int64_t(kRecordBytes) * num_groups(nb); }
+// §1: a descriptor's bytes, and where a coded stream's group records and bodies start.
+ZC_HD int desc_bytes(int version) { return version >= 4 ? kDescBytes : 3; }
+ZC_HD int64_t records_offset(int64_t nb, int version = kVersion) { return kHeaderBytes + int64_t(desc_bytes(version)) * nb; }
+ZC_HD int64_t bodies_offset(int64_t nb, int version = kVersion) {
+  return records_offset(nb, version) + int64_t(kRecordBytes) * num_groups(nb);
+}
 
 // §1: the most bytes a stream of n elements can take: raw plus the header.
 ZC_HD int64_t max_stream_bytes(int64_t n, int dtype) { return kHeaderBytes + n * layout_of(dtype).elem_bytes; }
@@ -212,8 +220,17 @@ ZC_HD void store_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
 }
 
-// §2: a block's descriptor, body_bytes | width << 16, and back.
-ZC_HD uint32_t load_descriptor(const uint8_t* p) { return p[0] | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16); }
+// §2: block b's descriptor in stream `in` of this version, as body_bytes |
+// width << 16: width 0 for a raw block (version 4: body_bytes == raw_bytes,
+// the block's count * elem_bytes), kWidthInBody for a version-4 coded block
+// (locate_substreams reads it from the body). store_descriptor writes
+// version 4's (body_bytes).
+ZC_HD uint32_t load_descriptor(const uint8_t* in, int64_t b, int version, uint32_t raw_bytes) {
+  const uint8_t* p = in + kHeaderBytes + int64_t(desc_bytes(version)) * b;
+  const uint32_t size = p[0] | (uint32_t(p[1]) << 8);
+  if (version < 4) return size | (uint32_t(p[2]) << 16);
+  return size | (size == raw_bytes ? 0u : kWidthInBody << 16);
+}
 ZC_HD void store_descriptor(uint8_t* p, uint32_t desc) {
   for (int i = 0; i < kDescBytes; ++i) p[i] = uint8_t(desc >> (8 * i));
 }
@@ -324,30 +341,60 @@ ZC_HD int length_prediction(const uint8_t* lens, int s) {
   return s ? lens[s - 128] : 0;
 }
 
+// §5.3: the length a "jump" entry stands for after prediction p.
+ZC_HD int jump_length(int p) { return p ? 0 : kMaxCodeLen; }
+
 // §5.3: the stored entry of symbol s: its bits (first read in bit 0) | their count << 8.
 ZC_HD uint32_t length_entry(const uint8_t* lens, int s) {
-  const int d = int(lens[s]) - length_prediction(lens, s);
+  const int p = length_prediction(lens, s), d = int(lens[s]) - p;
   if (d == 0) return 0u | 1u << 8;
   if (d == 1) return 1u | 2u << 8;
   if (d == -1) return 3u | 3u << 8;
-  return (7u | uint32_t(lens[s]) << 3) | 7u << 8;
+  if (lens[s] == jump_length(p)) return 7u | 4u << 8;
+  return (15u | uint32_t(lens[s]) << 4) | 8u << 8;
 }
 
-// §5.3: the bits of a code's stored lengths.
-ZC_HD uint32_t table_bits(const uint8_t* lens, int nsym) {
+// §5.3: the classes a symbol code stores in half h (symbols 128 h ..): one
+// past the last of classes 0..30 with a code (0 if none); class ESC is always stored.
+ZC_HD int stored_classes(const uint8_t* lens, int h) {
+  int k = 0;
+  for (int c = 0; c < kNumClasses - 1; ++c)
+    for (int t = 0; t < (1 << kTopBits); ++t)
+      if (lens[h * kNumSyms + (c << kTopBits) + t]) k = c + 1;
+  return k;
+}
+
+// §5.3: whether symbol s of a symbol code is stored, given its half's class count k.
+ZC_HD bool class_stored(int s, int k) {
+  const int c = (s % kNumSyms) >> kTopBits;
+  return c < k || c == kClassEsc;
+}
+
+// §5.3: the bits of a code's stored lengths (symbols: a symbol code, whose
+// halves start with their class counts; else a byte-plane code).
+ZC_HD uint32_t table_bits(const uint8_t* lens, int nsym, bool symbols) {
   uint32_t bits = 0;
-  for (int s = 0; s < nsym; ++s) bits += length_entry(lens, s) >> 8;
+  int k = kNumClasses;
+  for (int s = 0; s < nsym; ++s) {
+    if (symbols && s % kNumSyms == 0) {
+      k = stored_classes(lens, s / kNumSyms);
+      bits += 5;
+    }
+    if (!symbols || class_stored(s, k)) bits += length_entry(lens, s) >> 8;
+  }
   return bits;
 }
 
 // §7 steps 2-3: a code's stored lengths alone, in bytes.
-ZC_HD uint32_t table_bytes(const uint8_t* lens, int nsym) { return (table_bits(lens, nsym) + 7) / 8; }
+ZC_HD uint32_t table_bytes(const uint8_t* lens, int nsym, bool symbols) {
+  return (table_bits(lens, nsym, symbols) + 7) / 8;
+}
 
 // §7 step 2: the bits a group costs under code lengths lens: codes, escaped
 // exponents, the stored lengths and the stored bits of m stored elements.
 ZC_HD uint64_t code_cost(const uint32_t* counts, const uint8_t* lens, int mask, Layout lay, int64_t m) {
   const int nsym = num_symbols(mask);
-  uint64_t bits = 8 * uint64_t(table_bytes(lens, nsym));
+  uint64_t bits = 8 * uint64_t(table_bytes(lens, nsym, true));
   for (int s = 0; s < nsym; ++s) bits += uint64_t(counts[s]) * (lens[s] + (escapes(s) ? lay.exp_bits : 0));
   const int stored_bits = 8 * lay.raw_bytes + lay.extra_bits - ((mask & kMaskSign) ? 1 : 0);
   return bits + uint64_t(m) * uint64_t(stored_bits);
@@ -457,9 +504,21 @@ struct BitReader {
   }
 };
 
-// §5.3, §5.5: reads the stored lengths of a code of nsym symbols. Returns a Status.
-ZC_HD int read_lengths(BitReader& r, uint8_t* lens, int nsym) {
+// §5.3, §5.5: reads the stored lengths of a code of nsym symbols (symbols:
+// a symbol code) of a stream of this version. Returns a Status.
+ZC_HD int read_lengths(BitReader& r, uint8_t* lens, int nsym, bool symbols, int version) {
+  const bool v4 = version >= 4;
+  int k = kNumClasses;
   for (int s = 0; s < nsym; ++s) {
+    if (v4 && symbols && s % kNumSyms == 0) {
+      uint32_t classes;
+      if (!r.take(5, &classes)) return kErrTable;
+      k = int(classes);
+    }
+    if (v4 && symbols && !class_stored(s, k)) {
+      lens[s] = 0;
+      continue;
+    }
     const int p = length_prediction(lens, s);
     uint32_t bit, v = uint32_t(p);
     if (!r.take(1, &bit)) return kErrTable;
@@ -469,7 +528,13 @@ ZC_HD int read_lengths(BitReader& r, uint8_t* lens, int nsym) {
       else {
         if (!r.take(1, &bit)) return kErrTable;
         if (!bit) v = uint32_t(p - 1);  // p == 0: wraps, rejected below
-        else if (!r.take(4, &v)) return kErrTable;
+        else if (!v4) {
+          if (!r.take(4, &v)) return kErrTable;
+        } else {
+          if (!r.take(1, &bit)) return kErrTable;
+          if (!bit) v = uint32_t(jump_length(p));
+          else if (!r.take(4, &v)) return kErrTable;
+        }
       }
     }
     if (v > uint32_t(kMaxCodeLen)) return kErrTable;
@@ -478,10 +543,16 @@ ZC_HD int read_lengths(BitReader& r, uint8_t* lens, int nsym) {
   return check_code(lens, nsym);
 }
 
-// §5.3: writes a code's stored lengths.
+// §5.3: writes a code's stored lengths (symbols: a symbol code).
 template <typename Writer>
-ZC_HD void write_lengths(const uint8_t* lens, int nsym, Writer& w) {
+ZC_HD void write_lengths(const uint8_t* lens, int nsym, bool symbols, Writer& w) {
+  int k = kNumClasses;
   for (int s = 0; s < nsym; ++s) {
+    if (symbols && s % kNumSyms == 0) {
+      k = stored_classes(lens, s / kNumSyms);
+      w.put(uint32_t(k), 5);
+    }
+    if (symbols && !class_stored(s, k)) continue;
     const uint32_t entry = length_entry(lens, s);
     w.put(entry & 0xFFu, int(entry >> 8));
   }
@@ -515,9 +586,25 @@ ZC_HD GroupLayout group_layout(int dtype, int mask) {
   return {lay, mask, lay.raw_bytes - popcount2(mask & 3), lay.extra_bits - ((mask & kMaskSign) ? 1 : 0)};
 }
 
-// §2: the base the sub-stream lengths of a coded block are stored relative to.
-ZC_HD uint32_t length_base(uint32_t body_bytes, int count, int width, const GroupLayout& gl) {
-  const int64_t bits = 8 * (int64_t(body_bytes) - gl.stored_bytes(count)) - 3 * width;
+// §2: the bits of a version-4 body's width field, and the bits before
+// sub-stream 0 (the field and the three length deviations; version 3: the
+// deviations).
+ZC_HD int width_field_bits(int w) { return (w >= kWidthShort && w < kWidthShort + 7) ? 3 : 8; }
+ZC_HD int head_bits(int width, int version = kVersion) {
+  return 3 * width + (version >= 4 ? width_field_bits(width) : 0);
+}
+
+// §2: writes a version-4 body's width field.
+template <typename Writer>
+ZC_HD void put_width(int w, Writer& out) {
+  if (width_field_bits(w) == 3) out.put(uint32_t(w - kWidthShort), 3);
+  else out.put(7u | uint32_t(w) << 3, 8);
+}
+
+// §2: the base the sub-stream lengths of a coded block are stored relative
+// to, with `head` bits before sub-stream 0.
+ZC_HD uint32_t length_base(uint32_t body_bytes, int count, int head, const GroupLayout& gl) {
+  const int64_t bits = 8 * (int64_t(body_bytes) - gl.stored_bytes(count)) - head;
   return bits > 0 ? uint32_t(bits >> 2) : 0;
 }
 
@@ -528,8 +615,8 @@ ZC_HD int choose_width(const uint32_t* bits, uint32_t stored, int count, const G
                        uint32_t* body_bytes) {
   const uint32_t all = bits[0] + bits[1] + bits[2] + bits[3];
   for (int w = 1;; ++w) {
-    *body_bytes = (3 * w + all + 7) / 8 + stored;
-    const int32_t base = int32_t(length_base(*body_bytes, count, w, gl)), lim = 1 << (w - 1);
+    *body_bytes = (head_bits(w) + all + 7) / 8 + stored;
+    const int32_t base = int32_t(length_base(*body_bytes, count, head_bits(w), gl)), lim = 1 << (w - 1);
     bool fit = true;
     for (int k = 0; k < kSubstreams - 1; ++k) {
       devs[k] = int32_t(bits[k]) - base;
@@ -564,7 +651,7 @@ ZC_HD bool plane_sample_pays(uint64_t bits, int64_t ns) { return 16 * (8 * uint6
 
 // §7 step 3: whether a plane of m stored bytes, coded in `bits` by code lens, is coded.
 ZC_HD bool plane_pays(uint64_t bits, const uint8_t* lens, int64_t m) {
-  return bits + 8 * uint64_t(table_bytes(lens, kPlaneSyms)) < 8 * uint64_t(m);
+  return bits + 8 * uint64_t(table_bytes(lens, kPlaneSyms, false)) < 8 * uint64_t(m);
 }
 
 // §7 step 3: which raw byte planes a group of count elements (bytes at in,
@@ -662,6 +749,7 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t re
     return make_descriptor(raw_block, 0);
   }
   BitWriter w{body, 0, 0};
+  put_width(width, w);
   for (int k = 0; k + 1 < kSubstreams; ++k) w.put(uint32_t(devs[k]) & ((1u << width) - 1), width);
   for (int i = 0; i < count; ++i)
     put_element(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, lens, codes, pc, w);
@@ -676,14 +764,29 @@ ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t re
 }
 
 // §2: where the sub-streams of a coded block (body of size bytes, count
-// elements) start: starts[k] in bits from the body's start, starts[4] = the
+// elements, width from its descriptor: kWidthInBody reads the body's width
+// field) start: starts[k] in bits from the body's start, starts[4] = the
 // body's end. Returns a Status.
 ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, int width, const GroupLayout& gl,
                             uint32_t* starts) {
-  const uint32_t end = 8 * size, base = length_base(size, count, width, gl);
-  if (uint32_t(3 * width) > end) return kErrBlockSize;
+  const uint32_t end = 8 * size;
   BitReader r{body, size, 0, end};
-  starts[0] = 3 * width;
+  int head = 3 * width;
+  if (uint32_t(width) == kWidthInBody) {
+    uint32_t f;
+    if (!r.take(3, &f)) return kErrBlockSize;
+    if (f < 7) {
+      width = int(f) + kWidthShort;
+    } else {
+      if (!r.take(5, &f)) return kErrBlockSize;
+      if (f < 1 || f > uint32_t(kMaxWidth)) return kErrBlockMode;
+      width = int(f);
+    }
+    head = int(r.pos) + 3 * width;
+  }
+  if (uint32_t(head) > end) return kErrBlockSize;
+  const uint32_t base = length_base(size, count, head, gl);
+  starts[0] = uint32_t(head);
   for (int k = 0; k + 1 < kSubstreams; ++k) {
     uint32_t v;
     r.take(width, &v);
@@ -856,14 +959,14 @@ ZC_HD int num_refs(int mask, int nblocks) { return (mask & kMaskOwnRefs) ? nbloc
 // refs (num_refs of them), the symbol code's lengths, each coded plane's.
 // Returns a Status.
 ZC_HD int read_table_area(const uint8_t* at, uint32_t bytes, int mask, int nblocks, uint8_t* refs,
-                          uint8_t* sym_lens, uint8_t (*plane_lens)[kPlaneSyms]) {
+                          uint8_t* sym_lens, uint8_t (*plane_lens)[kPlaneSyms], int version) {
   const int nrefs = num_refs(mask, nblocks);
   if (bytes < uint32_t(nrefs)) return kErrTable;
   for (int i = 0; i < nrefs; ++i) refs[i] = at[i];
   BitReader r{at + nrefs, bytes - nrefs, 0, 8 * (bytes - nrefs)};
-  int status = read_lengths(r, sym_lens, num_symbols(mask));
+  int status = read_lengths(r, sym_lens, num_symbols(mask), true, version);
   for (int p = 0; p < kMaxPlanes && status == kOk; ++p)
-    if ((mask >> p) & 1) status = read_lengths(r, plane_lens[p], kPlaneSyms);
+    if ((mask >> p) & 1) status = read_lengths(r, plane_lens[p], kPlaneSyms, false, version);
   if (status != kOk) return status;
   const uint32_t used = (r.pos + 7) / 8;  // the area ends in the last byte, padded with zero bits
   if (used != r.nbytes || ((r.pos & 7) && (r.p[used - 1] >> (r.pos & 7)))) return kErrTable;
@@ -875,9 +978,9 @@ ZC_HD uint32_t write_table_area(const uint8_t* refs, int nrefs, const uint8_t* s
                                 const uint8_t (*plane_lens)[kPlaneSyms], uint8_t* out) {
   for (int i = 0; i < nrefs; ++i) out[i] = refs[i];
   BitWriter w{out + nrefs, 0, 0};
-  write_lengths(sym_lens, num_symbols(mask), w);
+  write_lengths(sym_lens, num_symbols(mask), true, w);
   for (int p = 0; p < kMaxPlanes; ++p)
-    if ((mask >> p) & 1) write_lengths(plane_lens[p], kPlaneSyms, w);
+    if ((mask >> p) & 1) write_lengths(plane_lens[p], kPlaneSyms, false, w);
   w.flush();
   return uint32_t(w.out - out);
 }
@@ -907,7 +1010,7 @@ ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, 
   const int planes = (1 << layout_of(dtype).raw_bytes) - 1, f = in[6];
   *version = in[4];
   *flags = f;
-  if (in[4] == kVersion) {
+  if (in[4] >= 3) {
     *mask_bits = planes | kMaskSign | kMaskZeros | kMaskOwnRefs;
     return (f & ~kFlagStoredRaw) ? kErrFlags : kOk;
   }

@@ -64,9 +64,14 @@ std::vector<uint8_t> corrupt(std::mt19937_64& rng, const std::vector<uint8_t>& s
       if (nb && len > records + kRecordBytes * size_t(num_groups(nb)))
         c[records + kRecordBytes * (rng() % size_t(num_groups(nb)))] ^= uint8_t(1 << (rng() % 6));
       break;
-    case 5:  // a block's width
-      if (nb && len > records) c[16 + kDescBytes * (rng() % nb) + 2] = uint8_t(rng() % 24);
+    case 5: {  // a block's width field, the first byte of its body (§2)
+      const int64_t b = int64_t(rng() % (nb ? nb : 1));
+      size_t at = size_t(bodies_offset(int64_t(nb)));
+      for (int64_t j = 0; j < b && 16 + kDescBytes * (j + 1) <= int64_t(len); ++j)
+        at += c[16 + kDescBytes * j] | (size_t(c[16 + kDescBytes * j + 1]) << 8);
+      if (nb && at < len) c[at] = uint8_t(rng());
       break;
+    }
     default:  // the table areas, at the end: refs and code lengths
       c[len - 1 - rng() % std::min(len - 16, size_t(64))] ^= uint8_t(1 << (rng() % 8));
   }

@@ -105,14 +105,14 @@ def test_each_header_field_is_checked_with_its_own_message():
 
     expect(s[:10], "truncated")
     expect(b"ZCCX" + s[4:], "bad magic")
-    expect(s[:4] + b"\x04" + s[5:], "unsupported format version")
+    expect(s[:4] + b"\x05" + s[5:], "unsupported format version")
     expect(s[:4] + b"\x00" + s[5:], "unsupported format version")
     expect(s, "dtype does not match", code=2)
     expect(s, "element count does not match", n=4999)
     expect(s[:6] + b"\x80" + s[7:], "unknown header flags")
     expect(s[:-1], "truncated")
     bad_mode = bytearray(s)
-    bad_mode[18] = 21  # block 0's width: at most 20
+    bad_mode[16 + 2 * 2 + 3] = 7 | 21 << 3  # block 0's body starts with its width field: at most 20
     expect(bad_mode, "bad mode")
 
 

@@ -359,7 +359,7 @@ def test_every_rung_is_reached_and_wire_bytes_follow_the_largest_stream():
     others = max(length(b) for b in base)
     assert others < rungs[0]
     # device 3 decides: its first k values spread over `width` exponents, the rest over one
-    candidates = [(m, w) for w in range(1, 257)] + [(k, w) for w in (4, 8, 32) for k in range(0, m, 100)]
+    candidates = [(m, w) for w in range(1, 257)] + [(k, w) for w in (4, 8, 16, 32, 64) for k in range(0, m, 50)]
     lands = {}  # rung -> the first candidate whose stream lands on it
     for k, width in candidates:
         mine = np.where(np.arange(m) < k, spread(m, width, seed=3), base[3])

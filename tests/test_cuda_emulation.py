@@ -246,7 +246,7 @@ def test_first_corrupt_stream_is_named_and_the_others_still_decode(emulator):
     dtype, n = np.float32, 9000
     streams = [ref.compress(make(kind, n, dtype)) for kind in ["gauss", "low_precision", "mixed_precision", "wide"]]
     bad_mode = bytearray(streams[2])
-    bad_mode[16 + 2] = 21  # block 0's width: at most 20
+    bad_mode[16 + 2 * 3 + 3] = 7 | 21 << 3  # block 0's body starts with its width field: at most 20
     batch = [streams[0], streams[1], bytes(bad_mode), streams[3], b"ZCCX" + streams[0][4:]]
     for b in batch[2], batch[4]:
         with pytest.raises(ref.CorruptPayload):
@@ -304,7 +304,7 @@ def test_the_selftest_timing_runs_and_round_trips(emulator):
     assert compressed == len(ref.compress(x)) and round_trip == 1
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_earlier_versions_decode(emulator, version):
     """FORMAT.md, Earlier versions: the CUDA decoder reads them too, each stream in its own row."""
     from test_reference import _v_streams
@@ -434,7 +434,7 @@ def test_row_ops_report_and_poison_the_corrupt_row_and_refuse_bad_arguments(emul
     streams = [ref.compress(r) for r in ref.cut_rows(x, rows)]
     cap = max(map(len, streams))
     payload = bytearray(b"".join(s + bytes(cap - len(s)) for s in streams))
-    payload[2 * cap + 18] = 21  # row 2 (the second buffer's first), block 0's width: at most 20
+    payload[2 * cap + 16 + 2 * 2 + 3] = 7 | 21 << 3  # row 2 (the second buffer's first), block 0's width field: <= 20
     code = CODES[np.dtype(dtype)]
     requests = [row_request(DECODE_ROWS_OP, dtype, size, rows, 0, 1, 2, cap, bytes(payload)),
                 ((ACCUMULATE_ROWS_OP, code, size // rows, rows, code, 1, (2 << 32) | cap), bytes(payload))]

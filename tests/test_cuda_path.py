@@ -77,7 +77,8 @@ def test_status_words_give_the_cpu_codecs_error_and_an_eager_gpu_decode_raises_i
     streams = [ref.compress(gaussian(N, jnp.float32, seed=i)) for i in range(3)]
     cap = max(map(len, streams))
     rows = np.stack([np.frombuffer(s + bytes(cap - len(s)), np.uint8) for s in streams])
-    rows[1, 16 + 2] = 21  # stream 1, block 0's descriptor: width 21, a bad mode (FORMAT.md §2)
+    nb = -(-N // ref.BLOCK)
+    rows[1, 16 + 2 * nb + 3 * -(-nb // ref.GROUP_BLOCKS)] = 7 | 21 << 3  # stream 1, block 0's width field: 21, a bad mode
     decoded = cpu_error(lambda: ops.decompress_items(jnp.asarray(rows), m=N, dtype=jnp.float32))
     summed = cpu_error(lambda: zc.decompress_accumulate(jnp.asarray(rows[[0, 2, 0, 1]].reshape(2, 2, cap)), m=N,
                                                         dtype=jnp.float32))

@@ -40,7 +40,7 @@ def test_the_parts_add_up_to_the_stream(dtype):
     bits = framing.account(x, buf)
     nb, ng = -(-N // ref.BLOCK), -(-N // (ref.BLOCK * ref.GROUP_BLOCKS))
     assert sum(bits[p] for p in framing.PARTS) == 8 * len(buf)
-    assert bits["header"] == 128 and bits["descriptors"] == 24 * nb and bits["group records"] == 24 * ng
+    assert bits["header"] == 128 and bits["descriptors"] == 8 * ref.DESC_BYTES * nb and bits["group records"] == 24 * ng
     assert bits["raw blocks"] == 8 * ref.BLOCK * x.itemsize  # the random block, and only it
     assert 0 <= bits["padding"] < 8 * nb
     assert bits["symbol codes"] >= bits["symbol entropy"] > 0.5 * bits["symbol codes"]

@@ -164,7 +164,7 @@ def test_sharded_jit_keeps_codec_local_without_all_gather(axis_type):
 def test_corrupt_payload_raises_a_clear_error():
     c = zc.compress(gaussian(5000, jnp.bfloat16))
     payload = np.asarray(c.payload).copy()
-    payload[16 + 2] = 200  # block 0: its width, at most 20 (FORMAT.md §2)
+    payload[16 + 2 * 2 + 3] = 7 | 21 << 3  # block 0's body: its width field, a width of at most 20 (FORMAT.md §2)
     bad = zc.Compressed(jnp.asarray(payload), c.nbytes, c.shape, c.dtype)
     with pytest.raises(Exception, match="zipccl: corrupt payload \\(stream 0\\).*bad mode"):
         jax.block_until_ready(zc.decompress(bad))

@@ -134,20 +134,29 @@ def test_incompressible_input_grows_by_the_header_only(dtype):
 def test_gaussian_bf16_is_coded_not_raw_and_reaches_1_5x():
     x = gaussian(1 << 18, "bfloat16")
     stream = ref.compress(x)
-    assert stream[4] == 3 and stream[6] == 0  # version 3, coded
+    assert stream[4] == 4 and stream[6] == 0  # version 4, coded
     assert x.nbytes / len(stream) >= 1.517
 
 
 def _layout(stream: bytes, n: int):
-    """§1: (descriptors as (body_bytes, width), records as (mask, table_bytes), bodies_at, tables_at)."""
+    """§1, §2 of version 4: (blocks as (body_bytes, width: 0 raw, else its body's width field), records as (mask,
+    table_bytes), bodies_at, tables_at)."""
     nb = -(-n // ref.BLOCK)
     ng = -(-nb // ref.GROUP_BLOCKS)
-    descs = [(int.from_bytes(stream[16 + 3 * b : 18 + 3 * b], "little"), stream[18 + 3 * b]) for b in range(nb)]
-    at = 16 + 3 * nb
+    sizes = [int.from_bytes(stream[16 + 2 * b : 18 + 2 * b], "little") for b in range(nb)]
+    at = 16 + 2 * nb
     records = [(stream[at + 3 * g], int.from_bytes(stream[at + 3 * g + 1 : at + 3 * g + 3], "little"))
                for g in range(ng)]
     bodies_at = at + 3 * ng
-    return descs, records, bodies_at, bodies_at + sum(size for size, _ in descs)
+    elem_bytes = ref.LAYOUTS[stream[5]][0]
+    descs, pos = [], bodies_at
+    for b, size in enumerate(sizes):
+        field = stream[pos] & 7 if size else 0
+        width = 0 if size == min(ref.BLOCK, n - b * ref.BLOCK) * elem_bytes else (
+            field + ref.WIDTH_SHORT if field != 7 else stream[pos] >> 3)
+        descs.append((size, width))
+        pos += size
+    return descs, records, bodies_at, pos
 
 
 def _masks(stream: bytes, n: int) -> list:
@@ -157,10 +166,10 @@ def _masks(stream: bytes, n: int) -> list:
 def test_header_fields_follow_the_format():
     x = gaussian(5000, "float32")
     s = ref.compress(x)
-    assert s[:4] == b"ZCCL" and s[4] == 3 and s[5] == 3 and s[6] == 0 and s[7] == 12
+    assert s[:4] == b"ZCCL" and s[4] == 4 and s[5] == 3 and s[6] == 0 and s[7] == 12
     assert int.from_bytes(s[8:16], "little") == 5000
     descs, records, bodies_at, tables_at = _layout(s, 5000)
-    assert bodies_at == 16 + 2 * 3 + 3 and all(1 <= w <= ref.MAX_WIDTH for _, w in descs)  # both blocks coded
+    assert bodies_at == 16 + 2 * 2 + 3 and all(1 <= w <= ref.MAX_WIDTH for _, w in descs)  # both blocks coded
     (mask, table_bytes), = records
     assert mask == 0 and tables_at + table_bytes == len(s)  # one group: no planes, signs stored, one ref
     e = ref.split(3, x)[0]
@@ -254,7 +263,7 @@ def test_group_records_are_validated():
     x = make("mixed_precision", n, np.float32, seed=2)
     s = ref.compress(x)
     nb = -(-n // ref.BLOCK)
-    records_at = ref.HEADER_BYTES + 3 * nb
+    records_at = ref.HEADER_BYTES + ref.DESC_BYTES * nb
     _, records, _, tables_at = _layout(s, n)
     assert records[0][0] & 1  # plane 0 coded
     expect_rejected(s[:records_at] + b"\x20" + s[records_at + 1 :], np.float32, n, "corrupt group mask")  # bit 5
@@ -265,24 +274,27 @@ def test_group_records_are_validated():
                     "code table")  # group 0's lengths zeroed
     h = ref.compress(gaussian(n, ml_dtypes.bfloat16))
     expect_rejected(h[:records_at] + b"\x01" + h[records_at + 1 :], ml_dtypes.bfloat16, n, "corrupt group mask")
-    expect_rejected(h[:4] + b"\x04" + h[5:], ml_dtypes.bfloat16, n, "unsupported format version")
+    expect_rejected(h[:4] + b"\x05" + h[5:], ml_dtypes.bfloat16, n, "unsupported format version")
 
 
 def test_block_descriptors_and_lengths_are_validated():
-    """§2: the width, the body size and the sub-stream lengths, each with its message."""
+    """§2: the body size, the width field and the sub-stream lengths, each with its message."""
     n = 9000
     x = gaussian(n, "bfloat16", seed=5)
     s = bytearray(ref.compress(x))
     (size, width), *_ = _layout(bytes(s), n)[0]
-    bad = s.copy()
-    bad[18] = ref.MAX_WIDTH + 1
-    expect_rejected(bytes(bad), x.dtype, n, "bad mode")
-    bad[18] = 0  # a raw block of the wrong size
-    expect_rejected(bytes(bad), x.dtype, n, "bad body size")
     _, _, bodies_at, _ = _layout(bytes(s), n)
+    assert 5 <= width <= 11 and s[bodies_at] & 7 == width - ref.WIDTH_SHORT  # a 3-bit width field
+    for w in (0, ref.MAX_WIDTH + 1):  # the long field (7, then 5 bits) with a width out of 1..20
+        bad = s.copy()
+        bad[bodies_at] = 7 | w << 3
+        expect_rejected(bytes(bad), x.dtype, n, "bad mode")
+    bad = s.copy()  # block 0's body longer than the raw block (block 1's shorter): neither raw nor coded
+    (size1, _) = _layout(bytes(s), n)[0][1]
+    bad[16:20] = (ref.BLOCK * 2 + 1).to_bytes(2, "little") + (size1 + size - ref.BLOCK * 2 - 1).to_bytes(2, "little")
+    expect_rejected(bytes(bad), x.dtype, n, "bad body size")
     bad = s.copy()  # width 20, dev_0 = 2^19 - 1: sub-stream 0 runs past the body
-    bad[18] = 20
-    bad[bodies_at : bodies_at + 3] = bytes([0xFF, 0xFF, (bad[bodies_at + 2] & 0xF0) | 0x7])
+    bad[bodies_at : bodies_at + 4] = bytes([7 | 20 << 3, 0xFF, 0xFF, (bad[bodies_at + 3] & 0xF0) | 0x7])
     expect_rejected(bytes(bad), x.dtype, n, "bad body size")
     bad = s.copy()  # a body one byte longer: its stored area no longer fits the sub-streams' end
     bad[16] = (bad[16] + 1) % 256
@@ -294,7 +306,9 @@ def _v_streams(version: int) -> dict:
     """Streams written by an earlier encoder: format_v1.npz (commit e221c64's reference) holds bf16
     Gaussian data with a block at another scale and specials, fp16 and fp32 data with coded byte planes,
     fp32 with a raw block and random bf16 bits (STORED_RAW); format_v2.npz (commit c360123's) adds
-    sign-coded groups with escapes, sign-coded byte planes and zeros."""
+    sign-coded groups with escapes, sign-coded byte planes and zeros; format_v3.npz (commit fabdafd's) holds
+    version 2's data written in version 3 (256-symbol sign coding, own refs) and groups of implied zeros, in
+    bf16 and in fp32 with -0 and subnormals."""
     d = np.load(pathlib.Path(__file__).parent / "data" / f"format_v{version}.npz")
     return {k: _Vector(d[k].tobytes(), np.dtype(str(d[k + ".dtype"])), str(d[k + ".sha256"]))
             for k in d.files if "." not in k}
@@ -306,7 +320,7 @@ class _Vector:
         self.size = int.from_bytes(stream[8:16], "little")
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 @pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
 def test_earlier_versions_still_decode(version, generic):
     streams = _v_streams(version)

@@ -3,7 +3,8 @@
 This is the oracle the C++ and CUDA codecs are tested against byte for byte.
 It favours following the document over speed, but is vectorised where that
 keeps it readable, so it checks tensors of a few million elements. It writes
-version 3 and reads versions 1, 2 and 3 (FORMAT.md, "Earlier versions").
+version 4 and reads versions 1 to 4 (FORMAT.md, "Earlier versions"; version 3
+differs from 4 only in its descriptors and stored code lengths).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 from .dtypes import DTYPE_CODES, dtype_name
 
 MAGIC = b"ZCCL"
-VERSION = 3  # written; versions 1 and 2 are still read
+VERSION = 4  # written; versions 1 to 3 are still read
 HEADER_BYTES = 16
 BLOCK_LOG2 = 12
 BLOCK = 1 << BLOCK_LOG2
@@ -33,9 +34,10 @@ SUBSTREAMS = 4
 PLANE_SYMS = 256  # §5.4: a raw byte plane's alphabet
 PLANE_TABLE_BYTES = PLANE_SYMS // 2  # versions 1-2
 PLANE_SAMPLE_STRIDE = 8  # §7 step 3's pre-check looks at every 8th stored element
-DESC_BYTES = 3  # version 3: body bytes (u16), length width (u8)
-GROUP_RECORD_BYTES = 3  # version 3: mask (u8), table bytes (u16)
-MAX_WIDTH = 20  # version 3: the widest sub-stream length field (§2)
+DESC_BYTES = 2  # §2: body bytes (u16); version 3: 3, the length width (u8) after them
+GROUP_RECORD_BYTES = 3  # versions 3-4: mask (u8), table bytes (u16)
+MAX_WIDTH = 20  # versions 3-4: the widest sub-stream length field (§2)
+WIDTH_SHORT = 5  # §2: widths 5..11 take a 3-bit field in a version-4 body, others 3 + 5 bits
 
 # §3: (elem_bytes, exp_bits, raw_bytes, extra_bits) per dtype code.
 LAYOUTS = {1: (2, 8, 0, 6), 2: (2, 5, 1, 1), 3: (4, 8, 2, 6)}
@@ -181,28 +183,54 @@ def length_prediction(lengths, s: int) -> int:
     return int(lengths[s - 128]) if s else 0
 
 
-def table_fields(lengths: np.ndarray) -> list[tuple[int, int]]:
-    """§5.3: (value, width) of each symbol's entry: '0' the prediction, '01' one more,
-    '011' one less, '111' and 4 bits any length (bits listed first to last)."""
-    fields = []
+def jump_length(p: int) -> int:
+    """§5.3: the length a jump entry ('1110') stands for after prediction p."""
+    return 0 if p else MAX_CODE_LEN
+
+
+def stored_classes(lengths, h: int) -> int:
+    """§5.3: one past the last of classes 0..30 of half h of a symbol code with a code (0 if none)."""
+    used = [c for c in range(NUM_CLASSES - 1) if any(lengths[h * NUM_SYMS + 4 * c : h * NUM_SYMS + 4 * c + 4])]
+    return used[-1] + 1 if used else 0
+
+
+def class_stored(s: int, k: int) -> bool:
+    """§5.3: whether symbol s of a symbol code is stored, its half storing k classes (ESC always)."""
+    c = (s % NUM_SYMS) >> TOP_BITS
+    return c < k or c == CLASS_ESC
+
+
+def table_fields(lengths: np.ndarray, symbols: bool) -> list[tuple[int, int]]:
+    """§5.3: (value, width) of each stored field: for a symbol code (symbols) each half's class count (5 bits)
+    and its stored symbols' entries; for a byte-plane code every value's entry. An entry: '0' the prediction,
+    '01' one more, '011' one less, '0111' the jump (0 after a nonzero prediction, else 12), '1111' and 4 bits
+    any length (bits listed first to last)."""
+    fields, k = [], NUM_CLASSES
     for s in range(len(lengths)):
-        d = int(lengths[s]) - length_prediction(lengths, s)
-        fields.append((0, 1) if d == 0 else (1, 2) if d == 1 else (3, 3) if d == -1 else (7 | int(lengths[s]) << 3, 7))
+        if symbols and s % NUM_SYMS == 0:
+            k = stored_classes(lengths, s // NUM_SYMS)
+            fields.append((k, 5))
+        if symbols and not class_stored(s, k):
+            continue
+        p = length_prediction(lengths, s)
+        d = int(lengths[s]) - p
+        fields.append((0, 1) if d == 0 else (1, 2) if d == 1 else (3, 3) if d == -1
+                      else (7, 4) if lengths[s] == jump_length(p) else (15 | int(lengths[s]) << 4, 8))
     return fields
 
 
-def table_bits(lengths: np.ndarray) -> int:
-    return sum(w for _, w in table_fields(lengths))
+def table_bits(lengths: np.ndarray, symbols: bool) -> int:
+    return sum(w for _, w in table_fields(lengths, symbols))
 
 
 def pack_tables(codes: list[np.ndarray]) -> bytes:
-    """§5.3: a group's tables, one bitstream: each code's lengths in turn."""
-    fields = [f for lengths in codes for f in table_fields(lengths)]
+    """§5.3: a group's tables, one bitstream: the symbol code's lengths, then each byte plane's."""
+    fields = [f for i, lengths in enumerate(codes) for f in table_fields(lengths, i == 0)]
     return pack_bits(np.array([v for v, _ in fields], np.int64), np.array([w for _, w in fields], np.int64))
 
 
-def unpack_tables(table: bytes, sizes: list[int]) -> list[np.ndarray]:
-    """§5.3: the codes of a group's tables, nsym symbols each, validated."""
+def unpack_tables(table: bytes, sizes: list[int], version: int = VERSION) -> list[np.ndarray]:
+    """§5.3: the codes of a group's tables (the symbol code, then byte planes), nsym symbols each, validated."""
     value, nbits, pos = int.from_bytes(table, "little"), 8 * len(table), 0
 
     def take(width):
@@ -213,11 +241,19 @@ def unpack_tables(table: bytes, sizes: list[int]) -> list[np.ndarray]:
         return (value >> (pos - width)) & ((1 << width) - 1)
 
     out = []
-    for nsym in sizes:
-        lengths = np.zeros(nsym, np.int64)
+    for i, nsym in enumerate(sizes):
+        lengths, k, symbols = np.zeros(nsym, np.int64), NUM_CLASSES, version >= 4 and i == 0
         for s in range(nsym):
+            if symbols and s % NUM_SYMS == 0:
+                k = take(5)
+            if symbols and not class_stored(s, k):
+                continue
             p = length_prediction(lengths, s)
-            v = p if not take(1) else p + 1 if not take(1) else p - 1 if not take(1) else take(4)
+            if version < 4:
+                v = p if not take(1) else p + 1 if not take(1) else p - 1 if not take(1) else take(4)
+            else:
+                v = (p if not take(1) else p + 1 if not take(1) else p - 1 if not take(1)
+                     else jump_length(p) if not take(1) else take(4))
             if not 0 <= v <= MAX_CODE_LEN:
                 raise CorruptPayload("corrupt code table")
             lengths[s] = v
@@ -291,9 +327,19 @@ class GroupLayout:
         return m * len(self.stored) + extra_bytes(m, self.extra_bits)
 
 
-def length_base(body_bytes: int, count: int, width: int, lay: GroupLayout) -> int:
-    """§2: what sub-stream lengths are stored relative to."""
-    return max(0, 8 * (body_bytes - lay.stored_bytes(count)) - 3 * width) >> 2
+def width_field_bits(width: int) -> int:
+    """§2: the bits of a version-4 body's width field."""
+    return 3 if WIDTH_SHORT <= width < WIDTH_SHORT + 7 else 8
+
+
+def head_bits(width: int, version: int = VERSION) -> int:
+    """§2: the bits before sub-stream 0: the width field (version 4) and the three length deviations."""
+    return 3 * width + (width_field_bits(width) if version >= 4 else 0)
+
+
+def length_base(body_bytes: int, count: int, head: int, lay: GroupLayout) -> int:
+    """§2: what sub-stream lengths are stored relative to, with `head` bits before sub-stream 0."""
+    return max(0, 8 * (body_bytes - lay.stored_bytes(count)) - head) >> 2
 
 
 # §7 ---------------------------------------------------------------------------
@@ -322,8 +368,8 @@ def _block_fields(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask:
 def _width(sub_bits: list[int], stored_bytes: int, count: int, lay: GroupLayout) -> tuple[int, list[int], int]:
     """§7 step 4: the narrowest length fields that fit -> (width, deviations, body bytes)."""
     for width in range(1, MAX_WIDTH + 1):
-        body_bytes = (3 * width + sum(sub_bits) + 7) // 8 + stored_bytes
-        devs = [b - length_base(body_bytes, count, width, lay) for b in sub_bits[:3]]
+        body_bytes = (head_bits(width) + sum(sub_bits) + 7) // 8 + stored_bytes
+        devs = [b - length_base(body_bytes, count, head_bits(width), lay) for b in sub_bits[:3]]
         if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
             return width, devs, body_bytes
     raise AssertionError("sub-stream lengths beyond the format's widths")  # cannot happen: |dev| < 2^16
@@ -332,7 +378,7 @@ def _width(sub_bits: list[int], stored_bytes: int, count: int, lay: GroupLayout)
 def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int,
                  planes: dict | None = None) -> tuple[int, bytes]:
     """§7 step 4: one block with its ref and its group's codes -> (descriptor, body); the descriptor
-    as an integer: body bytes | width << 16.
+    as an integer: body bytes | width << 16 (the stream stores the body bytes, the body the width).
 
     lengths: the group's symbol code; planes maps each coded byte plane p to its code lengths."""
     elem_bytes = LAYOUTS[code][0]
@@ -345,8 +391,9 @@ def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: 
     stored = (raw[kept][:, lay.stored].astype(np.uint8).tobytes()
               + pack_bits((extra >> lay.sc)[kept], np.full(m, lay.extra_bits)))
     width, devs, _ = _width(sub_bits, len(stored), count, lay)
-    area = pack_bits(np.concatenate([np.array(devs, np.int64) & ((1 << width) - 1), fields.ravel()]),
-                     np.concatenate([np.full(3, width), widths.ravel()]))
+    field = width - WIDTH_SHORT if width_field_bits(width) == 3 else 7 | width << 3
+    area = pack_bits(np.concatenate([[field], np.array(devs, np.int64) & ((1 << width) - 1), fields.ravel()]),
+                     np.concatenate([[width_field_bits(width)], np.full(3, width), widths.ravel()]))
     body = area + stored
     if len(body) >= count * elem_bytes:
         return count * elem_bytes, x.tobytes()
@@ -389,7 +436,7 @@ def choose_group_code(code: int, blocks: list[np.ndarray]) -> tuple[list[int], n
                 continue  # §7 step 2: cannot pass the zero mode's threshold
             lengths = code_lengths(counts)
             esc = int(counts.reshape(-1, 4)[CLASS_ESC::NUM_CLASSES].sum())
-            cost = (int(counts @ lengths) + exp_bits * esc + 8 * ((table_bits(lengths) + 7) // 8)
+            cost = (int(counts @ lengths) + exp_bits * esc + 8 * ((table_bits(lengths, True) + 7) // 8)
                     + m * stored_bits_per_element(code, sc))
             candidates.append((cost, zeros, own, lengths, sc))
     best = min((c for c in candidates if not c[1]), key=lambda c: c[0])  # the first of least cost
@@ -425,7 +472,7 @@ def choose_planes(code: int, x: np.ndarray) -> dict:
         if 16 * (8 * sample.size - _plane_code_bits(sample)[0]) < sample.size:
             continue
         bits, lengths = _plane_code_bits(raw[:, p])
-        if bits + 8 * ((table_bits(lengths) + 7) // 8) < 8 * x.size:
+        if bits + 8 * ((table_bits(lengths, False) + 7) // 8) < 8 * x.size:
             planes[p] = lengths
     return planes
 
@@ -448,7 +495,8 @@ def compress(x: np.ndarray) -> bytes:
     coded_len = DESC_BYTES * len(descs) + sum(map(len, records)) + sum(map(len, tables)) + sum(map(len, bodies))
     if coded_len >= n * elem_bytes:
         return header(code, FLAG_STORED_RAW, n) + x.tobytes()
-    return (header(code, 0, n) + b"".join(d.to_bytes(DESC_BYTES, "little") for d in descs) + b"".join(records)
+    return (header(code, 0, n) + b"".join((d & 0xFFFF).to_bytes(DESC_BYTES, "little") for d in descs)
+            + b"".join(records)
             + b"".join(bodies) + b"".join(tables))
 
 
@@ -469,7 +517,7 @@ def stream_bytes(x: np.ndarray) -> int:
     total = HEADER_BYTES + DESC_BYTES * -(-x.size // BLOCK)
     for blocks, refs, lengths, mask, planes in _groups(code, x):
         nrefs = len(blocks) if mask & MASK_OWN_REFS else 1
-        bits = sum(table_bits(c) for c in [lengths] + [planes[p] for p in sorted(planes)])
+        bits = sum(table_bits(c, i == 0) for i, c in enumerate([lengths] + [planes[p] for p in sorted(planes)]))
         total += GROUP_RECORD_BYTES + nrefs + (bits + 7) // 8
         total += sum(block_bytes(code, blk, r, lengths, mask, planes) for blk, r in zip(blocks, refs))
     return min(total, max_stream_bytes(x.size, x.dtype))
@@ -487,7 +535,7 @@ def _check_header(buf: bytes, code: int, n: int) -> tuple[int, int, int]:
     if buf[:4] != MAGIC:
         raise CorruptPayload("bad magic (not a zipccl payload)")
     version = buf[4]
-    if version not in (1, 2, 3) or buf[7] != BLOCK_LOG2:
+    if version not in (1, 2, 3, 4) or buf[7] != BLOCK_LOG2:
         raise CorruptPayload("unsupported format version or block size")
     if buf[5] != code:
         raise CorruptPayload("payload dtype does not match the requested dtype")
@@ -495,7 +543,7 @@ def _check_header(buf: bytes, code: int, n: int) -> tuple[int, int, int]:
         raise CorruptPayload("payload element count does not match the requested shape")
     flags = buf[6]
     planes = (1 << LAYOUTS[code][2]) - 1
-    if version == 3:
+    if version >= 3:
         if flags & ~FLAG_STORED_RAW:
             raise CorruptPayload("unknown header flags")
         return version, flags, planes | MASK_SIGN | MASK_ZEROS | MASK_OWN_REFS
@@ -516,8 +564,9 @@ def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
         if len(buf) - HEADER_BYTES < n * elem_bytes:
             raise CorruptPayload(TRUNCATED)
         return np.frombuffer(buf, dt, count=n, offset=HEADER_BYTES).copy()
-    decode = _decompress_v3 if version == 3 else _decompress_v2
-    return decode(buf, code, n, flags, mask_bits).astype(np.uint16 if elem_bytes == 2 else np.uint32).view(dt)
+    out = _decompress_v3(buf, code, n, version, mask_bits) if version >= 3 else _decompress_v2(buf, code, n, flags,
+                                                                                                  mask_bits)
+    return out.astype(np.uint16 if elem_bytes == 2 else np.uint32).view(dt)
 
 
 def _blocks(buf: bytes, descs, n: int, table_at: int, table_sizes: list):
@@ -531,11 +580,17 @@ def _blocks(buf: bytes, descs, n: int, table_at: int, table_sizes: list):
         yield b, g, int(desc), min(BLOCK, n - b * BLOCK), table
 
 
-def _decompress_v3(buf: bytes, code: int, n: int, flags: int, mask_bits: int) -> np.ndarray:
-    """§1-§6 of version 3: the elements' unsigned bits."""
+def desc_bytes(version: int) -> int:
+    """§2: a descriptor's bytes in a stream of this version (3 or 4)."""
+    return DESC_BYTES if version >= 4 else 3
+
+
+def _decompress_v3(buf: bytes, code: int, n: int, version: int, mask_bits: int) -> np.ndarray:
+    """§1-§6 of versions 3 and 4: the elements' unsigned bits."""
     nb = -(-n // BLOCK)
     ng = -(-nb // GROUP_BLOCKS)
-    records_at = HEADER_BYTES + DESC_BYTES * nb
+    db = desc_bytes(version)
+    records_at = HEADER_BYTES + db * nb
     bodies_at = records_at + GROUP_RECORD_BYTES * ng
     if len(buf) < bodies_at:
         raise CorruptPayload(TRUNCATED)
@@ -543,7 +598,7 @@ def _decompress_v3(buf: bytes, code: int, n: int, flags: int, mask_bits: int) ->
     masks = [r[0] for r in records]
     if any(m & ~mask_bits for m in masks):
         raise CorruptPayload("corrupt group mask")
-    descs = [int.from_bytes(buf[HEADER_BYTES + DESC_BYTES * b :][:DESC_BYTES], "little") for b in range(nb)]
+    descs = [int.from_bytes(buf[HEADER_BYTES + db * b :][:db], "little") for b in range(nb)]
     table_at = bodies_at + sum(d & 0xFFFF for d in descs)
     table_sizes = [int.from_bytes(r[1:], "little") for r in records]
     if len(buf) < table_at + sum(table_sizes):
@@ -557,12 +612,14 @@ def _decompress_v3(buf: bytes, code: int, n: int, flags: int, mask_bits: int) ->
         body = buf[pos : pos + size]
         pos += size
         elem_bytes = LAYOUTS[code][0]
+        if version >= 4:  # §2: the body's size tells a raw block; a coded body holds its width
+            width = 0 if size == count * elem_bytes else None
         if width == 0:  # §2: a raw block
             if size != count * elem_bytes:
                 raise CorruptPayload("corrupt block descriptor (bad body size)")
             out[b * BLOCK : b * BLOCK + count] = np.frombuffer(body, np.uint16 if elem_bytes == 2 else np.uint32)
             continue
-        if width > MAX_WIDTH:
+        if width is not None and width > MAX_WIDTH:
             raise CorruptPayload("corrupt block descriptor (bad mode)")
         if size >= count * elem_bytes:
             raise CorruptPayload("corrupt block descriptor (bad body size)")
@@ -571,7 +628,8 @@ def _decompress_v3(buf: bytes, code: int, n: int, flags: int, mask_bits: int) ->
             refs = min(nb, (g + 1) * GROUP_BLOCKS) - g * GROUP_BLOCKS if masks[g] & MASK_OWN_REFS else 1
             if len(table) < refs:
                 raise CorruptPayload("corrupt code table")
-            codes = (list(table[:refs]), unpack_tables(table[refs:], [lay.nsym] + [PLANE_SYMS] * len(lay.coded)))
+            codes = (list(table[:refs]), unpack_tables(table[refs:], [lay.nsym] + [PLANE_SYMS] * len(lay.coded),
+                                                       version))
         ref = codes[0][b % GROUP_BLOCKS if masks[g] & MASK_OWN_REFS else 0]
         out[b * BLOCK : b * BLOCK + count] = _decode_block_v3(code, body, size, ref, width, count, codes[1], lay)
     return out
@@ -598,17 +656,26 @@ class _BitReader:
         return lut[0][window]
 
 
-def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width: int, count: int, codes,
+def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width, count: int, codes,
                      lay: GroupLayout) -> np.ndarray:
-    """§2, §6 of version 3: a coded block's elements, as unsigned bits."""
+    """§2, §6 of versions 3 and 4: a coded block's elements, as unsigned bits (width None: version 4's, in
+    the body)."""
     elem_bytes, exp_bits, raw_bytes, _ = LAYOUTS[code]
     value, end = int.from_bytes(body, "little"), 8 * size
-    base = length_base(size, count, width, lay)
-    starts = [3 * width]
+    field = 0
+    if width is None:  # §2, version 4: the width field
+        if end < 3 or (value & 7 == 7 and end < 8):
+            raise CorruptPayload("corrupt block descriptor (bad body size)")
+        width, field = ((value & 7) + WIDTH_SHORT, 3) if value & 7 != 7 else ((value >> 3) & 31, 8)
+        if not 1 <= width <= MAX_WIDTH:
+            raise CorruptPayload("corrupt block descriptor (bad mode)")
+    head = field + 3 * width
+    base = length_base(size, count, head, lay)
+    starts = [head]
     for k in range(SUBSTREAMS - 1):
-        dev = (value >> (k * width)) & ((1 << width) - 1)
+        dev = (value >> (field + k * width)) & ((1 << width) - 1)
         starts.append(starts[-1] + base + dev - ((dev >> (width - 1)) << width))
-    if 3 * width > end or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > end:
+    if head > end or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > end:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
     luts = [decode_lut(c) for c in codes]
     sym_lut, plane_luts = luts[0], dict(zip(lay.coded, luts[1:]))

@@ -91,7 +91,9 @@ def check_corrupt_payload(device) -> list[str]:
     (NaN) and its status word holds the error. Returns what went wrong."""
     c = compress(jax.device_put(_data("gaussian", 9000, np.float32, 0), device))
     bad = np.asarray(c.payload).copy()
-    bad[16 + 2] = 21  # block 0's width: 21, a bad mode (FORMAT.md §2)
+    nb = -(-9000 // reference.BLOCK)
+    at = reference.HEADER_BYTES + reference.DESC_BYTES * nb + reference.GROUP_RECORD_BYTES  # block 0's body
+    bad[at] = 7 | 21 << 3  # its width field: width 21, a bad mode (FORMAT.md §2)
     corrupt = Compressed(jax.device_put(bad, device), c.nbytes, c.shape, c.dtype)
     expected = "zipccl: corrupt payload (stream 0): corrupt block descriptor (bad mode)"
     wrong = []

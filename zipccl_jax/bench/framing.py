@@ -40,15 +40,17 @@ def _entropy_bits(counts: np.ndarray) -> float:
 
 
 def account(x: np.ndarray, buf: bytes) -> dict:
-    """{part: bits} of stream `buf` (x compressed, version 3) and the symbols'
-    entropy per group ("symbol entropy"); the parts add up to 8 * len(buf)."""
+    """{part: bits} of stream `buf` (x compressed, format version 4) and the
+    symbols' entropy per group ("symbol entropy"); the parts add up to
+    8 * len(buf). "length fields" holds each coded body's width field and
+    its three length deviations."""
     x = np.ascontiguousarray(x).ravel()
     code = R.DTYPE_CODES[R.dtype_name(x.dtype)]
     n = x.size
     bits = dict.fromkeys(PARTS, 0)
     bits["header"] = 8 * R.HEADER_BYTES
-    if buf[4] != 3:
-        raise ValueError(f"framing: version {buf[4]} stream, this accounts for version 3")
+    if buf[4] != R.VERSION:
+        raise ValueError(f"framing: version {buf[4]} stream, this accounts for version {R.VERSION}")
     if buf[6] & R.FLAG_STORED_RAW:
         bits["raw blocks"] = 8 * (len(buf) - R.HEADER_BYTES)
         return {**bits, "symbol entropy": 0.0}
@@ -76,22 +78,24 @@ def account(x: np.ndarray, buf: bytes) -> dict:
         lengths, planes = codes[0], dict(zip(lay.coded, codes[1:]))
         counts = np.zeros(lay.nsym, np.int64)
         for i, b in enumerate(blocks):
-            desc, blk = descs[b], x[b * R.BLOCK: min(n, (b + 1) * R.BLOCK)]
-            size, width = desc & 0xFFFF, desc >> 16
+            size, blk = descs[b], x[b * R.BLOCK: min(n, (b + 1) * R.BLOCK)]
             body_at += size
-            if width == 0:
+            if size == blk.size * blk.itemsize:
                 bits["raw blocks"] += 8 * size
                 continue
+            field = buf[body_at - size] & 7  # §2: the body's width field
+            width = field + R.WIDTH_SHORT if field != 7 else buf[body_at - size] >> 3
+            head = R.head_bits(width)
             ref = refs[i if mask & R.MASK_OWN_REFS else 0]
             _, widths, implied, _, _ = R._block_fields(code, blk, ref, lengths, mask, planes)
             s = _symbols(code, blk, ref, mask)
             counts += np.bincount(s, minlength=lay.nsym)
             stored = 8 * lay.stored_bytes(int((~implied).sum()))
             fields = [int(widths[:, k].sum()) for k in range(widths.shape[1])]
-            pad = 8 * size - 3 * width - sum(fields) - stored
+            pad = 8 * size - head - sum(fields) - stored
             if not 0 <= pad < 8:
                 raise AssertionError(f"framing: block {b} does not add up ({pad} bits of padding)")
-            bits["length fields"] += 3 * width
+            bits["length fields"] += head
             bits["symbol codes"] += fields[0]
             bits["escaped exponents"] += fields[1]
             bits["coded planes"] += sum(fields[2:])
