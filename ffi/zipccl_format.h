@@ -357,11 +357,11 @@ ZC_HD uint32_t length_entry(const uint8_t* lens, int s) {
 // §5.3: the classes a symbol code stores in half h (symbols 128 h ..): one
 // past the last of classes 0..30 with a code (0 if none); class ESC is always stored.
 ZC_HD int stored_classes(const uint8_t* lens, int h) {
-  int k = 0;
-  for (int c = 0; c < kNumClasses - 1; ++c)
-    for (int t = 0; t < (1 << kTopBits); ++t)
-      if (lens[h * kNumSyms + (c << kTopBits) + t]) k = c + 1;
-  return k;
+  for (int c = kNumClasses - 2; c >= 0; --c) {
+    const uint8_t* p = lens + h * kNumSyms + (c << kTopBits);
+    if (p[0] | p[1] | p[2] | p[3]) return c + 1;
+  }
+  return 0;
 }
 
 // §5.3: whether symbol s of a symbol code is stored, given its half's class count k.
@@ -372,15 +372,18 @@ ZC_HD bool class_stored(int s, int k) {
 
 // §5.3: the bits of a code's stored lengths (symbols: a symbol code, whose
 // halves start with their class counts; else a byte-plane code).
-ZC_HD uint32_t table_bits(const uint8_t* lens, int nsym, bool symbols) {
+ZC_HD uint32_t entry_bits(const uint8_t* lens, int from, int to) {
   uint32_t bits = 0;
-  int k = kNumClasses;
-  for (int s = 0; s < nsym; ++s) {
-    if (symbols && s % kNumSyms == 0) {
-      k = stored_classes(lens, s / kNumSyms);
-      bits += 5;
-    }
-    if (!symbols || class_stored(s, k)) bits += length_entry(lens, s) >> 8;
+  for (int s = from; s < to; ++s) bits += length_entry(lens, s) >> 8;
+  return bits;
+}
+ZC_HD uint32_t table_bits(const uint8_t* lens, int nsym, bool symbols) {
+  if (!symbols) return entry_bits(lens, 0, nsym);
+  uint32_t bits = 0;
+  for (int base = 0; base < nsym; base += kNumSyms) {  // a half: its class count, its stored classes, ESC
+    const int k = stored_classes(lens, base / kNumSyms);
+    bits += 5 + entry_bits(lens, base, base + (k << kTopBits)) +
+            entry_bits(lens, base + (kClassEsc << kTopBits), base + kNumSyms);
   }
   return bits;
 }
