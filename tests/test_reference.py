@@ -195,6 +195,35 @@ def test_stored_code_lengths_round_trip_and_are_checked():
             ref.unpack_tables(table, sizes)
 
 
+def test_symbol_tables_store_class_counts_and_jumps():
+    """§5.3 (version 4): a symbol code stores per sign the number of leading classes it codes, then
+    those classes' entries and ESC's; the jump entry takes a length from 12 to 0 or from 0 to 12."""
+    lengths = np.zeros(2 * ref.NUM_SYMS, np.int64)
+    lengths[4:12] = [12, 12, 11, 11, 4, 3, 3, 4]  # classes 1 and 2 of the positive half ...
+    lengths[ref.NUM_SYMS + 4: ref.NUM_SYMS + 8] = [3, 3, 12, 0]  # ... class 1 of the negative one
+    lengths[ref.NUM_SYMS + 124] = 12  # ... and one ESC symbol
+    fields = ref.table_fields(lengths, True)
+    assert [ref.stored_classes(lengths, h) for h in (0, 1)] == [3, 2]
+    # half 0: k = 3, then 12 entries (classes 0-2) and 4 (ESC); half 1: k = 2, 8 entries and 4
+    assert len(fields) == 1 + 12 + 4 + 1 + 8 + 4 and fields[0] == (3, 5) and fields[17] == (2, 5)
+    assert fields[1 + 4] == (7, 4)  # symbol 4: 12 after a prediction of 0 (class 0), the jump
+    assert fields[1 + 5] == (0, 1) and fields[1 + 6] == (3, 3)  # 12 again; 11, one less
+    assert fields[1 + 8] == (15 | 4 << 4, 8)  # symbol 8: 4 after 12 (symbol 4), a literal
+    assert fields[18 + 7] == (7, 4)  # symbol 128 + 7: 0 after 12, the jump
+    packed = ref.pack_tables([lengths])
+    assert len(packed) == (sum(w for _, w in fields) + 7) // 8
+    assert (ref.unpack_tables(packed, [2 * ref.NUM_SYMS])[0] == lengths).all()
+    # a class count that hides the classes in use leaves bits unread: a corrupt table, in every decoder
+    n = 5000
+    x = gaussian(n, "bfloat16", seed=2)
+    s = bytearray(ref.compress(x))
+    _, records, _, tables_at = _layout(bytes(s), n)
+    assert records[0][0] == 0 and (s[tables_at + 1] & 31) == ref.stored_classes(
+        ref.unpack_tables(bytes(s[tables_at + 1:]), [ref.NUM_SYMS])[0], 0)
+    s[tables_at + 1] &= ~31 & 0xFF  # k = 0: only ESC's four entries
+    expect_rejected(bytes(s), x.dtype, n, "corrupt code table")
+
+
 @pytest.mark.parametrize("nsym", [ref.NUM_SYMS, 2 * ref.NUM_SYMS], ids=["symbols", "sign_or_byte_plane"])
 def test_code_lengths_are_identical_in_cpp_and_within_12_bits(nsym):
     rng = np.random.default_rng(0)
