@@ -589,13 +589,10 @@ ZC_HD GroupLayout group_layout(int dtype, int mask) {
   return {lay, mask, lay.raw_bytes - popcount2(mask & 3), lay.extra_bits - ((mask & kMaskSign) ? 1 : 0)};
 }
 
-// §2: the bits of a version-4 body's width field, and the bits before
-// sub-stream 0 (the field and the three length deviations; version 3: the
-// deviations).
+// §2: the bits of a body's width field, and the bits an encoder puts
+// before sub-stream 0 (the field and the three length deviations).
 ZC_HD int width_field_bits(int w) { return (w >= kWidthShort && w < kWidthShort + 7) ? 3 : 8; }
-ZC_HD int head_bits(int width, int version = kVersion) {
-  return 3 * width + (version >= 4 ? width_field_bits(width) : 0);
-}
+ZC_HD int head_bits(int width) { return 3 * width + width_field_bits(width); }
 
 // §2: writes a version-4 body's width field.
 template <typename Writer>

@@ -151,9 +151,8 @@ def _layout(stream: bytes, n: int):
     elem_bytes = ref.LAYOUTS[stream[5]][0]
     descs, pos = [], bodies_at
     for b, size in enumerate(sizes):
-        field = stream[pos] & 7 if size else 0
-        width = 0 if size == min(ref.BLOCK, n - b * ref.BLOCK) * elem_bytes else (
-            field + ref.WIDTH_SHORT if field != 7 else stream[pos] >> 3)
+        raw = size == min(ref.BLOCK, n - b * ref.BLOCK) * elem_bytes
+        width = 0 if raw else ref.read_width_field(stream[pos], 8 * size)[0]
         descs.append((size, width))
         pos += size
     return descs, records, bodies_at, pos

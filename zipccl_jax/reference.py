@@ -332,9 +332,20 @@ def width_field_bits(width: int) -> int:
     return 3 if WIDTH_SHORT <= width < WIDTH_SHORT + 7 else 8
 
 
-def head_bits(width: int, version: int = VERSION) -> int:
-    """§2: the bits before sub-stream 0: the width field (version 4) and the three length deviations."""
-    return 3 * width + (width_field_bits(width) if version >= 4 else 0)
+def head_bits(width: int) -> int:
+    """§2: the bits an encoder puts before sub-stream 0: the width field and the three length deviations."""
+    return 3 * width + width_field_bits(width)
+
+
+def read_width_field(value: int, end: int) -> tuple[int, int]:
+    """§2, version 4: (w, the field's bits) from `value`, the bits of a coded body of `end` bits."""
+    if end < 3 or (value & 7 == 7 and end < 8):
+        raise CorruptPayload("corrupt block descriptor (bad body size)")
+    if value & 7 != 7:
+        return (value & 7) + WIDTH_SHORT, 3
+    if not 1 <= (value >> 3) & 31 <= MAX_WIDTH:
+        raise CorruptPayload("corrupt block descriptor (bad mode)")
+    return (value >> 3) & 31, 8
 
 
 def length_base(body_bytes: int, count: int, head: int, lay: GroupLayout) -> int:
@@ -664,11 +675,7 @@ def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width, count: 
     value, end = int.from_bytes(body, "little"), 8 * size
     field = 0
     if width is None:  # §2, version 4: the width field
-        if end < 3 or (value & 7 == 7 and end < 8):
-            raise CorruptPayload("corrupt block descriptor (bad body size)")
-        width, field = ((value & 7) + WIDTH_SHORT, 3) if value & 7 != 7 else ((value >> 3) & 31, 8)
-        if not 1 <= width <= MAX_WIDTH:
-            raise CorruptPayload("corrupt block descriptor (bad mode)")
+        width, field = read_width_field(value, end)
     head = field + 3 * width
     base = length_base(size, count, head, lay)
     starts = [head]

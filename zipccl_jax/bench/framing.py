@@ -83,9 +83,8 @@ def account(x: np.ndarray, buf: bytes) -> dict:
             if size == blk.size * blk.itemsize:
                 bits["raw blocks"] += 8 * size
                 continue
-            field = buf[body_at - size] & 7  # §2: the body's width field
-            width = field + R.WIDTH_SHORT if field != 7 else buf[body_at - size] >> 3
-            head = R.head_bits(width)
+            width, field = R.read_width_field(buf[body_at - size], 8 * size)  # §2: the body's width field
+            head = field + 3 * width
             ref = refs[i if mask & R.MASK_OWN_REFS else 0]
             _, widths, implied, _, _ = R._block_fields(code, blk, ref, lengths, mask, planes)
             s = _symbols(code, blk, ref, mask)
