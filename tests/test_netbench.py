@@ -5,6 +5,7 @@ cannot be created: not root, no iproute2, or a kernel that refuses."""
 import os
 import re
 
+import numpy as np
 import pytest
 
 from zipccl_jax.bench import lm, netns
@@ -122,3 +123,38 @@ def test_bad_rate_is_rejected_before_anything_is_built():
 def test_too_few_hosts_is_an_error():
     with pytest.raises(ValueError, match="hosts: expected 2 to 200, got 1"):
         netns.Network(1)
+
+
+def test_syncparts_reads_both_processes_on_one_clock():
+    from zipccl_jax.bench import syncparts
+    # 2 processes, 3 rounds, 4 calls: process 1 starts 2 ms after process 0 and each takes its own time
+    starts0 = np.arange(12, dtype=float).reshape(3, 4) * 100e-3
+    took0 = np.array([10, 20, 30, 40], float) * 1e-3
+    took1 = np.array([[12, 19, 35, 41], [11, 21, 36, 39], [13, 22, 34, 45]], float) * 1e-3
+    results = [{"wire_bytes": [600, 900], "starts": starts0.tolist(), "ends": (starts0 + took0).tolist()},
+               {"wire_bytes": [600, 900], "starts": (starts0 + 2e-3).tolist(),
+                "ends": (starts0 + 2e-3 + took1).tolist()}]
+    rows = syncparts.combine(results)
+    assert [r["call"] for r in rows] == [*syncparts.PLANS, "all_gather 600 B", "all_gather 900 B"]
+    assert [r["ms"] for r in rows] == pytest.approx([12, 21, 35, 41])  # process 1 is the slower one
+    assert [r["start skew ms"] for r in rows] == pytest.approx([2] * 4)
+    # from the later start (process 1's) to the later end: process 1's own time wherever it ends last
+    assert [r["later start to later end ms"] for r in rows] == pytest.approx([12, 21, 35, 41])
+    results[1]["wire_bytes"] = [600, 901]
+    with pytest.raises(RuntimeError, match="the processes sent different byte counts"):
+        syncparts.combine(results)
+
+
+@needs_netns
+def test_syncparts_times_the_sync_and_its_transfer():
+    import jax
+    from zipccl_jax.bench import syncparts
+    (rows,) = syncparts.run(["100mbit"], TINY, repeat=3, timeout=240).values()
+    assert ours() == []
+    raw = 2 * sum(leaf.size for leaf in jax.tree.leaves(lm.init_params(jax.random.key(0), TINY)))
+    compressed, uncompressed = (int(r["call"].split()[1].replace(",", "")) for r in rows[2:])
+    assert uncompressed == raw + 16 and raw / compressed > 1.2, (raw, compressed, uncompressed)  # one stream
+    # the processes start within a few ms of each other, and the raw bytes' all_gather takes at least their time
+    # at the shaped rate (12.5 MB/s; tbf's bucket, 12.5 KB, leaves at once)
+    assert all(r["start skew ms"] < 20 for r in rows), rows
+    assert rows[3]["ms"] > (uncompressed - 12_500) / 12.5e6 * 1e3, rows

@@ -46,11 +46,12 @@ def _worker_env() -> dict:
     return env
 
 
-def _launch(net: netns.Network, spec: dict, cwd: str, timeout: float) -> list[dict]:
-    """One training process per host; their parsed results, in host order."""
+def launch(net: netns.Network, spec: dict, cwd: str, timeout: float, module: str = "zipccl_jax.bench.net") -> list[dict]:
+    """One process per host running `python -m module worker SPEC` (spec with
+    its "process"); their results (the line tagged RESULT_TAG), in host order."""
     procs = []
     for i in range(net.n):
-        argv = [sys.executable, "-m", "zipccl_jax.bench.net", "worker", json.dumps({**spec, "process": i})]
+        argv = [sys.executable, "-m", module, "worker", json.dumps({**spec, "process": i})]
         # cwd away from any source checkout: `python -m` puts cwd first on sys.path, and a checkout's
         # zipccl_jax/ has no compiled modules
         procs.append(subprocess.Popen(net.exec(i, argv), env=_worker_env(), stdout=subprocess.PIPE,
@@ -117,7 +118,7 @@ def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int,
             if progress:
                 progress.start(f"net {procs} processes at {rate}")
             net.set_rate(rate)
-            runs.append({"rate": rate, **_combine(_launch(net, spec, cwd, timeout))})
+            runs.append({"rate": rate, **_combine(launch(net, spec, cwd, timeout))})
             if progress:
                 progress.finish()
     return runs
