@@ -98,7 +98,11 @@ def test_network_links_are_shaped_and_torn_down():
         net.set_rate("50mbit")
         assert sorted(ours()) == sorted([*net.hosts, net.bridge, *net.hosts])  # namespaces, hosts files
         qdisc = netns._ip("netns", "exec", net.hosts[2], "tc", "qdisc", "show", "dev", "eth0")
-        assert "tbf" in qdisc and "50Mbit" in qdisc
+        assert "tbf" in qdisc and "50Mbit" in qdisc and "burst 8Kb" in qdisc  # 1 ms of 50 Mbit/s is under 8 KB
+        net.set_rate("50mbit", burst_ms=4)  # 25,000 bytes: 4 ms of the rate
+        assert "burst 25000b" in netns._ip("netns", "exec", net.hosts[2], "tc", "qdisc", "show", "dev", "eth0")
+        with pytest.raises(ValueError, match="burst_ms: expected a positive number of milliseconds, got 0"):
+            net.set_rate("50mbit", burst_ms=0)
         route = netns._ip("netns", "exec", net.hosts[0], "ip", "route", "get", net.address(2))
         assert "dev eth0" in route
     assert ours() == []

@@ -163,14 +163,17 @@ class Network:
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
 
-    def set_rate(self, rate: str) -> None:
+    def set_rate(self, rate: str, burst_ms: float = 1.0) -> None:
         """Shapes every link to `rate` each way (tbf on both veth ends); "off"
         removes the shaping."""
         bits = None if rate == "off" else rate_bits(rate)
-        # The bucket: 1 ms of traffic (at least 8 KB, some full frames; tbf cuts larger GSO frames to fit).
-        # What an idle link has saved up leaves at memory speed, so a larger bucket (it was 64 KB) would let
-        # a small sync after a pause, as in a training step, beat the rate that back-to-back syncs get.
-        burst = 0 if bits is None else max(8 << 10, int(bits / 8 / 1000))
+        if not burst_ms > 0:
+            raise ValueError(f"burst_ms: expected a positive number of milliseconds, got {burst_ms}")
+        # The bucket: burst_ms of traffic (at least 8 KB, some full frames; tbf cuts larger GSO frames to
+        # fit). What an idle link has saved up leaves at memory speed, so a larger bucket (it was 64 KB)
+        # would let a small sync after a pause, as in a training step, beat the rate that back-to-back syncs
+        # get; a smaller one loses the link's time whenever the kernel serves the queue late (a busy CPU).
+        burst = 0 if bits is None else max(8 << 10, int(bits / 8 * burst_ms / 1000))
         for i, ns in enumerate(self.hosts):
             for where, dev in ((ns, "eth0"), (self.bridge, f"p{i}")):
                 shaper = ["tbf", "rate", f"{int(bits)}bit", "burst", str(burst), "latency", "50ms"] if bits else \

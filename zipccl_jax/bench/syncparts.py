@@ -99,7 +99,8 @@ def combine(results: list[dict]) -> list[dict]:
     return rows
 
 
-def run(rates: list[str], cfg: lm.Config, repeat: int, timeout: float = 600) -> dict[str, list[dict]]:
+def run(rates: list[str], cfg: lm.Config, repeat: int, timeout: float = 600,
+        burst_ms: float = 1.0) -> dict[str, list[dict]]:
     for rate in rates:
         if rate != "off":
             netns.rate_bits(rate)
@@ -110,7 +111,7 @@ def run(rates: list[str], cfg: lm.Config, repeat: int, timeout: float = 600) -> 
     out = {}
     with netns.Network(2) as network, tempfile.TemporaryDirectory() as cwd:
         for rate in rates:
-            network.set_rate(rate)
+            network.set_rate(rate, burst_ms)
             out[rate] = combine(net.launch(network, spec, cwd, timeout, module="zipccl_jax.bench.syncparts"))
     return out
 
@@ -119,8 +120,10 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", default="400mbit,200mbit")
     parser.add_argument("--repeat", type=int, default=40)
+    parser.add_argument("--burst-ms", type=float, default=1.0,
+                        help="each link's tbf bucket, in ms of its rate (bench net's: 1)")
     args = parser.parse_args(argv)
-    for rate, rows in run(args.rate.split(","), lm.Config(), args.repeat).items():
+    for rate, rows in run(args.rate.split(","), lm.Config(), args.repeat, burst_ms=args.burst_ms).items():
         print(f"\n{rate}:\n")
         print(report.table(rows))
 
