@@ -134,16 +134,17 @@ def test_syncparts_reads_both_processes_on_one_clock():
     # 2 processes, 3 rounds, 4 calls: process 1 starts 2 ms after process 0 and each takes its own time
     starts0 = np.arange(12, dtype=float).reshape(3, 4) * 100e-3
     took0 = np.array([10, 20, 30, 40], float) * 1e-3
-    took1 = np.array([[12, 19, 35, 41], [11, 21, 36, 39], [13, 22, 34, 45]], float) * 1e-3
+    took1 = np.array([[12, 19, 35, 41], [11, 18, 36, 39], [13, 19, 34, 45]], float) * 1e-3
     results = [{"wire_bytes": [600, 900], "starts": starts0.tolist(), "ends": (starts0 + took0).tolist()},
                {"wire_bytes": [600, 900], "starts": (starts0 + 2e-3).tolist(),
                 "ends": (starts0 + 2e-3 + took1).tolist()}]
     rows = syncparts.combine(results)
     assert [r["call"] for r in rows] == [*syncparts.PLANS, "all_gather 600 B", "all_gather 900 B"]
-    assert [r["ms"] for r in rows] == pytest.approx([12, 21, 35, 41])  # process 1 is the slower one
+    # per call, the slower process's median: process 1's but in the second call (its 19 against 20)
+    assert [r["ms"] for r in rows] == pytest.approx([12, 20, 35, 41])
     assert [r["start skew ms"] for r in rows] == pytest.approx([2] * 4)
-    # from the later start (process 1's) to the later end: process 1's own time wherever it ends last
-    assert [r["later start to later end ms"] for r in rows] == pytest.approx([12, 21, 35, 41])
+    # from the later start (process 1's) to the later end: process 0's 20 ends at 20, process 1's 19 at 21
+    assert [r["later start to later end ms"] for r in rows] == pytest.approx([12, 19, 35, 41])
     results[1]["wire_bytes"] = [600, 901]
     with pytest.raises(RuntimeError, match="the processes sent different byte counts"):
         syncparts.combine(results)

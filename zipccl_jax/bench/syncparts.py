@@ -80,7 +80,7 @@ def worker(spec: dict) -> None:
 
 
 def combine(results: list[dict]) -> list[dict]:
-    """Per call: the slower process's median and quartiles (ms), the median
+    """Per call: the slower process's median and its quartiles (ms), the median
     start skew between the processes and the median time from the later
     start to the later end (one host: one clock)."""
     if results[0]["wire_bytes"] != results[1]["wire_bytes"]:
@@ -88,10 +88,10 @@ def combine(results: list[dict]) -> list[dict]:
     starts = np.array([r["starts"] for r in results]) * 1e3  # [process, round, call]
     ends = np.array([r["ends"] for r in results]) * 1e3
     took = ends - starts
-    slower = int(np.argmax(np.median(took, axis=1).sum(axis=1)))
     span = ends.max(axis=0) - starts.max(axis=0)
     rows = []
     for j, label in enumerate(labels(results[0])):
+        slower = int(np.argmax(np.median(took[:, :, j], axis=1)))
         p25, p50, p75 = np.percentile(took[slower, :, j], [25, 50, 75])
         rows.append({"call": label, "ms": p50, "p25-p75": f"{p25:.3g}-{p75:.3g}",
                      "start skew ms": float(np.median(np.abs(starts[1, :, j] - starts[0, :, j]))),
