@@ -80,6 +80,17 @@ def launch(net: netns.Network, spec: dict, cwd: str, timeout: float, module: str
     return results
 
 
+def preflight(rates: list[str], what: str) -> None:
+    """Fails before anything is built: a bad rate (ValueError), or no way to
+    build namespaces here (RuntimeError naming `what`)."""
+    for rate in rates:
+        if rate != "off":
+            netns.rate_bits(rate)
+    why = netns.unavailable_reason()
+    if why:
+        raise RuntimeError(f"{what}: {why}")
+
+
 def _combine(results: list[dict]) -> dict:
     """One result for the run: times of the slowest process (the step ends
     when it does), link bytes averaged over processes, losses and the tuned
@@ -104,12 +115,7 @@ def run(procs: int, rates: list[str], cfg, steps: int, warmup: int, repeat: int,
     """The benchmark; returns one combined result (with its rate) per rate.
     Each process autotunes, or with `profile` loads that profile file. `pin`
     pins process i to core i mod the core count (see worker())."""
-    for rate in rates:
-        if rate != "off":
-            netns.rate_bits(rate)  # bad input fails before anything is built
-    why = netns.unavailable_reason()
-    if why:
-        raise RuntimeError(f"net benchmark: {why}")
+    preflight(rates, "net benchmark")
     spec = {"procs": procs, "coordinator": f"{netns.SUBNET}.1:{PORT}", "config": dataclasses.asdict(cfg),
             "steps": steps, "warmup": warmup, "repeat": repeat, "profile": profile and str(Path(profile).resolve()), "pin": pin}
     runs = []

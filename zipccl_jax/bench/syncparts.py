@@ -101,12 +101,7 @@ def combine(results: list[dict]) -> list[dict]:
 
 def run(rates: list[str], cfg: lm.Config, repeat: int, timeout: float = 600,
         burst_ms: float = 1.0) -> dict[str, list[dict]]:
-    for rate in rates:
-        if rate != "off":
-            netns.rate_bits(rate)
-    why = netns.unavailable_reason()
-    if why:
-        raise RuntimeError(f"syncparts: {why}")
+    net.preflight(rates, "syncparts")
     spec = {"coordinator": f"{netns.SUBNET}.1:{net.PORT}", "config": dataclasses.asdict(cfg), "repeat": repeat}
     out = {}
     with netns.Network(2) as network, tempfile.TemporaryDirectory() as cwd:
