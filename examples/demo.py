@@ -7,13 +7,14 @@ device put on the wire against the uncompressed algorithm, checks the result
 bit for bit against numpy summing in rank order in float32 and against the
 same algorithm with the codec off, and compares it with lax.psum.
 
-Runs on 8 virtual CPU devices when no GPU is present:
+Runs on up to 8 GPUs, or on 8 virtual CPU devices when there are fewer than
+two GPUs (it says which):
     python examples/demo.py
 """
 
-import os
+from zipccl_jax.bench import devices as device_choice
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+device_choice.ask_for_virtual_cpus(8)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -36,9 +37,9 @@ def fake_gradients(n_dev: int):
 
 
 def main():
-    devices = jax.devices()
-    n_dev = min(8, len(devices))
-    mesh = jax.make_mesh((n_dev,), ("data",), devices=devices[:n_dev])
+    devices, note = device_choice.choose(8)
+    n_dev = len(devices)
+    mesh = jax.make_mesh((n_dev,), ("data",), devices=devices)
     grads = jax.device_put(fake_gradients(n_dev), NamedSharding(mesh, P("data")))
     local = lambda t: jax.tree.map(lambda a: a[0], t)  # noqa: E731
 
@@ -63,9 +64,11 @@ def main():
                for k in grads)
     err = max(float(jnp.max(jnp.abs(summed[k].astype(jnp.float32) - lax_sum[k]))) for k in grads)
     n_values = sum(v.size // n_dev for v in grads.values())
-    print(f"devices: {n_dev} x {devices[0].platform}; gradients: {len(grads)} leaves, {n_values:,} bf16 values per device")
+    print(f"devices: {device_choice.describe(devices)}{f' ({note})' if note else ''}; gradients: {len(grads)} leaves, "
+          f"{n_values:,} bf16 values per device")
     print(f"plan: {len(plans)} bucket(s), {plans[0].algorithm}")
-    print(f"bytes on the wire per device: {wire:,.0f} compressed vs {raw:,.0f} raw ({raw / wire:.3f}x fewer)")
+    print(f"bytes on the wire per device: {wire:,.0f} compressed vs {raw:,.0f} raw "
+          f"({device_choice.wire_ratio(raw, wire)})")
     print(f"bit-identical to the rank-ordered fp32 numpy sum: {exact}; to compress=False: {same}")
     print(f"largest difference from lax.psum in float32: {err:.2e}")
     if not (exact and same):

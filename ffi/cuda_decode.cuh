@@ -398,14 +398,15 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
   }
 }
 
-// §8: acc = f32(x) for row 0, acc = acc + f32(x) after, in row order. The
-// conversions are the shared ones, so sums match the CPU codec bit for bit
-// except NaN payloads (GPU arithmetic yields the canonical NaN).
+// §8: acc = f32(x) for row 0, acc = add_f32(acc, f32(x)) after, in row
+// order. The conversions and the add are the shared ones, so sums match the
+// CPU codec bit for bit, NaN payloads and signs included (the GPU's own add
+// returns the canonical NaN; add_f32 applies the format's rule).
 __global__ void AccumulateKernel(int dtype, const uint8_t* x, float* acc, int64_t count, bool first) {
   const int eb = zc::layout_of(dtype).elem_bytes;
   ZC_FOR_THREADS(i, count) {
     const float v = zc::element_to_f32(dtype, zc::load_element(x + i * eb, eb));
-    acc[i] = first ? v : acc[i] + v;
+    acc[i] = first ? v : ZC_INJECTED(3) ? ZC_FADD(acc[i], v) : zc::add_f32(acc[i], v);
   }
 }
 

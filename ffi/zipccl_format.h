@@ -1198,6 +1198,31 @@ ZC_HD uint32_t f32_to_bits(float f) {
   return v.u;
 }
 
+// §8: a + b in float32 by the format's rule, the same on every platform:
+// the IEEE sum rounded to nearest even, subnormals exact, except that a NaN
+// result is a's NaN if a is one, else b's, quieted (bit 22 set), and the NaN
+// of an invalid sum (inf + -inf) is 0xFFC00000 -- x86 SSE's rules, which
+// numpy's float32 add follows there. ZC_FADD is the platform's add: a CUDA
+// device's returns the canonical NaN 0x7FFFFFFF for every NaN, so the rule
+// is applied here rather than left to the hardware. Branch-free, so the CPU's
+// loops over it vectorise.
+#if defined(__CUDA_ARCH__)
+#define ZC_FADD(a, b) __fadd_rn(a, b)
+#elif defined(ZC_HOST_FADD)  // the host emulation of the CUDA codec: the GPU's add
+#define ZC_FADD(a, b) ZC_HOST_FADD(a, b)
+#else
+#define ZC_FADD(a, b) ((a) + (b))
+#endif
+constexpr uint32_t kQuietBit = 0x00400000u, kInvalidSumNaN = 0xFFC00000u;
+
+ZC_HD bool is_nan_f32_bits(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+
+ZC_HD float add_f32(float a, float b) {
+  const uint32_t ua = f32_to_bits(a), ub = f32_to_bits(b), us = f32_to_bits(ZC_FADD(a, b));
+  const uint32_t nan = is_nan_f32_bits(ua) ? ua | kQuietBit : is_nan_f32_bits(ub) ? ub | kQuietBit : kInvalidSumNaN;
+  return bits_to_f32(is_nan_f32_bits(us) ? nan : us);
+}
+
 ZC_HD float bf16_to_f32(uint32_t h) { return bits_to_f32(h << 16); }
 
 ZC_HD uint32_t f32_to_bf16(float f) {

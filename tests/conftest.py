@@ -3,10 +3,32 @@ import os
 # Multi-device tests run on 8 virtual CPU devices; must be set before jax starts.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
+
+if os.environ.get("ZIPCCL_TEST_ONE_DEVICE_DEFAULT") == "1":  # as on a host with one GPU: one_device_default.py
+    import one_device_default
+
+    one_device_default.install()
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
 from zipccl_jax import strategy  # noqa: E402
+
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:  # no GPU platform here
+        return []
+
+
+# The platforms whose codec a platform-parametrized test runs on: the CPU, and the GPU where JAX sees one.
+PLATFORMS = ["cpu"] + (["gpu"] if _gpus() else [])
+
+
+def on(platform: str, x):
+    """x placed (committed) on the platform's first device: the op runs there whatever the default."""
+    return jax.device_put(x, jax.devices(platform)[0])
 
 
 def cpu_devices(n: int = 8):
@@ -17,6 +39,16 @@ def cpu_devices(n: int = 8):
     if len(devices) < n:
         pytest.fail(f"needs {n} CPU devices: XLA_FLAGS=--xla_force_host_platform_device_count={n}")
     return devices[:n]
+
+
+@pytest.fixture(autouse=True)
+def _on_the_cpu():
+    """Every test's unplaced arrays and computations go to a CPU device: the tests are about the CPU
+    codec and the collectives on the 8 virtual CPU devices, also on a GPU host, where the default
+    device would be a GPU. The GPU tests (test_cuda.py) place their data on the GPUs themselves,
+    and tests that take devices pin them (cpu_devices, pmap's backend="cpu")."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -297,7 +297,19 @@ T FromBits(uint64_t u) {
   return v;
 }
 
+// A CUDA device's float32 add (__fadd_rn, and `+` in device code): the
+// IEEE sum rounded to nearest even, subnormals kept (nvcc's default, no
+// -ftz), and every NaN result the canonical NaN 0x7FFFFFFF, whatever the
+// operands' payloads and signs -- unlike x86, which the host's `+` is.
+inline float CudaFadd(float a, float b) {
+  const float s = a + b;
+  return s != s ? FromBits<float>(0x7FFFFFFFu) : s;
+}
+
 }  // namespace zc_emu
+
+// The format header's add (zipccl_format.h, ZC_FADD) is the GPU's, as on a device.
+#define ZC_HOST_FADD(a, b) zc_emu::CudaFadd(a, b)
 
 // A kernel's shared memory: one struct per CUDA block, in the block's arena.
 #define ZC_SHARED(Type, name)                                                 \

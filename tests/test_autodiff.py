@@ -82,7 +82,7 @@ def test_jvp_linearize_vjp_and_transpose_give_laxs_results(name, mesh, zip_strat
 def test_forward_and_reverse_mode_of_a_pmapped_function(name, zip_strategy):
     """jvp, linearize, jacfwd, hessian and grad of pmap(f), f one collective."""
     def program(c):
-        f = jax.pmap(lambda a: collective(c, name, a, "i", N), axis_name="i")
+        f = jax.pmap(lambda a: collective(c, name, a, "i", N), axis_name="i", backend="cpu")
         loss = lambda x: jnp.sum(jnp.sin(f(x)))  # noqa: E731
 
         def run(x, t):

@@ -2,6 +2,7 @@
 profiles that reload to the same plans, and agreement across processes."""
 
 import dataclasses
+import functools
 import importlib
 import json
 import subprocess
@@ -19,6 +20,12 @@ from zipccl_jax import profile, strategy
 
 from conftest import cpu_devices
 from test_multiprocess import free_port
+
+# These tests are about the CPU's defaults and figures (profiles measured on the CPU devices the
+# suite runs on), so they name the platform: by default it is the default platform, a GPU's on a
+# GPU host (test_strategy.py's test_platform_defaults_are_what_an_untuned_process_uses covers it).
+plan = functools.partial(strategy.plan, platform="cpu")
+model_for = functools.partial(strategy.model_for, platform="cpu")
 
 tuning = importlib.import_module("zipccl_jax.autotune")  # the module (zc.autotune is the function)
 WORKER = Path(__file__).with_name("autotune_worker.py")
@@ -62,7 +69,7 @@ def test_autotune_measures_each_axis_and_a_restart_reloads_the_same_plans(tmp_pa
     assert all([name for name, _ in m.seconds] == list(strategy.plan_names("psum")) and all(
         0 < t < 5 for _, t in m.seconds) for m in prof.measured), prof.measured
     assert profile.read(path) == prof
-    first = [strategy.plan(*call) for call in CALLS + IN_SITU_CALLS]
+    first = [plan(*call) for call in CALLS + IN_SITU_CALLS]
     assert [(p.source, p.axes) for p in first[:3]] == [("autotune", ("data",)), ("autotune", ("model",)),
                                                        ("autotune", ("data", "model"))]
     assert first[0].link_bandwidth == links["data"].bandwidth and first[0].ratio == ratios["bfloat16"]
@@ -74,7 +81,7 @@ def test_autotune_measures_each_axis_and_a_restart_reloads_the_same_plans(tmp_pa
     strategy.uninstall()
     monkeypatch.setattr(tuning, "_measure", None)  # a restart measures nothing
     assert zc.autotune(mesh, data=data, path=path) == prof
-    again = [strategy.plan(*call) for call in CALLS + IN_SITU_CALLS]
+    again = [plan(*call) for call in CALLS + IN_SITU_CALLS]
     assert decisions(again) == decisions(first) and again[0].source == f"profile {path}"
     # data whose buckets the profile did not time: measured again
     measured = dataclasses.replace(prof, measured=())
@@ -94,7 +101,7 @@ def test_a_profile_for_another_mesh_is_measured_again(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "_measure", lambda *args: measured)
     mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
     assert zc.autotune(mesh, path=path) == measured and profile.read(path) == measured
-    assert strategy.model_for(("data",)).link_bandwidth == 5e8
+    assert model_for(("data",)).link_bandwidth == 5e8
     path.write_text("{}")
     with pytest.raises(ValueError, match=r"profile .*profile.json is unreadable on process\(es\) \[0\]: .*"
                                          "not a zipccl_jax profile"):
@@ -113,7 +120,7 @@ def test_a_profile_of_an_older_version_is_measured_again_or_refused_by_load(tmp_
     mesh = jax.make_mesh((8,), ("data",), devices=cpu_devices())
     with pytest.warns(UserWarning, match=r"version 2, .*; measuring again"):
         assert zc.autotune(mesh, path=path) == measured
-    assert profile.read(path) == measured and strategy.model_for(("data",)).reduce_latency == 3e-3
+    assert profile.read(path) == measured and model_for(("data",)).reduce_latency == 3e-3
 
 
 def test_fit_is_the_line_through_two_points_and_never_negative():
@@ -149,7 +156,7 @@ def test_load_installs_a_profile_as_it_is(tmp_path):
     path = tmp_path / "given.json"
     profile.write(profile.Profile("cpu", "any", 1e9, 2e9, (), (("*", profile.Link(2, 1e-3, 25e6)),)), path)
     assert tuning.load(path).links[0][1].bandwidth == 25e6
-    p = strategy.plan("psum", 16 << 20, jnp.bfloat16, ("data",), 2)
+    p = plan("psum", 16 << 20, jnp.bfloat16, ("data",), 2)
     assert p.compress and p.source == f"profile {path}" and p.link_bandwidth == 25e6
     with pytest.raises(ValueError, match="no profile at"):
         tuning.load(tmp_path / "missing.json")
@@ -160,16 +167,16 @@ def test_load_installs_a_profile_as_it_is(tmp_path):
 
 def test_calibrate_is_autotune_over_all_local_devices(tmp_path, capsys):
     out = tmp_path / "calibrated.json"
-    cli.main(["calibrate", "--output", str(out)])
+    cli.main(["calibrate", "--output", str(out), "--platform", "cpu"])
     prof = profile.read(out)
-    assert [(name, link.size) for name, link in prof.links] == [("*", len(jax.devices()))]
+    assert prof.platform == "cpu" and [(name, link.size) for name, link in prof.links] == [("*", 8)]
     printed = capsys.readouterr().out
     assert f"profile written to {out}" in printed
     link = prof.links[0][1]
-    assert f"axis *: {len(jax.devices())} devices, consensus (tiny pmax) {link.consensus * 1e6:.0f} us, byte " \
+    assert f"axis *: 8 devices, consensus (tiny pmax) {link.consensus * 1e6:.0f} us, byte " \
            f"transfer {link.latency * 1e6:.0f} us + {link.bandwidth / 1e6:.4g} MB/s received, XLA all-reduce " \
            f"{link.reduce_latency * 1e6:.0f} us + {link.reduce_bandwidth / 1e6:.4g} MB/s sent" in printed
-    assert strategy.model_for(("any axis",)).link_bandwidth == prof.links[0][1].bandwidth  # installed for every axis
+    assert model_for(("any axis",), platform="cpu").link_bandwidth == prof.links[0][1].bandwidth  # every axis
 
 
 def test_two_processes_with_different_figures_install_the_same_and_plan_the_same(tmp_path):

@@ -24,8 +24,8 @@ def test_parsing_of_net_options_and_model_overrides():
 
 def test_unknown_benchmark_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit):
-        cli.parser().parse_args(["bench", "gpu"])
-    assert "invalid choice: 'gpu'" in capsys.readouterr().err
+        cli.parser().parse_args(["bench", "tpu"])
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err
 
 
 def test_progress_lines_count_and_time_each_item():
@@ -49,7 +49,7 @@ def test_table_formats_numbers_and_flags():
 def test_bench_collectives_progress_table_json_and_plot(tmp_path, capsys):
     cpu_devices()
     out_json, out_png = tmp_path / "c.json", tmp_path / "c.png"
-    collectives.run_collectives([4096, 65536], 1, "gaussian", ["ppermute"], out_json, out_png)
+    collectives.run_collectives([4096, 65536], 1, "gaussian", ["ppermute"], out_json, out_png, platform="cpu")
     captured = capsys.readouterr()
     assert re.search(r"\[1/2\] collectives ppermute 4 KB \.\.\. .*\n\[2/2\] collectives ppermute 64 KB", captured.err)
     rows = json.loads(out_json.read_text())["rows"]
@@ -64,7 +64,8 @@ def test_bench_train_on_local_devices(tmp_path, capsys):
     out_json, out_png = tmp_path / "t.json", tmp_path / "t.png"
     args = cli.parser().parse_args(["bench", "train", "--steps", "2", "--warmup", "1", "--repeat", "2",
                                     "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--seq-len", "32",
-                                    "--batch-per-device", "2", "--json", str(out_json), "--plot", str(out_png)])
+                                    "--batch-per-device", "2", "--json", str(out_json), "--plot", str(out_png),
+                                    "--platform", "cpu"])
     rows = trainbench.run(args)
     captured = capsys.readouterr()
     assert [r["sync"] for r in rows] == list(trainbench.SYNCS)

@@ -1,5 +1,7 @@
 """The CUDA codec against the numpy reference, byte for byte. Runs where JAX sees a GPU."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,17 +56,30 @@ def test_cuda_streams_are_byte_identical_to_reference_and_decode_each_other(dtyp
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_cuda_accumulate_matches_rank_ordered_sum(dtype):
+    """Bit for bit, NaN payloads and signs included: the GPU's own add would make every NaN
+    0x7FFFFFFF; the kernels follow FORMAT.md §8's rule."""
+    from test_reference import make
+
     chunks = np.stack([gaussian(30_000, dtype, seed=i) for i in range(6)])
+    chunks[1:5, :9000] = [make("nans", 9000, dtype, seed=s) for s in range(4)]
     c = zc.compress(on_gpu(chunks), batch_dims=1)
     got = jax.jit(lambda p: zc.decompress_accumulate(p, m=30_000, dtype=dtype))(c.payload)
     assert bits(got) == bits(ref.accumulate(list(chunks), np.dtype(dtype)))
 
 
+BAD_MODE = "zipccl: corrupt payload (stream {}): corrupt block descriptor (bad mode)"
+
+
+def with_bad_mode(row: np.ndarray, n: int) -> None:
+    """Block 0's width field set to 21 in a coded stream of n elements: a bad mode (FORMAT.md §2)."""
+    row[ref.body_offset(row.tobytes(), n, 0)] = 7 | 21 << 3
+
+
 def test_cuda_rejects_a_corrupt_payload_with_a_clear_error():
     c = zc.compress(on_gpu(gaussian(9000, jnp.bfloat16)))
     payload = np.asarray(c.payload).copy()
-    payload[19] = 7  # block 0 mode
-    with pytest.raises(Exception, match="zipccl: corrupt payload"):
+    with_bad_mode(payload, 9000)
+    with pytest.raises(Exception, match=re.escape(BAD_MODE.format(0))):
         jax.block_until_ready(zc.decompress(zc.Compressed(on_gpu(payload), c.nbytes, c.shape, c.dtype)))
 
 
@@ -75,10 +90,10 @@ def test_cuda_decoders_under_jit_poison_a_corrupt_item_and_return_its_status():
     x = np.stack([gaussian(9000, jnp.bfloat16, seed=i) for i in range(4)])
     c = zc.compress(on_gpu(x), batch_dims=1)
     payload = np.asarray(c.payload).copy()
-    payload[1, 19] = 7  # stream 1, block 0: a bad mode
+    with_bad_mode(payload[1], 9000)
     bad = zc.Compressed(on_gpu(payload), c.nbytes, c.shape, c.dtype)
     out, status = jax.jit(lambda b: zc.decompress(b, with_status=True))(bad)
-    assert zc.ops.corrupt_payload_error(status) == "zipccl: corrupt payload (stream 1): corrupt block descriptor (bad mode)"
+    assert zc.ops.corrupt_payload_error(status) == BAD_MODE.format(1)
     out = np.asarray(out)
     assert (out[1].view(np.uint16) == 0xFFFF).all() and bits(out[[0, 2, 3]]) == bits(x[[0, 2, 3]])
     sums, words = jax.jit(lambda p: zc.decompress_accumulate(p, m=9000, dtype=jnp.bfloat16, with_status=True))(
@@ -114,3 +129,20 @@ def test_collectives_on_the_gpu_mesh():
         got = run(ours)
         expected = np.stack([ref.accumulate(list(x), np.dtype(jnp.bfloat16))] * n) if theirs is None else run(theirs)
         assert bits(got) == bits(expected), name
+
+
+def test_cpu_only_options_raise_a_clear_error_on_the_gpu():
+    """The row ops' CPU-only options name themselves and the platform before XLA runs anything."""
+    x = on_gpu(gaussian(2 * ref.BLOCK, jnp.bfloat16))
+    cap = ref.max_stream_bytes(ref.BLOCK, np.dtype(jnp.bfloat16))
+    with pytest.raises(NotImplementedError, match=re.escape("zipccl: stream_sizes(plans=True) runs on the CPU only; "
+                                                            "this computation is lowered for cuda")):
+        jax.jit(lambda a: zc.ops.stream_sizes(a, 2, plans=True))(x)
+    plans = on_gpu(np.zeros((2, zc.ops._zipccl_cpu.plan_bytes(ref.BLOCK)), np.uint8))
+    with pytest.raises(NotImplementedError, match=re.escape("zipccl: encode_rows(plans=...) runs on the CPU only")):
+        jax.jit(lambda a, p: zc.ops.encode_rows(a, 2, cap, plans=p))(x, plans)
+    part = on_gpu(np.zeros((2, cap), np.uint8))
+    with pytest.raises(NotImplementedError, match=re.escape("zipccl: decode_accumulate_rows(local=...) runs on the "
+                                                            "CPU only")):
+        jax.jit(lambda p, a: zc.ops.decode_accumulate_rows([p], (ref.BLOCK,), jnp.bfloat16, local=(0, [a])))(
+            part, x[:ref.BLOCK])

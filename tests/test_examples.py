@@ -3,6 +3,7 @@ MoE and FSDP examples equal the same models built on lax's collectives."""
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,53 @@ def test_lm_example_across_processes_is_bit_identical_with_and_without_compressi
     sent = [int(line.split("wire ")[1].split(" B")[0].replace(",", "")) for line in on[:-1]]
     raw = [int(line.split("raw ")[1].split(" B")[0].replace(",", "")) for line in on[:-1]]
     assert all(s < 0.85 * r for s, r in zip(sent, raw))
+
+
+# ---------------------------------------------------------------------------- the demo, and hosts with one GPU
+
+ONE_DEVICE_DEFAULT = Path(__file__).with_name("one_device_default.py")
+
+
+def run_script(*args, xla_flags=None):
+    """A script as a user runs it (cwd outside the repository, XLA_FLAGS as given: unset by default,
+    so the script asks for its virtual CPU devices itself); its stdout and stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "ZIPCCL_TEST_ONE_DEVICE_DEFAULT")}
+    env.update({"XLA_FLAGS": xla_flags} if xla_flags else {})
+    run = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=env,
+                         timeout=TIMEOUT_S, cwd=Path(__file__).parent)
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_the_demo_checks_its_bits_on_8_devices_or_says_why_it_cannot():
+    """README's demo command: 8 devices, bit-identical, the wire ratio. Where the default platform has
+    one device (as beside one GPU: tests/one_device_default.py) it runs on the 8 virtual CPU
+    devices and says so; where no platform has two it says what to set, without a traceback."""
+    for script in ([EXAMPLES / "demo.py"], [ONE_DEVICE_DEFAULT, EXAMPLES / "demo.py"]):
+        code, out = run_script(*script)
+        assert code == 0, out[-3000:]
+        assert "bit-identical to the rank-ordered fp32 numpy sum: True; to compress=False: True" in out
+        assert re.search(r"bytes on the wire per device: [\d,]+ compressed vs [\d,]+ raw \(1\.[45]\d\dx fewer\)", out)
+        note = "(the default platform, cpu, has 1 device, fewer than the 2 this needs: running on 8 virtual CPU devices)"
+        assert out.startswith("devices: 8 x cpu " + note if len(script) == 2 else "devices: 8 x cpu; "), out[:300]
+    code, out = run_script(EXAMPLES / "demo.py", xla_flags="--xla_force_host_platform_device_count=1")
+    assert code == 1 and "Traceback" not in out
+    assert out.strip() == ("zipccl_jax: this needs 2 devices; JAX sees 1 x cpu. For virtual CPU devices set "
+                           "XLA_FLAGS=--xla_force_host_platform_device_count=8 before JAX starts (the examples and "
+                           "`python -m zipccl_jax` do when it is unset)")
+
+
+def test_the_moe_example_and_bench_collectives_fall_back_to_the_cpu_beside_one_gpu():
+    """The MoE example's main and `python -m zipccl_jax bench collectives`, where the default
+    platform has one device: the 8 virtual CPU devices, said, figures printed."""
+    code, out = run_script(ONE_DEVICE_DEFAULT, EXAMPLES / "moe.py")
+    assert code == 0, out[-3000:]
+    assert out.startswith("devices: 8 x cpu (the default platform, cpu, has 1 device"), out[:300]
+    assert out.count("output and gradients bit-identical to lax: True") == 4
+    code, out = run_script(ONE_DEVICE_DEFAULT, "-m", "zipccl_jax", "bench", "collectives", "--sizes", "65536",
+                           "--repeat", "1", "--collectives", "ppermute")
+    assert code == 0, out[-3000:]
+    assert "## Collectives on 8 x cpu (gaussian bf16 per device)" in out and "running on 8 virtual CPU devices" in out
+    assert re.search(r"\| ppermute \| 65,536 \| 65,536 \| [\d,]+ \| 1\.\d+ \|", out), out
 
 
 # ---------------------------------------------------------------------------- MoE

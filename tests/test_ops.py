@@ -9,10 +9,11 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import zipccl_jax as zc
-from conftest import cpu_devices
+from conftest import PLATFORMS, cpu_devices, on
 from zipccl_jax import reference as ref
 from zipccl_jax.ops import varying_axes
 from zipccl_jax.bench.data import gaussian, random_bits, special_values
+from test_reference import make
 
 DTYPES = [jnp.bfloat16, jnp.float16, jnp.float32]
 
@@ -34,10 +35,11 @@ def mesh8(axis_type):
     return jax.make_mesh((8,), ("d",), axis_types=(axis_type,), devices=cpu_devices())
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_jit_round_trip_matches_reference_bytes(dtype):
+def test_jit_round_trip_matches_reference_bytes(dtype, platform):
     x = mixed(7 * 1771, dtype).reshape(-1, 7)
-    c = jax.jit(zc.compress)(x)
+    c = jax.jit(zc.compress)(on(platform, x))
     assert c.payload.shape == (zc.stream_capacity(x.size, dtype),) and c.shape == x.shape
     assert bits(c.payload)[: int(c.nbytes)] == ref.compress(x)
     assert bits(jax.jit(zc.decompress)(c)) == bits(x)
@@ -69,25 +71,29 @@ def test_incompressible_payload_is_stored_raw_within_capacity():
     assert bits(zc.decompress(c)) == bits(x)
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("out_dtype", [None, jnp.float32])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_decompress_accumulate_is_bit_exact_with_ordered_fp32_sum(dtype, out_dtype):
+def test_decompress_accumulate_is_bit_exact_with_ordered_fp32_sum(dtype, out_dtype, platform):
+    """NaN payloads and signs included (FORMAT.md §8's NaN rule, not the platform's arithmetic)."""
     k, m = 5, 6000
     chunks = np.stack([gaussian(m, dtype, scale=10.0 ** (i - 2), seed=i) for i in range(k)])
     chunks[0, :10] = special_values(dtype)[:10]
-    c = zc.compress(chunks, batch_dims=1)
+    chunks[1:4, 2000:4000] = [make("nans", 2000, dtype, seed=s) for s in range(3)]
+    c = zc.compress(on(platform, chunks), batch_dims=1)
     got = jax.jit(lambda p: zc.decompress_accumulate(p, m=m, dtype=dtype, out_dtype=out_dtype))(c.payload)
     expected = ref.accumulate(list(chunks), out_dtype or dtype)
     assert got.dtype == expected.dtype
     assert bits(got) == bits(expected)
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_accumulate_adds_subnormals_exactly_despite_xla_flush_to_zero(dtype):
+def test_accumulate_adds_subnormals_exactly_despite_xla_flush_to_zero(dtype, platform):
     info = np.finfo(np.dtype(dtype)) if dtype != jnp.bfloat16 else ml_dtypes.finfo(ml_dtypes.bfloat16)
     tiny = np.array([info.smallest_subnormal] * 50 + [-0.0] * 50, np.dtype(dtype))
     rows = np.stack([tiny, tiny * 3, -tiny])
-    c = zc.compress(rows, batch_dims=1)
+    c = zc.compress(on(platform, rows), batch_dims=1)
     for out in (None, jnp.float32):
         got = zc.decompress_accumulate(c.payload, m=100, dtype=dtype, out_dtype=out)
         assert bits(got) == bits(ref.accumulate(list(rows), out or dtype))

@@ -20,7 +20,7 @@ def as_bits(x):
 
 
 def test_collectives_in_pmap(zip_strategy):
-    f = jax.pmap(lambda g, k: all_five(zip_ops(), "i", N, g, k), axis_name="i")
+    f = jax.pmap(lambda g, k: all_five(zip_ops(), "i", N, g, k), axis_name="i", backend="cpu")
     out, hlo = compile_and_run(f, MOVED, SUMMED)
     for name, want in expected_five(MOVED, SUMMED).items():
         assert_bits(out[name], want, name)
@@ -48,7 +48,8 @@ def test_vmap_with_an_axis_name_nested_in_pmap(zip_strategy):
                  for name in ("psum", "all_to_all")})
 
     g, k = MOVED.reshape(4, 2, 16, 3), SUMMED.reshape(4, 2, 16, 3)
-    (over_j, over_i, over_ij), hlo = compile_and_run(jax.pmap(jax.vmap(body, axis_name="j"), axis_name="i"), g, k)
+    nested = jax.pmap(jax.vmap(body, axis_name="j"), axis_name="i", backend="cpu")
+    (over_j, over_i, over_ij), hlo = compile_and_run(nested, g, k)
     for name, out in over_j.items():
         want = np.stack([expected_five(g[i], k[i])[name] for i in range(4)])
         assert_bits(out, want.view(f"uint{8 * want.itemsize}"), f"{name} over j")
@@ -66,8 +67,22 @@ def test_collectives_over_a_pmap_and_a_vmap_axis_fail_as_laxs_do(name):
     """lax (0.10.2 to 0.11.2) rejects these over (pmap axis, vmap axis); ours
     does what lax does, whichever way a jax version goes."""
     def program(c):
-        return jax.pmap(jax.vmap(lambda a: collective(c, name, a, ("i", "j"), N), axis_name="j"), axis_name="i")
+        return jax.pmap(jax.vmap(lambda a: collective(c, name, a, ("i", "j"), N), axis_name="j"), axis_name="i",
+                        backend="cpu")
 
     x = SUMMED.reshape(4, 2, 16, 3)
     assert_same_outcome(outcome(program(zip_ops()), x), lax_outcome(("pmap-vmap", name), program(LAX), x), name)
 
+
+
+def test_ppermute_takes_a_perm_given_as_any_iterable(zip_strategy):
+    """JAX's testPpermuteWithZipObject: a zip iterator (read once), a generator and a list of lists
+    give what the list of pairs gives."""
+    import zipccl_jax as zc
+
+    perm = [N - 1] + list(range(N - 1))
+    x = np.arange(N * 1000, dtype=np.float32).reshape(N, 1000)
+    for make in (lambda: zip(perm, range(N)), lambda: ((s, d) for s, d in zip(perm, range(N))),
+                 lambda: [[s, d] for s, d in zip(perm, range(N))]):
+        got = jax.pmap(lambda a, make=make: zc.zip_ppermute(a, "i", make()), axis_name="i", backend="cpu")(x)
+        np.testing.assert_array_equal(np.asarray(got), x[perm])

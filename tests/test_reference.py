@@ -76,12 +76,23 @@ def make(kind, n, dtype, seed=0):
     if kind == "gelu":  # many binades below the largest values, either sign: 256-symbol sign coding (§4.1)
         g = gaussian(n, np.float32, seed=seed) * np.float32(3)
         return (0.5 * g * (1 + np.tanh(0.7978846 * (g + 0.044715 * g**3)))).astype(np.float32).astype(dtype)
+    if kind == "nans":  # NaNs of random payloads and signs, quiet and signalling, and infinities: a sum's §8 rule
+        x = gaussian(n, dtype, seed=seed)
+        info = ml_dtypes.finfo(dtype)
+        u = x.view(f"u{x.itemsize}")
+        mant, top = (1 << info.nmant) - 1, ((1 << info.nexp) - 1) << info.nmant
+        pick = rng.random(n)
+        sign = rng.integers(0, 2, n).astype(u.dtype) << (8 * x.itemsize - 1)
+        payload = rng.integers(1, mant + 1, n).astype(u.dtype)
+        u[pick < 0.3] = (sign | top | payload)[pick < 0.3]
+        u[(pick >= 0.3) & (pick < 0.4)] = (sign | top)[(pick >= 0.3) & (pick < 0.4)]
+        return x
     raise ValueError(kind)
 
 
 KINDS = ["gauss", "gauss_tiny", "gauss_huge", "wide", "random_bits", "zeros", "signed_zeros",
          "constant", "specials", "specials_in_gauss", "sparse", "low_precision", "mixed_precision", "positive",
-         "skewed_signs", "relu", "relu_odd_zeros", "gelu"]
+         "skewed_signs", "relu", "relu_odd_zeros", "gelu", "nans"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

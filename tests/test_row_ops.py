@@ -14,6 +14,7 @@ import pytest
 from zipccl_jax import ops
 from zipccl_jax import reference as ref
 from zipccl_jax.dtypes import DTYPE_CODES
+from conftest import PLATFORMS, on
 from test_reference import make
 
 DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
@@ -22,7 +23,7 @@ K = 4
 # padding; interleaved by code-table groups; a row shorter than a unit (all of it the contiguous rest)
 LAYOUTS = [((K * 3 * ref.BLOCK,), 0), ((5000, 1, 3 * ref.BLOCK + 17, 0, 9000), ref.BLOCK),
            ((K * 2 * ref.GROUP_BLOCKS * ref.BLOCK + 3,), ref.GROUP_BLOCKS * ref.BLOCK), ((1000, 999), ref.BLOCK)]
-KINDS = ["gauss", "random_bits", "specials_in_gauss", "skewed_signs"]
+KINDS = ["gauss", "random_bits", "specials_in_gauss", "skewed_signs", "nans"]
 
 
 def leaves_of(sizes, dtype, seed=0):
@@ -35,12 +36,15 @@ def ids(p):
     return f"{len(p[0])}leaves-unit{p[1]}"
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("layout", LAYOUTS, ids=ids)
-def test_rows_round_trip_at_the_agreed_capacity_byte_for_byte(dtype, layout):
+def test_rows_round_trip_at_the_agreed_capacity_byte_for_byte(dtype, layout, platform):
+    """On each platform's codec; the sums bit for bit, NaN payloads included (FORMAT.md §8)."""
     sizes, unit = layout
-    leaves = leaves_of(sizes, dtype)
-    flat = np.concatenate(leaves)
+    host = leaves_of(sizes, dtype)
+    leaves = [on(platform, leaf) for leaf in host]
+    flat = np.concatenate(host)
     rows = ref.cut_rows(flat, K, unit)
     m = rows.shape[1]
     streams = [ref.compress(r) for r in rows]
@@ -143,6 +147,28 @@ def test_bad_arguments_get_clear_errors():
     parts = [jnp.zeros((1, 64), jnp.uint8), jnp.zeros((1, 80), jnp.uint8)]
     with pytest.raises(Exception, match="received parts differ in capacity"):
         jax.block_until_ready(jax.jit(lambda *p: ops.decode_rows(p, (8,), jnp.float32))(*parts))
+
+
+def test_cpu_only_options_refuse_other_platforms_by_name_when_lowered():
+    """stream_sizes(plans=True), encode_rows(plans=...) and decode_accumulate_rows(local=...) exist on
+    the CPU only: lowered for CUDA (alone, or beside the CPU as jax.export does) they raise before
+    XLA compiles anything, naming the option and the platforms; lowered for the CPU they lower."""
+    x = jnp.zeros(2 * ref.BLOCK, jnp.bfloat16)
+    cap = ref.max_stream_bytes(ref.BLOCK, np.dtype(jnp.bfloat16))
+    plans = jnp.zeros((2, ops._zipccl_cpu.plan_bytes(ref.BLOCK)), jnp.uint8)
+    part = jnp.zeros((2, cap), jnp.uint8)
+    cases = {"stream_sizes(plans=True)": (lambda a: ops.stream_sizes(a, 2, plans=True), (x,)),
+             "encode_rows(plans=...)": (lambda a, p: ops.encode_rows(a, 2, cap, plans=p), (x, plans)),
+             "decode_accumulate_rows(local=...)": (
+                 lambda p, a: ops.decode_accumulate_rows([p], (ref.BLOCK,), jnp.bfloat16, local=(0, [a])),
+                 (part, x[:ref.BLOCK]))}
+    for option, (fn, args) in cases.items():
+        traced = jax.jit(fn).trace(*args)
+        assert "zipccl_" in traced.lower(lowering_platforms=("cpu",)).as_text()
+        for platforms in (("cuda",), ("cpu", "cuda")):
+            with pytest.raises(NotImplementedError, match=re.escape(
+                    f"zipccl: {option} runs on the CPU only; this computation is lowered for {', '.join(platforms)}")):
+                traced.lower(lowering_platforms=platforms)
 
 
 class FakeCudaModule:

@@ -7,11 +7,11 @@ from zipccl_jax import selftest
 
 
 def test_selftest_passes_on_cpu_and_says_what_it_did_not_check(capsys):
-    assert selftest.main(elements=1 << 14, repeat=1) == 0
+    assert selftest.main(elements=1 << 14, repeat=1, platform="cpu") == 0
     out = capsys.readouterr().out
-    assert f"codec on {selftest.jax.local_devices()[0]}: correct" in out
-    assert "collectives on 8 devices: correct" in out
-    assert "not checked: the CUDA codec: JAX sees no GPU here" in out
+    assert f"codec on {selftest.jax.local_devices(backend='cpu')[0]}: correct" in out
+    assert "collectives on 8 cpu devices: correct" in out
+    assert "not checked: the CUDA codec: --platform cpu" in out
     assert "strategy: psum of 64 KiB bfloat16 over 8 devices ->" in out
     assert "compress" in out.split("speed on ")[1] and "read+write pass" in out
     assert "  measured with wall-clock medians of 1 jitted calls" in out
@@ -32,7 +32,7 @@ def test_selftest_reports_a_codec_that_disagrees_with_the_reference(monkeypatch)
         k = min(16, len(s) - 1)
         return s[:k] + bytes([s[k] ^ 1]) + s[k + 1:]
     monkeypatch.setattr(selftest.reference, "compress", flipped)
-    wrong = selftest.check_codec(selftest.jax.local_devices()[0])
+    wrong = selftest.check_codec(selftest.jax.local_devices(backend="cpu")[0])
     cases = 3 * (3 * 2 + 3)  # dtypes * (kinds * large sizes + small sizes)
     assert len([w for w in wrong if w.endswith("stream differs from the reference")]) == cases
     rejected = [w for w in wrong if w.endswith("the reference's stream does not decode to the input")]

@@ -3,8 +3,10 @@ capacity ladder, where figures come from (installed, the profile file,
 platform defaults), profiles old and new, and $ZIPCCL_STRATEGY."""
 
 import dataclasses
+import functools
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,6 +18,12 @@ SLOW = profile.Link(size=8, latency=1e-3, bandwidth=50e6)  # 400 Mbit/s
 FAST = profile.Link(size=2, latency=20e-6, bandwidth=40e9)
 MEASURED = profile.Profile("cpu", "cpu", compress_rate=1.1e9, decompress_rate=1.7e9, ratios=(("bfloat16", 1.45),),
                            links=(("data", SLOW), ("model", FAST)))
+
+# These tests are about the CPU's defaults and figures (profiles measured on the CPU devices the
+# suite runs on), so they name the platform: by default it is the default platform, a GPU's on a
+# GPU host (test_platform_defaults_are_what_an_untuned_process_uses covers the default).
+plan = functools.partial(strategy.plan, platform="cpu")
+model_for = functools.partial(strategy.model_for, platform="cpu")
 
 
 def test_capacities_are_increasing_aligned_and_end_at_the_full_stream():
@@ -31,34 +39,34 @@ def test_capacities_are_increasing_aligned_and_end_at_the_full_stream():
 
 def test_plan_follows_the_cost_model():
     slow_link = strategy.CostModel(link_bandwidth=1e8)  # 800 Mbit/s
-    small = strategy.plan("all_to_all", 1024, BF16, ("d",), 8, slow_link)
-    large = strategy.plan("all_to_all", 256 << 20, BF16, ("d",), 8, slow_link)
+    small = plan("all_to_all", 1024, BF16, ("d",), 8, slow_link)
+    large = plan("all_to_all", 256 << 20, BF16, ("d",), 8, slow_link)
     assert not small.compress and large.compress and "compressed direct, modelled 1.93 s vs raw direct 2.35 s; " \
         in large.reason
-    fast_link = strategy.plan("all_to_all", 256 << 20, BF16, ("d",), 8, strategy.CostModel(link_bandwidth=1e11))
+    fast_link = plan("all_to_all", 256 << 20, BF16, ("d",), 8, strategy.CostModel(link_bandwidth=1e11))
     assert not fast_link.compress  # the codec costs more than the link saves
-    ints = strategy.plan("psum", 256 << 20, jnp.int32, ("d",), 8, "compressed")
+    ints = plan("psum", 256 << 20, jnp.int32, ("d",), 8, "compressed")
     assert not ints.compress and "int32 is not compressed" in ints.reason
-    one = strategy.plan("psum", 256 << 20, jnp.float32, ("d",), 1, None)
+    one = plan("psum", 256 << 20, jnp.float32, ("d",), 1, None)
     assert not one.compress and "size 1" in one.reason
     # 1 MB over a 1 MB/s link, a consensus of 0.1 s: with 1 s per transfer one
     # phase of more bytes wins, with 0.1 s two phases of fewer; both beat the
     # raw float32 all-reduce and the rank-ordered plans without the codec
-    latency_bound = strategy.plan("psum", 1 << 20, BF16, ("d",), 4, strategy.CostModel(
+    latency_bound = plan("psum", 1 << 20, BF16, ("d",), 4, strategy.CostModel(
         latency=1.0, consensus_latency=0.1, link_bandwidth=1 << 20), platform="cpu")
     assert latency_bound.compress and latency_bound.algorithm == "all_gather+local_reduce"
-    bandwidth_bound = strategy.plan("psum", 1 << 20, BF16, ("d",), 4,
+    bandwidth_bound = plan("psum", 1 << 20, BF16, ("d",), 4,
                                     strategy.CostModel(latency=0.1, link_bandwidth=1 << 20), platform="cpu")
     assert bandwidth_bound.compress and bandwidth_bound.algorithm == "reduce_scatter+all_gather"
     assert strategy.last_plans()[-1] == bandwidth_bound
-    raw = strategy.plan("psum", 1 << 20, BF16, ("d",), 4, "raw")
+    raw = plan("psum", 1 << 20, BF16, ("d",), 4, "raw")
     assert not raw.compress and raw.algorithm == "all_reduce"  # XLA's own, whatever psum_algorithm says
     with pytest.raises(ValueError, match="strategy must be None, 'auto', 'raw', 'compressed', a CostModel or a Pinned plan"):
-        strategy.plan("psum", 10, np.float32, ("d",), 2, "sometimes")
+        plan("psum", 10, np.float32, ("d",), 2, "sometimes")
     with pytest.raises(ValueError, match="unknown collective 'reduce'"):
-        strategy.plan("reduce", 10, np.float32, ("d",), 2)
+        plan("reduce", 10, np.float32, ("d",), 2)
     with pytest.raises(ValueError, match="unknown psum_algorithm 'ring'; expected one of reduce_scatter"):
-        strategy.plan("psum", 10, np.float32, ("d",), 2, strategy.CostModel(psum_algorithm="ring"))
+        plan("psum", 10, np.float32, ("d",), 2, strategy.CostModel(psum_algorithm="ring"))
 
 
 # What the bench's 2-process unshaped link measured (consensus 0.1 ms, a byte
@@ -115,7 +123,7 @@ def test_decisions_follow_the_measured_figures():
     args = ("psum", 936_448, BF16, ("data",), 2)
     # unshaped: the all-reduce's fixed cost outweighs one phase, and the codec costs more than 1.44x fewer bytes
     # save at 1.6 GB/s: the rank-ordered all-gather without the codec (bf16 on the wire, no consensus)
-    fast = strategy.plan(*args, UNSHAPED, platform="cpu")
+    fast = plan(*args, UNSHAPED, platform="cpu")
     assert (fast.compress, fast.algorithm, fast.name, fast.widened) == (
         False, "all_gather+local_reduce", "uncompressed all_gather+local_reduce", True)
     assert fast.modelled == pytest.approx(strategy.modelled_times(*args[:3], 2, UNSHAPED, widened=True)[
@@ -123,23 +131,23 @@ def test_decisions_follow_the_measured_figures():
     assert fast.reason.startswith("uncompressed all_gather+local_reduce, modelled 1.45 ms vs uncompressed "
                                   "reduce_scatter+all_gather 1.84 ms, compressed all_gather+local_reduce 2.32 ms, ")
     assert strategy.modelled_time(fast) == fast.modelled == strategy.modelled_time(fast, codec=False)
-    slow = strategy.plan(*args, SHAPED, platform="cpu")
+    slow = plan(*args, SHAPED, platform="cpu")
     assert slow.compress and slow.name == "compressed all_gather+local_reduce" and slow.modelled > 10 * fast.modelled
     assert strategy.modelled_time(slow, codec=False) > slow.modelled  # compress=False: its uncompressed variant
     # an all-reduce as cheap as a byte transfer: XLA's (float32 at twice the bytes, but no copies)
     cheap_reduce = dataclasses.replace(UNSHAPED, reduce_latency=0.3e-3, reduce_bandwidth=3.2e9)
-    assert strategy.plan(*args, cheap_reduce, platform="cpu").name == "raw all_reduce"
+    assert plan(*args, cheap_reduce, platform="cpu").name == "raw all_reduce"
     # on GPU the raw psum moves bf16 (not widened): with an all-reduce as fast as a transfer and copies at
     # the GPU default's rate, XLA's wins there; on CPU it moves float32 and the rank-ordered plan wins
     fast_reduce = dataclasses.replace(UNSHAPED, reduce_latency=0.3e-3, reduce_bandwidth=1.6e9, copy_rate=500e9)
-    gpu, cpu = (strategy.plan(*args, fast_reduce, platform=p) for p in ("cuda", "cpu"))
+    gpu, cpu = (plan(*args, fast_reduce, platform=p) for p in ("cuda", "cpu"))
     assert not gpu.widened and gpu.name == "raw all_reduce" and "(float32)" not in gpu.reason
     assert cpu.widened and cpu.name == "uncompressed all_gather+local_reduce" and \
         "all-reduce 300 us + 1.6 GB/s (float32)" in cpu.reason
     # a model given with the old fields only: they stand for the new ones
     old = strategy.CostModel(latency=2e-3, link_bandwidth=1e8)
     assert old.figures() == (2e-3, 1e8, 2e-3, 2e-3, 1e8)
-    assert strategy.plan(*args, old, platform="cpu").consensus_latency == 2e-3
+    assert plan(*args, old, platform="cpu").consensus_latency == 2e-3
 
 
 def test_the_model_counts_the_rung_sent_and_the_raw_psum_in_float32():
@@ -149,15 +157,15 @@ def test_the_model_counts_the_rung_sent_and_the_raw_psum_in_float32():
     # leaves XLA's all-reduce (it moves float32) for the rank-ordered plan without
     # the codec, and a bf16 all_to_all stays raw
     link = dataclasses.replace(model, latency=0.0, link_bandwidth=4e8)
-    assert strategy.plan("psum", 64 << 20, BF16, ("d",), 2, link, platform="cpu").name == \
+    assert plan("psum", 64 << 20, BF16, ("d",), 2, link, platform="cpu").name == \
         "uncompressed all_gather+local_reduce"
-    assert strategy.plan("psum", 64 << 20, BF16, ("d",), 2, link, platform="cuda").name == "raw all_reduce"
-    assert not strategy.plan("all_to_all", 64 << 20, BF16, ("d",), 2, link).compress
+    assert plan("psum", 64 << 20, BF16, ("d",), 2, link, platform="cuda").name == "raw all_reduce"
+    assert not plan("all_to_all", 64 << 20, BF16, ("d",), 2, link).compress
 
 
 def test_plans_name_the_axes_and_the_figures_behind_them():
     strategy.install(MEASURED)
-    p = strategy.plan("psum", 16 << 20, BF16, ("data",), 8)
+    p = plan("psum", 16 << 20, BF16, ("data",), 8)
     assert p.compress and p.axes == ("data",) and p.source == "autotune"
     assert (p.latency, p.link_bandwidth, p.compress_rate, p.decompress_rate, p.ratio) == (1e-3, 50e6, 1.1e9, 1.7e9,
                                                                                           1.45)
@@ -171,7 +179,7 @@ def test_plans_name_the_axes_and_the_figures_behind_them():
     full = profile.Link(size=2, latency=3e-4, bandwidth=1.6e9, consensus=1e-4, reduce_latency=4e-3,
                         reduce_bandwidth=1.3e9)
     strategy.install(dataclasses.replace(MEASURED, links=(("data", full),)))
-    p = strategy.plan("all_gather", 1 << 20, BF16, ("data",), 2)
+    p = plan("all_gather", 1 << 20, BF16, ("data",), 2)
     assert (p.latency, p.link_bandwidth, p.consensus_latency, p.reduce_latency, p.reduce_bandwidth) == (
         3e-4, 1.6e9, 1e-4, 4e-3, 1.3e9)
     assert "consensus 100 us, transfer 300 us + 1.6 GB/s, codec" in p.reason  # no all-reduce in an all_gather
@@ -179,29 +187,31 @@ def test_plans_name_the_axes_and_the_figures_behind_them():
 
 def test_several_axes_take_the_slowest_link_and_unmeasured_axes_the_default_link():
     strategy.install(MEASURED)
-    both = strategy.model_for(("model", "data"))
+    both = model_for(("model", "data"))
     assert (both.latency, both.link_bandwidth, both.compress_rate) == (1e-3, 50e6, 1.1e9)
     default = strategy.PLATFORM_DEFAULTS["cpu"]
-    other = strategy.model_for(("expert",), platform="cpu")
+    other = model_for(("expert",), platform="cpu")
     assert (other.latency, other.link_bandwidth) == (default.latency, default.link_bandwidth)
     assert other.compress_rate == 1.1e9 and other.ratio(BF16) == 1.45 and other.ratio(np.float16) == 1.18
     assert other.source == f"link 'expert': {default.source}; codec: autotune"
     # the same measured fast link, installed for every axis ("*")
     strategy.install(dataclasses.replace(MEASURED, links=(("*", FAST),)))
-    assert strategy.model_for(("expert",)).link_bandwidth == 40e9
-    assert strategy.model_for(("data",)).link_bandwidth == 50e6  # an axis's own entry wins
+    assert model_for(("expert",)).link_bandwidth == 40e9
+    assert model_for(("data",)).link_bandwidth == 50e6  # an axis's own entry wins
     # each figure the slowest of the axes', figure by figure
     a = profile.Link(2, latency=1e-3, bandwidth=1e9, consensus=5e-5, reduce_latency=1e-4, reduce_bandwidth=2e8)
     b = profile.Link(2, latency=1e-4, bandwidth=2e9, consensus=2e-4, reduce_latency=3e-3, reduce_bandwidth=9e8)
     strategy.install(dataclasses.replace(MEASURED, links=(("a", a), ("b", b))))
-    assert strategy.model_for(("a", "b")).figures() == (1e-3, 1e9, 2e-4, 3e-3, 2e8)
+    assert model_for(("a", "b")).figures() == (1e-3, 1e9, 2e-4, 3e-3, 2e8)
 
 
-def test_platform_defaults_are_what_an_untuned_process_uses():
-    cpu = strategy.plan("psum", 16 << 20, BF16, ("d",), 2, platform="cpu")
-    gpu = strategy.plan("psum", 16 << 20, BF16, ("d",), 2, platform="cuda")
-    assert strategy.model_for(("d",), platform="rocm") == strategy.PLATFORM_DEFAULTS["gpu"]
-    assert strategy.model_for(("d",)) == strategy.PLATFORM_DEFAULTS["cpu"]  # this test process runs on CPU
+def test_platform_defaults_are_what_an_untuned_process_uses(monkeypatch):
+    cpu = plan("psum", 16 << 20, BF16, ("d",), 2, platform="cpu")
+    gpu = plan("psum", 16 << 20, BF16, ("d",), 2, platform="cuda")
+    assert model_for(("d",), platform="rocm") == strategy.PLATFORM_DEFAULTS["gpu"]
+    for backend, family in (("cpu", "cpu"), ("gpu", "gpu")):  # no platform named: the default backend's
+        monkeypatch.setattr(jax, "default_backend", lambda backend=backend: backend)
+        assert strategy.model_for(("d",)) == strategy.PLATFORM_DEFAULTS[family]
     for p, name in ((cpu, "cpu"), (gpu, "gpu")):
         default = strategy.PLATFORM_DEFAULTS[name]
         assert p.source == default.source and p.source.startswith(f"{name} default (assumed")
@@ -212,48 +222,48 @@ def test_platform_defaults_are_what_an_untuned_process_uses():
     # on the wire) whatever the codec
     assert cpu.name == "uncompressed all_gather+local_reduce" and cpu.widened
     assert gpu.name == "raw all_reduce" and not gpu.widened
-    assert not strategy.plan("all_to_all", 16 << 20, BF16, ("d",), 2, platform="cuda").compress
+    assert not plan("all_to_all", 16 << 20, BF16, ("d",), 2, platform="cuda").compress
     with pytest.raises(ValueError, match="no cost model for platform 'tpu'; expected cpu, cuda, rocm or gpu"):
-        strategy.plan("psum", 16 << 20, BF16, ("d",), 2, platform="tpu")
+        plan("psum", 16 << 20, BF16, ("d",), 2, platform="tpu")
 
 
 def test_the_profile_file_is_read_until_figures_are_installed(tmp_path, monkeypatch):
     path = tmp_path / "profile.json"
     monkeypatch.setenv(strategy.PROFILE_ENV, str(path))
     profile.write(dataclasses.replace(MEASURED, ladder=(0.7, 1.0)), path)
-    from_file = strategy.model_for(("data",))
+    from_file = model_for(("data",))
     assert from_file.source == f"profile {path}" and from_file.ladder == (0.7, 1.0)
-    assert strategy.plan("psum", 16 << 20, BF16, ("data",), 8).compress
+    assert plan("psum", 16 << 20, BF16, ("data",), 8).compress
     strategy.install(dataclasses.replace(MEASURED, links=(("data", FAST),)))
-    assert strategy.model_for(("data",)).link_bandwidth == 40e9  # installed wins over the file
-    assert strategy.model_for(("other",)).ladder == strategy.DEFAULT_LADDER  # codec part: installed, default ladder
+    assert model_for(("data",)).link_bandwidth == 40e9  # installed wins over the file
+    assert model_for(("other",)).ladder == strategy.DEFAULT_LADDER  # codec part: installed, default ladder
     path.write_text('{"latency": 0.001, "link_bandwidth": 1e6}')  # a version-1 profile
     strategy.uninstall()
     with pytest.raises(ValueError, match=r"profile .*profile.json: not a zipccl_jax profile .*calibrate"):
-        strategy.model_for(("data",))
+        model_for(("data",))
     path.write_text(VERSION_2)
     with pytest.raises(profile.OutdatedProfile, match=r"profile .*profile.json: version 2, written by an older "
                                                       r"zipccl_jax .*python -m zipccl_jax calibrate"):
-        strategy.model_for(("data",))
+        model_for(("data",))
 
 
 def test_zipccl_strategy_overrides_the_default_and_a_per_call_strategy_wins(monkeypatch):
     strategy.install(MEASURED)  # the model compresses a 16 MB bf16 psum over "data"
     args = ("psum", 16 << 20, BF16, ("data",), 8)
     monkeypatch.setenv(strategy.STRATEGY_ENV, "raw")
-    forced = strategy.plan(*args)
+    forced = plan(*args)
     assert not forced.compress and forced.reason.startswith("ZIPCCL_STRATEGY=raw: raw ")
-    assert strategy.plan(*args, "auto").compress and strategy.plan(*args, "compressed").compress
-    assert strategy.plan(*args, strategy.model_for(("data",))).compress
+    assert plan(*args, "auto").compress and plan(*args, "compressed").compress
+    assert plan(*args, model_for(("data",))).compress
     monkeypatch.setenv(strategy.STRATEGY_ENV, " Compressed ")
-    assert strategy.plan("psum", 1024, BF16, ("data",), 8).compress
+    assert plan("psum", 1024, BF16, ("data",), 8).compress
     monkeypatch.setenv(strategy.STRATEGY_ENV, "auto")
-    assert strategy.plan(*args).compress and not strategy.plan("psum", 1024, BF16, ("data",), 8).compress
+    assert plan(*args).compress and not plan("psum", 1024, BF16, ("data",), 8).compress
     monkeypatch.setenv(strategy.STRATEGY_ENV, "always")
     with pytest.raises(ValueError, match=r"\$ZIPCCL_STRATEGY must be one of auto, raw, compressed \(or unset\), "
                                          r"got 'always'"):
-        strategy.plan(*args)
-    assert not strategy.plan(*args, "raw").compress  # a per-call strategy never reads the variable
+        plan(*args)
+    assert not plan(*args, "raw").compress  # a per-call strategy never reads the variable
 
 
 # what zipccl_jax wrote before the per-plan figures (its latency: a loop of tiny all_gathers)
@@ -325,24 +335,24 @@ def test_the_rank_ordered_plans_without_the_codec_are_candidates_named_apart_fro
                                            "uncompressed all_gather+local_reduce", "compressed reduce_scatter+all_gather",
                                            "compressed all_gather+local_reduce")
     assert strategy.plan_names("all_to_all") == ("raw direct", "compressed direct")
-    chosen = strategy.plan(*args, platform="cpu")
+    chosen = plan(*args, platform="cpu")
     assert chosen.name == "uncompressed all_gather+local_reduce" and not chosen.compress
     # psum_algorithm applies to the rank-ordered plans with or without the codec
-    rs = strategy.plan(*args[:5], dataclasses.replace(UNSHAPED, psum_algorithm="reduce_scatter+all_gather"),
+    rs = plan(*args[:5], dataclasses.replace(UNSHAPED, psum_algorithm="reduce_scatter+all_gather"),
                        platform="cpu")
     assert rs.name == "uncompressed reduce_scatter+all_gather"
     # "raw" is XLA's collective, never the rank-ordered plans; "compressed" the codec's plans
-    assert strategy.plan(*args[:5], "raw", platform="cpu").name == "raw all_reduce"
-    assert strategy.plan(*args[:5], "compressed", platform="cpu").name == "compressed all_gather+local_reduce"
+    assert plan(*args[:5], "raw", platform="cpu").name == "raw all_reduce"
+    assert plan(*args[:5], "compressed", platform="cpu").name == "compressed all_gather+local_reduce"
     # a pinned plan runs whatever the figures say, and says so
-    pinned = strategy.plan(*args[:5], strategy.Pinned("compressed reduce_scatter+all_gather"), platform="cpu")
+    pinned = plan(*args[:5], strategy.Pinned("compressed reduce_scatter+all_gather"), platform="cpu")
     assert pinned.name == "compressed reduce_scatter+all_gather" and pinned.reason.startswith(
         "strategy=Pinned('compressed reduce_scatter+all_gather'): compressed reduce_scatter+all_gather, modelled ")
-    assert strategy.plan("psum", 64, np.int32, ("data",), 2, strategy.Pinned("compressed all_gather+local_reduce")
+    assert plan("psum", 64, np.int32, ("data",), 2, strategy.Pinned("compressed all_gather+local_reduce")
                          ).name == "raw all_reduce"  # the codec takes no int32
     with pytest.raises(ValueError, match="all_gather has no plan 'uncompressed all_gather.local_reduce'; its plans: "
                                          "raw direct, compressed direct"):
-        strategy.plan("all_gather", 64, BF16, ("data",), 2, strategy.Pinned("uncompressed all_gather+local_reduce"))
+        plan("all_gather", 64, BF16, ("data",), 2, strategy.Pinned("uncompressed all_gather+local_reduce"))
 
 
 def timed(nbytes, seconds, axes=("data",), size=2, dtype="bfloat16"):
@@ -357,29 +367,29 @@ def test_times_measured_in_situ_decide_matching_calls_and_the_model_the_others()
                         reduce_bandwidth=1.3e9)
     strategy.install(dataclasses.replace(MEASURED, links=(("data", link),), compress_rate=1.8e9, decompress_rate=4e9,
                                          measured=(timed(936_448, (3 * ms, 5 * ms, 6 * ms, 4 * ms, 3.5 * ms)),)))
-    p = strategy.plan("psum", 936_448, BF16, ("data",), 2, platform="cpu")
+    p = plan("psum", 936_448, BF16, ("data",), 2, platform="cpu")
     assert p.name == "raw all_reduce" and p.measured_seconds == 3 * ms
     assert dict(p.measured)["compressed all_gather+local_reduce"] == 3.5 * ms
     assert p.reason.startswith("raw all_reduce, measured in situ (autotune) 3 ms vs compressed all_gather+local_reduce "
                                "3.5 ms, compressed reduce_scatter+all_gather 4 ms, uncompressed reduce_scatter+"
                                "all_gather 5 ms, uncompressed all_gather+local_reduce 6 ms (modelled 5.")
     # forced to compress: the faster compressed plan as measured
-    assert strategy.plan("psum", 936_448, BF16, ("data",), 2, "compressed").name == "compressed all_gather+local_reduce"
+    assert plan("psum", 936_448, BF16, ("data",), 2, "compressed").name == "compressed all_gather+local_reduce"
     # other bytes, another axis or axis size, another dtype, another collective, a CostModel per call: the model
     model_choice = "uncompressed all_gather+local_reduce"
     for args in [("psum", 936_450, BF16, ("data",), 2), ("psum", 936_448, BF16, ("model",), 2),
                  ("psum", 936_448, BF16, ("data",), 4), ("psum", 936_448, np.float16, ("data",), 2),
                  ("psum", 936_448, BF16, ("data", "model"), 2)]:
-        other = strategy.plan(*args, platform="cpu")
+        other = plan(*args, platform="cpu")
         assert other.measured == () and "modelled" in other.reason and "in situ" not in other.reason, args
-    assert strategy.plan("psum", 936_448, BF16, ("data",), 2, platform="cpu").measured != ()
-    assert strategy.plan("psum", 936_448, BF16, ("data",), 2, strategy.model_for(("data",)),
+    assert plan("psum", 936_448, BF16, ("data",), 2, platform="cpu").measured != ()
+    assert plan("psum", 936_448, BF16, ("data",), 2, model_for(("data",)),
                          platform="cpu").name == model_choice
-    assert strategy.plan("all_gather", 936_448, BF16, ("data",), 2).measured == ()
+    assert plan("all_gather", 936_448, BF16, ("data",), 2).measured == ()
     # equal times: the first in plan_names' order; a measurement over "*" (autotune(mesh=None)) stands for any axis
     strategy.install(dataclasses.replace(MEASURED, measured=(timed(4096, (2 * ms, 1 * ms, 1 * ms, 1 * ms, 1 * ms),
                                                                    axes=("*",), size=8),)))
-    tie = strategy.plan("psum", 4096, BF16, ("expert",), 8)
+    tie = plan("psum", 4096, BF16, ("expert",), 8)
     assert tie.name == "uncompressed reduce_scatter+all_gather" and "(autotune)" in tie.reason
     strategy.uninstall()
-    assert strategy.plan("psum", 4096, BF16, ("expert",), 8).measured == ()
+    assert plan("psum", 4096, BF16, ("expert",), 8).measured == ()

@@ -14,6 +14,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from conftest import cpu_devices
+from zipccl_jax import strategy
 from parity import FIVE, LAX, N, all_five, assert_bits, assert_compressed, assert_same_outcome, collective, \
     compile_and_run, expected, expected_five, lax_outcome, moved, outcome, per_rank, ring, summed, zip_ops
 
@@ -112,7 +113,7 @@ def test_axis_index_groups_as_lax_takes_them(name, mapping, mesh, zip_strategy):
             return collective(c, name, a, "d", N, axis_index_groups=GROUPS)
 
         if mapping == "pmap":
-            return jax.pmap(one, axis_name="d")
+            return jax.pmap(one, axis_name="d", backend="cpu")
         return jax.jit(jax.shard_map(lambda a: one(a[0])[None], mesh=mesh, in_specs=P("d"), out_specs=P("d"),
                                      check_vma=False))
 
@@ -123,3 +124,39 @@ def test_axis_index_groups_as_lax_takes_them(name, mapping, mesh, zip_strategy):
         want = np.concatenate([expected(name, x[g]) for g in (slice(0, 4), slice(4, 8))])
         assert_bits(theirs, want, f"lax's {name} in {mapping}")
         assert_compressed(compile_and_run(program(zip_ops()), x)[1], zip_strategy)
+
+
+UNEVEN = [[0, 1], [2, 3, 4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("mapping", ["pmap", "shard_map"])
+@pytest.mark.parametrize("name", [n for n in FIVE if n != "ppermute"])
+def test_uneven_axis_index_groups_as_lax_takes_them(name, mapping, mesh, zip_strategy):
+    """JAX's testPsumUnevenReplicaGroups: groups of different sizes. Where lax takes them (psum) ours
+    gives lax's result, sent by XLA's own all-reduce whatever the strategy (the rank-ordered plans
+    need all_gather and all_to_all, which take equal groups only), and says so in its plan; where
+    lax fails (XLA's verifier: "Invalid replica id -1"), ours raises a ValueError that says what
+    is wrong."""
+    def program(c):
+        def one(a):
+            return collective(c, name, a, "d", N, axis_index_groups=UNEVEN)
+
+        if mapping == "pmap":
+            return jax.pmap(one, axis_name="d", backend="cpu")
+        return jax.jit(jax.shard_map(lambda a: one(a[0])[None], mesh=mesh, in_specs=P("d"), out_specs=P("d"),
+                                     check_vma=False))
+
+    x = summed((N, 48, 3), np.float32, seed=8)
+    theirs = lax_outcome(("uneven groups", name, mapping), program(LAX), x)
+    strategy.last_plans(clear=True)
+    ours = outcome(program(zip_ops()), x)
+    if isinstance(theirs, Exception):
+        assert isinstance(ours, ValueError) and "axis_index_groups must all have the same size, got sizes [2, 6]: " \
+            "only psum takes groups of different sizes" in str(ours), f"{name} in {mapping}: {ours!r}"
+    else:
+        assert_same_outcome(ours, theirs, f"{name} in {mapping}")
+        want = np.concatenate([expected(name, x[g]) for g in (slice(0, 2), slice(2, 8))])
+        assert_bits(theirs, want, f"lax's {name} in {mapping}")
+        plans = strategy.last_plans()
+        assert plans and all(p.name == "raw all_reduce" and "axis_index_groups of different sizes" in p.reason
+                             for p in plans)

@@ -27,6 +27,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--elements", type=int, default=1 << 24, help="Gaussian values per dtype")
     g.add_argument("--core", type=int, default=None, help="pin to this CPU core")
     g.add_argument("--lm-steps", type=int, default=200, help="training steps of the LM whose traffic is measured")
+    b.add_argument("--platform", choices=["cpu", "gpu"], default=None,
+                   help="collectives and train: run on this platform's devices (default: the default platform's, "
+                        "or the virtual CPU devices where it has fewer than two)")
     g = b.add_argument_group("collectives")
     g.add_argument("--sizes", type=_ints, default=[4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20],
                    help="bytes per device, comma-separated")
@@ -57,21 +60,29 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--elements", type=int, default=1 << 24, help="bfloat16 values for the timing")
     t.add_argument("--repeat", type=int, default=5,
                    help="timed calls per measurement (GPU: their mean between CUDA events; CPU: their median)")
+    t.add_argument("--platform", choices=["cpu", "gpu"], default=None,
+                   help="check this platform's devices (default: the GPUs if JAX sees any, else the CPU's)")
     c = sub.add_parser("calibrate", help="autotune over this process's devices and write the profile")
     c.add_argument("--output", default=None, help="profile path (default: $ZIPCCL_PROFILE or ~/.cache)")
+    c.add_argument("--platform", choices=["cpu", "gpu"], default=None,
+                   help="calibrate this platform's devices (default: the default platform's)")
     return p
 
 
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
+    if args.command == "selftest" or args.command == "bench" and args.what in ("collectives", "train", "wire"):
+        from .bench.devices import ask_for_virtual_cpus
+
+        ask_for_virtual_cpus(8)  # where the default platform has fewer than two devices (bench/devices.py)
     if args.command == "selftest":
         from . import selftest
 
-        raise SystemExit(selftest.main(args.elements, args.repeat))
+        raise SystemExit(selftest.main(args.elements, args.repeat, platform=args.platform))
     if args.command == "calibrate":
         from .autotune import main as calibrate
 
-        calibrate(args.output)
+        calibrate(args.output, args.platform)
     elif args.what == "codec":
         from .bench import codec
 
@@ -79,7 +90,8 @@ def main(argv=None) -> None:
     elif args.what == "collectives":
         from .bench import collectives
 
-        collectives.run_collectives(args.sizes, args.repeat, args.data, args.collectives, args.json, args.plot)
+        collectives.run_collectives(args.sizes, args.repeat, args.data, args.collectives, args.json, args.plot,
+                                    args.platform)
     elif args.what == "train":
         from .bench import train
 

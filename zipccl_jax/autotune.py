@@ -154,12 +154,14 @@ def load(path) -> Profile:
     return prof
 
 
-def main(output=None) -> Profile:
-    """`python -m zipccl_jax calibrate`: autotune over this process's devices,
-    written to the profile file a single-process job reads by default."""
+def main(output=None, platform=None) -> Profile:
+    """`python -m zipccl_jax calibrate`: autotune over this process's devices
+    (of `platform`; by default the default platform's), written to the profile
+    file a single-process job on that platform reads by default."""
     path = Path(output) if output else strategy.profile_path()
-    prof = autotune(path=path, refresh=True)
-    print(f"devices: {jax.device_count()} x {jax.devices()[0].device_kind}")
+    devices = jax.devices(platform)
+    prof = autotune(Mesh(np.array(devices), (profile_file.ANY_AXIS,)), path=path, refresh=True)
+    print(f"devices: {len(devices)} x {devices[0].device_kind}")
     print(f"  codec: compress {prof.compress_rate / 1e9:.3g} GB/s, decompress {prof.decompress_rate / 1e9:.3g} GB/s, "
           f"size pass {prof.size_rate / 1e9:.3g} GB/s, stored-stream copy {prof.copy_rate / 1e9:.3g} GB/s per device")
     for name, link in prof.links or [("(no link: one device)", None)]:

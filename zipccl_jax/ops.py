@@ -17,12 +17,16 @@ under jit, and inside the collectives, the poisoned output is the signal
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jax._src import core, dispatch
+from jax._src.interpreters import mlir
 
 from . import _ffi, partitioning
 from . import _zipccl_cpu
@@ -295,6 +299,31 @@ def _row_workspace(target: str, dtype, rows: int, size: int, unit: int, leaves: 
                                                           unit, leaves, part_rows)
 
 
+# A CPU-only option of a row op marks its operand with cpu_only_p: the
+# identity where the computation is lowered for the CPU, a clear error (naming
+# the option and the platform) when it is lowered for any other, before XLA
+# compiles anything -- not the CUDA handler's confusing one at run time.
+cpu_only_p = core.Primitive("zipccl_cpu_only")
+cpu_only_p.def_impl(functools.partial(dispatch.apply_primitive, cpu_only_p))
+cpu_only_p.def_abstract_eval(lambda x, *, option: x)
+
+
+def _refuse_off_cpu(ctx, x, *, option):
+    platforms = ", ".join(ctx.module_context.platforms)
+    raise NotImplementedError(f"zipccl: {option} runs on the CPU only; this computation is lowered for {platforms}: "
+                              "call it without that option there")
+
+
+mlir.register_lowering(cpu_only_p, _refuse_off_cpu)
+mlir.register_lowering(cpu_only_p, lambda ctx, x, *, option: [x], platform="cpu")
+
+
+def cpu_only(x: jax.Array, option: str) -> jax.Array:
+    """x, in a computation lowered for the CPU alone; lowering it for another
+    platform raises NotImplementedError naming `option` and the platform."""
+    return cpu_only_p.bind(x, option=option)
+
+
 def stream_sizes(leaves, rows: int, *, unit: int = 0, plans: bool = False):
     """The exact length of each row's stream (the size pass): uint32 [rows].
 
@@ -308,6 +337,7 @@ def stream_sizes(leaves, rows: int, *, unit: int = 0, plans: bool = False):
     sizes = _result(leaves[0], (rows,), jnp.uint32)
     if plans:
         planned = _result(leaves[0], (rows, _zipccl_cpu.plan_bytes(row_elems(size, rows))), jnp.uint8)
+        leaves = [cpu_only(leaves[0], "stream_sizes(plans=True)"), *leaves[1:]]
         return tuple(jax.ffi.ffi_call("zipccl_stream_sizes", [sizes, planned])(*leaves, unit=np.int64(unit)))
     workspace = _row_workspace("zipccl_stream_sizes", leaves[0].dtype, rows, size, unit, len(leaves))
     return _rows_call("zipccl_stream_sizes", leaves, [sizes], workspace, unit=np.int64(unit))[0]
@@ -330,6 +360,7 @@ def encode_rows(leaves, rows: int, capacity: int, *, outputs: int = 1, unit: int
     results = [_result(leaves[0], shape, jnp.uint8)] * outputs
     attrs = dict(rows=np.int64(rows), unit=np.int64(unit), raw=np.bool_(raw))
     if plans is not None:
+        plans = cpu_only(plans, "encode_rows(plans=...)")
         return list(jax.ffi.ffi_call("zipccl_encode_rows", results)(*leaves, plans, planned=np.bool_(True), **attrs))
     size = sum(x.size for x in leaves)
     workspace = _row_workspace("zipccl_encode_rows_raw" if raw else "zipccl_encode_rows", leaves[0].dtype, rows, size,
@@ -364,8 +395,9 @@ def decode_accumulate_rows(parts, sizes, dtype, *, local=None) -> list[jax.Array
     code = np.int32(DTYPE_CODES[dtype.name])
     if local is not None:
         index, leaves = local[0], _check_leaves(local[1], 1)
+        index = cpu_only(jnp.asarray(index, jnp.int32).reshape(1), "decode_accumulate_rows(local=...)")
         return list(jax.ffi.ffi_call("zipccl_decode_accumulate_rows", results)(
-            *parts, jnp.asarray(index, jnp.int32).reshape(1), *leaves, dtype=code, local_leaves=np.int64(len(leaves))))
+            *parts, index, *leaves, dtype=code, local_leaves=np.int64(len(leaves))))
     workspace = _row_workspace("zipccl_decode_accumulate_rows", dtype, 1, sum(sizes), 0, len(sizes), 1)
     return _rows_call("zipccl_decode_accumulate_rows", parts, results, workspace, status_rows=rows,
                       cpu_attrs=dict(local_leaves=np.int64(0)), dtype=code)

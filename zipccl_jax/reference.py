@@ -591,6 +591,15 @@ def _blocks(buf: bytes, descs, n: int, table_at: int, table_sizes: list):
         yield b, g, int(desc), min(BLOCK, n - b * BLOCK), table
 
 
+def body_offset(stream: bytes, n: int, b: int) -> int:
+    """Where block b's body starts in a coded stream of n elements (§1): for
+    tests that corrupt a chosen byte of it (a coded body's first byte holds
+    its width field, §2)."""
+    nb = -(-n // BLOCK)
+    descs = [int.from_bytes(stream[HEADER_BYTES + DESC_BYTES * i:][:DESC_BYTES], "little") for i in range(b)]
+    return HEADER_BYTES + DESC_BYTES * nb + GROUP_RECORD_BYTES * -(-nb // GROUP_BLOCKS) + sum(descs)
+
+
 def desc_bytes(version: int) -> int:
     """§2: a descriptor's bytes in a stream of this version (3 or 4)."""
     return DESC_BYTES if version >= 4 else 3
@@ -845,12 +854,28 @@ def compress_chunks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, sizes
 
 
+QUIET_BIT, INVALID_SUM_NAN = 0x00400000, 0xFFC00000
+
+
+def add_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b in float32 by §8's rule: the IEEE sum, except that a NaN result
+    is a's NaN if a is one, else b's, quieted, and an invalid sum's (inf +
+    -inf) is 0xFFC00000. It is x86's rule (numpy's add there gives the same
+    bits), written out so that the sum is one function on every platform."""
+    with np.errstate(all="ignore"):
+        total = (a + b).view(np.uint32)
+    ua, ub = a.view(np.uint32), b.view(np.uint32)
+    nan = lambda u: (u & 0x7FFFFFFF) > 0x7F800000  # noqa: E731
+    rule = np.where(nan(ua), ua | QUIET_BIT, np.where(nan(ub), ub | QUIET_BIT, np.uint32(INVALID_SUM_NAN)))
+    return np.where(nan(total), rule, total).astype(np.uint32).view(np.float32)
+
+
 def accumulate(chunks: list[np.ndarray], out_dtype) -> np.ndarray:
-    """Sum in list order in float32, rounded once to out_dtype."""
+    """Sum in list order in float32 (add_f32), rounded once to out_dtype."""
     acc = chunks[0].astype(np.float32)
-    with np.errstate(all="ignore"):  # inf - inf is a NaN here as in the kernels
-        for c in chunks[1:]:
-            acc = acc + c.astype(np.float32)
+    for c in chunks[1:]:
+        acc = add_f32(acc, c.astype(np.float32))
+    with np.errstate(over="ignore", invalid="ignore"):  # to float16: overflow to inf, as the kernels round
         return acc.astype(out_dtype)
 
 

@@ -28,7 +28,6 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -91,9 +90,7 @@ def check_corrupt_payload(device) -> list[str]:
     (NaN) and its status word holds the error. Returns what went wrong."""
     c = compress(jax.device_put(_data("gaussian", 9000, np.float32, 0), device))
     bad = np.asarray(c.payload).copy()
-    nb = -(-9000 // reference.BLOCK)
-    at = reference.HEADER_BYTES + reference.DESC_BYTES * nb + reference.GROUP_RECORD_BYTES  # block 0's body
-    bad[at] = 7 | 21 << 3  # its width field: width 21, a bad mode (FORMAT.md §2)
+    bad[reference.body_offset(bad.tobytes(), 9000, 0)] = 7 | 21 << 3  # block 0's width field: 21, a bad mode (§2)
     corrupt = Compressed(jax.device_put(bad, device), c.nbytes, c.shape, c.dtype)
     expected = "zipccl: corrupt payload (stream 0): corrupt block descriptor (bad mode)"
     wrong = []
@@ -204,16 +201,28 @@ def run_autotune(devices) -> tuple[str, object]:
     return "measured and installed", autotune.autotune(mesh)
 
 
-def main(elements: int = 1 << 24, repeat: int = 5) -> int:
-    """Runs every check, prints the report; returns 0 if all were correct, else 1."""
+def _local_devices(platform: str) -> list:
+    try:
+        return jax.local_devices(backend=platform)
+    except RuntimeError:  # no such platform here
+        return []
+
+
+def main(elements: int = 1 << 24, repeat: int = 5, platform: str | None = None) -> int:
+    """Runs every check, prints the report; returns 0 if all were correct, else 1. platform: check
+    that platform's local devices ("cpu" or "gpu"); by default the GPUs, else the CPU's."""
     platforms = _ffi.register()
-    gpus = [d for d in jax.local_devices() if d.platform == "gpu"]
-    devices = gpus or jax.local_devices()
+    gpus = _local_devices("gpu") if platform in (None, "gpu") else []
+    devices = gpus if platform == "gpu" or gpus else _local_devices("cpu")
+    if not devices:
+        print(f"FAIL: JAX sees no {platform} device here")
+        return 1
     where = f"{len(devices)} {devices[0].platform} device(s) ({devices[0].device_kind})"
     print(f"zipccl_jax selftest on {where}; codecs registered for: {', '.join(platforms)}")
     not_checked = []
     if not gpus:
-        not_checked.append("the CUDA codec: JAX sees no GPU here, so only the CPU half ran")
+        not_checked.append("the CUDA codec: " + ("JAX sees no GPU here, so only the CPU half ran" if platform is None
+                                                 else "--platform cpu"))
     elif "CUDA" not in platforms:
         print("FAIL: JAX sees GPUs but zipccl_jax was built without its CUDA codec (no nvcc at install time?)")
         return 1
@@ -222,12 +231,15 @@ def main(elements: int = 1 << 24, repeat: int = 5) -> int:
         problems = check_codec(d)
         print(f"codec on {d}: {'correct' if not problems else 'WRONG'}")
         wrong += [f"codec on {d}: {p}" for p in problems]
-    if len(devices) > 1:
-        problems = check_collectives(devices)
-        print(f"collectives on {len(devices)} devices: {'correct' if not problems else 'WRONG'}")
+    mesh = devices
+    if len(devices) == 1:
+        not_checked.append(f"collectives across {devices[0].platform} devices: one local device")
+        cpus = _local_devices("cpu") if platform is None and gpus else []
+        mesh = cpus if len(cpus) > 1 else []  # one GPU: the collectives' logic still runs, on the CPU devices
+    if mesh:
+        problems = check_collectives(mesh)
+        print(f"collectives on {len(mesh)} {mesh[0].platform} devices: {'correct' if not problems else 'WRONG'}")
         wrong += problems
-    else:
-        not_checked.append("collectives across devices: one local device (they were not run)")
     try:
         speed = time_codec(devices[0], elements, repeat)
     except RuntimeError as e:  # e.g. no device memory left beside XLA's preallocation

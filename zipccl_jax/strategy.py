@@ -481,10 +481,11 @@ def modelled_times(collective: str, nbytes: int, dtype, axis_size: int, model: C
 
 
 def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=None, *,
-         platform: str | None = None) -> Plan:
+         platform: str | None = None, raw_because: str | None = None) -> Plan:
     """Decides among the plans a collective can run (plan_names) by the times
     measured in situ for this call where autotune measured them, else by the
-    modelled times; records the Plan."""
+    modelled times; records the Plan. raw_because: the call can run XLA's own
+    collective only, for this reason (whatever the strategy)."""
     if collective not in COLLECTIVES:
         raise ValueError(f"zipccl: unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
     axes, order = tuple(axes), plan_names(collective)
@@ -499,7 +500,9 @@ def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=Non
     widened = widens(collective, dtype, platform)
     terms = modelled_terms(collective, nbytes, dtype, n, model, widened=widened)
     why = ""
-    if not is_compressible(dtype):
+    if raw_because:
+        forced, why = "raw", raw_because
+    elif not is_compressible(dtype):
         forced, why = "raw", f"dtype {dtype.name} is not compressed"
     elif n == 1:
         forced, why = "raw", "axis of size 1: nothing crosses a link"

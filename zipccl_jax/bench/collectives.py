@@ -1,5 +1,6 @@
 """Collectives benchmark: wire bytes and time of each compressed collective
-against lax on all local devices.
+against lax on the local devices (bench/devices.py: the default platform's, or
+the virtual CPU devices where it has fewer than two).
 
     python -m zipccl_jax bench collectives [--sizes 1e6,16e6] [--data gaussian|minilm]
 """
@@ -11,6 +12,8 @@ import numpy as np
 from . import data as bench_data
 from . import report
 from .codec import _median_seconds
+from .devices import choose, describe, wire_ratio
+
 
 def _collective_cases(n):
     """name -> (zip version, lax version, per-device shape for `elements`)."""
@@ -32,15 +35,17 @@ def _collective_cases(n):
     }
 
 
-def run_collectives(sizes: list[int], repeat: int, data: str, names=None, json_path=None, plot_path=None) -> None:
-    """Time and wire bytes of each collective vs lax on all local devices."""
+def run_collectives(sizes: list[int], repeat: int, data: str, names=None, json_path=None, plot_path=None,
+                    platform=None) -> None:
+    """Time and wire bytes of each collective vs lax on the local devices (devices.choose: those of
+    `platform`, by default the default platform's, or the CPU's if it has fewer than two)."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    devices = jax.devices()
+    devices, note = choose(need=1 if platform else 2, platform=platform)
     n = len(devices)
-    mesh = jax.make_mesh((n,), ("d",))
+    mesh = jax.make_mesh((n,), ("d",), devices=devices)
     cases = [c for c in _collective_cases(n) if not names or c in names]
     progress = report.Progress(len(sizes) * len(cases))
     rows = []
@@ -71,15 +76,19 @@ def run_collectives(sizes: list[int], repeat: int, data: str, names=None, json_p
                                          mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))(xs)
             wire, raw = float(np.max(stats)), float(np.max(raws))
             rows.append({"collective": name, "bytes/device": int(x[0].nbytes), "raw wire B": int(raw),
-                         "zip wire B": int(wire), "wire ratio": raw / wire, "lax ms": t_lax * 1e3,
-                         "zip ms": t_zip * 1e3, "zip/lax time": t_zip / t_lax, "auto/lax time": t_auto / t_lax})
-            progress.finish(f"wire {raw / wire:.3f}x, zip/lax time {t_zip / t_lax:.2f}")
-    print(f"## Collectives on {n} x {devices[0].platform} ({data} bf16 per device), median of {repeat}\n")
+                         "zip wire B": int(wire), "wire ratio": raw / wire if wire else None,
+                         "lax ms": t_lax * 1e3, "zip ms": t_zip * 1e3, "zip/lax time": t_zip / t_lax,
+                         "auto/lax time": t_auto / t_lax})
+            progress.finish(f"wire {wire_ratio(raw, wire)}, zip/lax time {t_zip / t_lax:.2f}")
+    print(f"## Collectives on {describe(devices)} ({data} bf16 per device), median of {repeat}\n")
+    if note:
+        print(f"({note})\n")
     print("lax psum and psum_scatter run in float32 (bf16 lax.psum sums in bf16); times include the codec.")
     print("zip: compression forced; auto: the default strategy (raw for small messages).\n")
     print(report.table(rows))
     if json_path:
-        report.save_json(json_path, devices=n, platform=devices[0].platform, data=data, repeat=repeat, rows=rows)
+        report.save_json(json_path, devices=n, platform=devices[0].platform, data=data, repeat=repeat, rows=rows,
+                         note=note)
     if plot_path:
         sizes_done = sorted({r["bytes/device"] for r in rows})
         report.line_plot(plot_path, f"zip / lax time on {n} x {devices[0].platform} ({data} bf16; < 1: zip faster)",

@@ -2,7 +2,8 @@
 
     python -m zipccl_jax bench train [--steps N] [--d-model D] ...
 
-On the local devices (8 virtual CPU devices, or the GPUs) `run()` trains the
+On the local devices (the GPUs, or 8 virtual CPU devices where there are
+fewer than two: bench/devices.py; `--platform` picks) `run()` trains the
 same model from the same initial parameters on the same batches once per
 gradient sync and reports, per sync: the step time (median after warm-up),
 the communication time (the jitted gradient sync alone, on gradients
@@ -31,6 +32,7 @@ from jax.experimental import multihost_utils
 
 from .. import strategy as zipccl_strategy
 from . import report
+from .devices import choose, describe, wire_ratio
 
 # label -> (lm sync, compress, strategy)
 SYNCS = {"lax.psum": ("lax", True, None), "zip_psum": ("zip", True, None),
@@ -216,7 +218,8 @@ def summation(sync: dict) -> str:
 def wire_line(result: dict) -> str:
     z = result["syncs"][COMPRESSED]
     return (f"zipccl wire bytes per device per step: {z['wire_bytes']:,.0f} compressed vs {z['raw_bytes']:,.0f} "
-            f"raw ({z['raw_bytes'] / z['wire_bytes']:.3f}x); compute (forward+backward) {result['compute_ms']:.1f} ms")
+            f"raw ({wire_ratio(z['raw_bytes'], z['wire_bytes'])}); compute (forward+backward) "
+            f"{result['compute_ms']:.1f} ms")
 
 
 def config_from_args(args):
@@ -230,8 +233,9 @@ def config_from_args(args):
 def run(args) -> list[dict]:
     """`bench train` on the local devices: prints progress and the table."""
     cfg = config_from_args(args)
-    devices = jax.devices()
-    mesh = jax.make_mesh((len(devices),), ("data",))
+    platform = getattr(args, "platform", None)
+    devices, note = choose(need=1 if platform else 2, platform=platform)
+    mesh = jax.make_mesh((len(devices),), ("data",), devices=devices)
     progress = report.Progress(len(SYNCS))
     def started(label):
         if progress.done:
@@ -239,12 +243,15 @@ def run(args) -> list[dict]:
         progress.start(f"train {label}")
     result = measure(mesh, cfg, args.steps, args.warmup, args.repeat, progress=started)
     progress.finish()
-    print(f"## Training step on {len(devices)} x {devices[0].platform}: {cfg}\n")
+    print(f"## Training step on {describe(devices)}: {cfg}\n")
+    if note:
+        print(f"({note})\n")
     print(wire_line(result) + "\n")
     rows = summary_rows(result)
     print(report.table(rows))
     if args.json:
-        report.save_json(args.json, config=dataclasses.asdict(cfg), devices=len(devices), result=result)
+        report.save_json(args.json, config=dataclasses.asdict(cfg), devices=len(devices),
+                         platform=devices[0].platform, note=note, result=result)
     if args.plot:
         report.bar_plot(args.plot, f"LM step on {len(devices)} x {devices[0].platform}", ["step", "comm"],
                         {r["sync"]: [r["step ms"], r["comm ms"]] for r in rows}, "ms (median)")

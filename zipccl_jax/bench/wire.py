@@ -405,22 +405,21 @@ def tables(cases: list[Case], rungs: list[int]) -> tuple[list[dict], list[dict]]
 def run(args) -> dict:
     """`bench wire`: gathers the traffic and checks the simulation of the
     library's scheme against the library's Stats (wire_data.py), prints the tables."""
-    import jax
-
     from . import report, wire_data
+    from .devices import choose, describe
     from .train import config_from_args
 
     n = 8
-    if jax.device_count() < n:
-        raise SystemExit(f"bench wire needs {n} devices: XLA_FLAGS=--xla_force_host_platform_device_count={n}")
+    devices, note = choose(n, need=n)
     cfg = config_from_args(args)
     cases, checks = wire_data.gather(cfg, args.captures, args.examples, n)
     rows, needed = tables(cases, args.rungs)
     compile_rows = wire_data.compile_cost(n, COMPILE_ELEMENTS, {
         "9 rungs": BEFORE.fractions, "16 rungs": SIXTEEN.fractions, "library": LIBRARY.fractions,
         "geometric 64": geometric(64, "bfloat16").fractions})
-    print(f"## Wire bytes against the codec on {n} x {jax.devices()[0].platform}: LM {cfg}, "
-          f"gradients at steps {args.captures}\n")
+    print(f"## Wire bytes against the codec on {describe(devices)}: LM {cfg}, gradients at steps {args.captures}\n")
+    if note:
+        print(f"({note})\n")
     print("The library's scheme, simulated from the exact stream sizes vs its Stats.wire_bytes:\n")
     print(report.table(checks) + "\n")
     print("Per device, all phases: codec ratio = raw / the codec's bytes on contiguous chunks; efficiency ="

@@ -33,6 +33,7 @@ from ..collectives import _mirror
 from ..collectives import psum as psum_module
 from . import data as bench_data
 from . import lm, report
+from .devices import choose
 from .wire import Case, evaluate, library_scheme, gather_phase, merge, psum_phases, scatter_phase
 
 FSDP_DEVICES = 4  # examples/fsdp.py's fsdp axis
@@ -55,6 +56,11 @@ def load_example(examples: Path, name: str):
     return module
 
 
+def _devices(n: int) -> list:
+    """n devices: the default platform's, or the virtual CPU devices (bench/devices.py)."""
+    return choose(n, need=n)[0]
+
+
 def _split_rows(a: np.ndarray, n: int) -> np.ndarray:
     """a's dimension 0 cut into n shards (zero rows appended to a multiple of n), flattened: [n, m]."""
     a = np.pad(a, [(0, -a.shape[0] % n)] + [(0, 0)] * (a.ndim - 1))
@@ -67,7 +73,7 @@ def _split_rows(a: np.ndarray, n: int) -> np.ndarray:
 
 def lm_gradients(cfg: lm.Config, captures: list[int], n: int) -> list:
     """Per capture step, the gradients each device syncs: a pytree of [n, ...] bf16 arrays."""
-    mesh = jax.make_mesh((n,), ("data",), devices=jax.devices()[:n])
+    mesh = jax.make_mesh((n,), ("data",), devices=_devices(n))
     tokens = lm.load_tokens()
     host = lm.init_params(jax.random.key(0), cfg)
     params, opt = lm.replicate(mesh, (host, lm.init_opt(host)))
@@ -178,7 +184,7 @@ def library_wire(per_device, call) -> np.ndarray:
     """Stats.wire_bytes of each device when the library runs call(local,
     axis) -> Stats on per_device (a pytree of [n, ...] arrays)."""
     n = jax.tree.leaves(per_device)[0].shape[0]
-    mesh = jax.make_mesh((n,), ("w",), devices=jax.devices()[:n])
+    mesh = jax.make_mesh((n,), ("w",), devices=_devices(n))
     run = jax.jit(jax.shard_map(lambda t: call(jax.tree.map(lambda a: a[0], t), "w").wire_bytes[None],
                                 mesh=mesh, in_specs=P("w"), out_specs=P("w"), check_vma=False))
     return np.asarray(run(jax.device_put(per_device, NamedSharding(mesh, P("w")))), np.float64)
@@ -243,7 +249,7 @@ def compile_cost(n: int, elements: int, ladders: dict, repeat: int = 3) -> list[
     threads), medians of `repeat` fresh functions taken in turn across the
     ladders (a shared machine's load then hits them alike); temporary memory,
     optimised HLO size, and run time (median of 7, also in turn)."""
-    mesh = jax.make_mesh((n,), ("w",), devices=jax.devices()[:n])
+    mesh = jax.make_mesh((n,), ("w",), devices=_devices(n))
     xs = jax.device_put(np.stack([bench_data.gaussian(elements, "bfloat16", seed=i) for i in range(n)]),
                         NamedSharding(mesh, P("w")))
     times = {name: {"lower": [], "compile": [], "compile cpu": [], "run": []} for name in ladders}

@@ -52,10 +52,32 @@ class Axes:
     size: int
 
     @classmethod
-    def of(cls, names, groups=None) -> Axes:
+    def of(cls, names, groups=None, *, uneven_ok: bool = False) -> Axes:
+        """uneven_ok: index groups may differ in size (psum's); elsewhere
+        they are refused with a clear error where XLA's would name a
+        replica id -1."""
         names = tuple(names) if isinstance(names, (tuple, list)) else (names,)
         size = len(groups[0]) if groups else int(np.prod([lax.axis_size(a) for a in names]))
-        return cls(names, groups, size)
+        axes = cls(names, groups, size)
+        if axes.uneven and not uneven_ok:
+            raise ValueError(f"axis_index_groups must all have the same size, got sizes "
+                             f"{[len(g) for g in groups]}: only psum takes groups of different sizes")
+        return axes
+
+    @property
+    def uneven(self) -> bool:
+        """Index groups of different sizes (lax.psum takes them; XLA's all_gather and all_to_all do not)."""
+        return bool(self.groups) and len({len(g) for g in self.groups}) > 1
+
+    def group_size(self):
+        """The number of devices in this device's group: `size`, or with
+        uneven groups a per-device (traced) value."""
+        if not self.uneven:
+            return self.size
+        sizes = np.zeros(sum(len(g) for g in self.groups), np.float32)
+        for group in self.groups:
+            sizes[list(group)] = len(group)
+        return jnp.asarray(sizes)[lax.axis_index(self.names)]
 
     def kw(self) -> dict:
         """axis_index_groups for the lax collectives that take it."""
@@ -74,8 +96,10 @@ class Axes:
 
 
 def plan(collective, x, axes: Axes, info):
+    uneven = ("axis_index_groups of different sizes: the rank-ordered plans need XLA's all_gather and all_to_all, "
+              "which take equal groups only") if axes.uneven else None
     return strategy.plan(collective, x.size * x.dtype.itemsize, x.dtype, axes.names, axes.size,
-                         info.options.strategy, platform=info.platform)
+                         info.options.strategy, platform=info.platform, raw_because=uneven)
 
 
 RAGGED_PLATFORMS = frozenset({"cuda"})  # where XLA implements ragged_all_to_all (XLA:CPU does not)

@@ -54,6 +54,7 @@ def zip_ppermute(x, axis_name, perm, *, compress: bool = True, strategy=None, wi
     bits. `compress`, `strategy`, `with_stats`: as zip_psum."""
     options = Options(compress, strategy, stats=with_stats)
     _rewrite.check_axis_names(axis_name)
+    perm = tuple(tuple(pair) for pair in perm)  # any iterable, read once (a zip, a generator), as lax takes it
     _check_perm(perm, axis_name)
     out, stats = _rewrite.run(lambda t: lax.ppermute(t, axis_name, perm), options, [x])
     return (out, Stats(*stats)) if with_stats else out

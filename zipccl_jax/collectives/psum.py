@@ -51,13 +51,14 @@ def _lower(info, *xs, axes, axis_index_groups=None):
         xs = [lax.reduce_sum(x, [a % x.ndim for a in positional]) for x in xs]
     if not named:
         return list(xs), f32(0), f32(0)
-    group = Axes.of(named, axis_index_groups)
+    group = Axes.of(named, axis_index_groups, uneven_ok=True)
     outs, wire, raw = list(xs), f32(0), f32(0)
     floats = [i for i, x in enumerate(xs) if is_compressible(x.dtype)]
     for i, x in enumerate(xs):
         if i not in floats:
             outs[i] = lax.psum(x, named, **group.kw())
-            nbytes = 2 * x.size * x.dtype.itemsize * (group.size - 1) / group.size
+            n = group.group_size()
+            nbytes = 2 * x.size * x.dtype.itemsize * (n - 1) / n
             wire, raw = wire + nbytes, raw + nbytes
     for bucket in buckets([xs[i] for i in floats], info.options.bucket_bytes):
         idx = [floats[j] for j in bucket]
@@ -119,11 +120,11 @@ def _all_reduce(leaves: tuple, group: Axes, platform: str):
     gloo all-reduce per operand of a multi-operand psum (a bucket of 21
     leaves took as long as 21 syncs: docs/BENCHMARKS.md, "Plans timed in situ"), and in
     float32 on CPU. (the summed leaves, wire, raw)."""
-    n, dtype = group.size, leaves[0].dtype
+    n, dtype = group.group_size(), leaves[0].dtype
     wide = [x.astype(jnp.float32) if platform == "cpu" else x for x in leaves]
     total = lax.psum(wide[0] if len(wide) == 1 else jnp.concatenate(wide), group.names, **group.kw())
     ends = np.cumsum([x.size for x in leaves])
-    raw = f32(2 * int(ends[-1]) * total.dtype.itemsize * (n - 1) / n)  # what XLA sends: float32 on CPU
+    raw = jnp.asarray(2 * int(ends[-1]) * total.dtype.itemsize * (n - 1) / n, jnp.float32)  # float32 on CPU
     return [total[end - x.size:end].astype(dtype) for x, end in zip(leaves, ends)], raw, raw
 
 
