@@ -11,8 +11,8 @@
 #include <sys/mman.h>
 #endif
 
-#include "decode_cpu.h"
 #include "encode_cpu.h"
+#include "lanes_cpu.h"
 
 namespace zipccl {
 namespace {
@@ -82,14 +82,13 @@ PlaneCodes plane_codes_of(const GroupCode& g, uint16_t (*codes)[kPlaneSyms]) {
 
 // §7 steps 1-3 for group b0 / kGroupBlocks into *g: chosen, or taken from a plan.
 template <int DT>
-void choose_group(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, bool generic, GroupCode* g,
-                  QuarterCounts* quarters = nullptr, uint32_t* emax = nullptr) {
+void choose_group(const uint8_t* in, int64_t n, int64_t b0, int64_t b1, bool generic, GroupCode* g) {
   constexpr Layout lay = Elem<DT>::lay;
   const uint8_t* group_in = in + b0 * kBlock * lay.elem_bytes;
   const int64_t count = n - b0 * kBlock < int64_t(kGroupBlocks) * kBlock ? n - b0 * kBlock
                                                                         : int64_t(kGroupBlocks) * kBlock;
   if (generic) choose_group_generic(DT, in, n, b0, b1, g);
-  else choose_group_fast<DT>(in, n, b0, b1, g->refs, g->lens, &g->mask, quarters, emax);
+  else choose_group_fast<DT>(in, n, b0, b1, g->refs, g->lens, &g->mask);
   if constexpr (lay.raw_bytes > 0)
     g->mask |= generic ? choose_planes(DT, group_in, count, g->mask, g->plane_lens)
                        : choose_planes_fast<DT>(group_in, count, g->mask, g->plane_lens);
@@ -107,10 +106,10 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic,
   std::vector<uint8_t> tables;  // §1: after the bodies
   uint8_t scratch[kBlock * 4];
   GroupCode g;
-  uint16_t codes[kMaxSyms];  // the generic coder's
-  uint16_t table[kMaxSyms];  // the fast coder's
+  uint16_t codes[kMaxSyms];
   uint16_t plane_codes[kMaxPlanes][kPlaneSyms];
   uint8_t area[kMaxTableBytes];
+  static thread_local LaneCoder coder;  // its word arrays are large: not on the stack
   for (int64_t b0 = 0; b0 < nb && pos < limit; b0 += kGroupBlocks) {
     const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb, gi = b0 / kGroupBlocks;
     if (plan) std::memcpy(&g, plan + gi * sizeof(GroupCode), sizeof(GroupCode));
@@ -123,9 +122,8 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic,
     record[1] = uint8_t(area_bytes);
     record[2] = uint8_t(area_bytes >> 8);
     const PlaneCodes pc = plane_codes_of(g, plane_codes);
-    const bool shared = generic || (g.mask & 3);  // the fast coder has no byte codes
-    if (shared) canonical_codes(g.lens, codes, num_symbols(g.mask));
-    else encoder_table(g.lens, num_symbols(g.mask), table);
+    canonical_codes(g.lens, codes, num_symbols(g.mask));
+    const bool fast = !generic && coder.prepare<DT>(g.lens, codes, pc);
     for (int64_t b = b0; b < b1 && pos < limit; ++b) {
       const int count = block_count(n, b);
       const bool room = pos + int64_t(count) * es <= bound;
@@ -133,12 +131,11 @@ int64_t compress_typed(const uint8_t* in, int64_t n, uint8_t* out, bool generic,
       const uint8_t* src = in + b * kBlock * es;
       const uint32_t ref = g.refs[(g.mask & kMaskOwnRefs) ? b - b0 : 0];
       if (b + kGroupBlocks < nb) prefetch_input(in + (b + kGroupBlocks) * kBlock * es, kBlock * es);  // the next group
-      const uint32_t desc = shared ? encode_block(DT, src, count, ref, g.lens, codes, body, pc)
-                                   : encode_block_fast<DT>(src, count, ref, g.mask, table, body);
-      const int64_t body_bytes = desc & 0xFFFFu;
+      const int64_t body_bytes = fast ? coder.encode<DT>(src, count, ref, body)
+                                      : encode_block(DT, src, count, ref, g.lens, codes, body, pc);
       if (pos + body_bytes > bound && bound < limit) return -1;
       if (!room && pos + body_bytes <= limit) std::memcpy(out + pos, scratch, size_t(body_bytes));
-      store_descriptor(out + kHeaderBytes + kDescBytes * b, desc);
+      store_descriptor(out + kHeaderBytes + kDescBytes * b, uint32_t(body_bytes));
       pos += body_bytes;
     }
   }
@@ -160,132 +157,89 @@ struct GroupTables {
   int64_t group = -1;
   int mask = 0;
   uint8_t refs[kGroupBlocks];
-  std::vector<uint16_t> lut;         // the generic decoder's (also with byte codes)
-  std::vector<DecodeTable> fast;     // the fast decoder's
-  std::vector<uint16_t> plane_luts;  // with byte codes: one per plane
+  std::vector<uint16_t> luts;  // the symbol code's, then each coded plane's
+  LaneDecoder fast;            // the fast decoder's tables, when it takes the group
+  bool use_fast = false;
   PlaneCodes pc{};
 
   // Reads and checks group g's table area (bytes at `at`). Returns a Status.
-  int build(const uint8_t* at, uint32_t bytes, int64_t g, int group_mask, int nblocks, bool generic, int version) {
+  template <int DT>
+  int build(const uint8_t* at, uint32_t bytes, int64_t g, int group_mask, int nblocks, bool generic) {
     uint8_t lens[kMaxSyms], plane_lens[kMaxPlanes][kPlaneSyms];
-    if (read_table_area(at, bytes, group_mask, nblocks, refs, lens, plane_lens, version) != kOk) return kErrTable;
+    if (read_table_area(at, bytes, group_mask, nblocks, refs, lens, plane_lens) != kOk) return kErrTable;
     mask = group_mask;
     pc = PlaneCodes{};
     pc.mask = mask;
-    if (generic || (mask & 3)) {
-      lut.resize(kLutSize);
-      build_lut(lens, lut.data(), num_symbols(mask));
-    } else {
-      fast.resize(1);
-      build_decode_table(lens, num_symbols(mask), &fast[0]);
-    }
-    if (mask & 3) plane_luts.resize(kMaxPlanes * kLutSize);  // only byte-coded streams pay for these
+    luts.resize((1 + kMaxPlanes) * kLutSize);
+    build_lut(lens, luts.data(), num_symbols(mask));
     for (int p = 0; p < kMaxPlanes; ++p) {
       if (!((mask >> p) & 1)) continue;
-      build_lut(plane_lens[p], &plane_luts[p * kLutSize], kPlaneSyms);
-      pc.luts[p] = &plane_luts[p * kLutSize];
+      build_lut(plane_lens[p], &luts[(1 + p) * kLutSize], kPlaneSyms);
+      pc.luts[p] = &luts[(1 + p) * kLutSize];
     }
+    use_fast = !generic && fast.prepare<DT>(luts.data(), pc);
     group = g;
     return kOk;
   }
 };
 
 template <int DT>
-int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int version, int mask_bits, uint8_t* out,
-                     bool generic) {
+int decompress_typed(const uint8_t* in, int64_t size, int64_t n, int mask_bits, uint8_t* out, bool generic) {
   constexpr int es = Elem<DT>::lay.elem_bytes;
-  const int64_t nb = num_blocks(n), ng = num_groups(nb), records = records_offset(nb, version);
-  const int64_t bodies = bodies_offset(nb, version);
+  const int64_t nb = num_blocks(n), ng = num_groups(nb), records = records_offset(nb), bodies = bodies_offset(nb);
   if (size < bodies) return kErrTruncated;
   int64_t body_total = 0, table_total = 0;
   for (int64_t g = 0; g < ng; ++g) {
     if (in[records + kRecordBytes * g] & ~mask_bits) return kErrPlanes;
     table_total += in[records + kRecordBytes * g + 1] | (in[records + kRecordBytes * g + 2] << 8);
   }
-  for (int64_t b = 0; b < nb; ++b) body_total += load_descriptor(in, b, version, 0) & 0xFFFFu;
+  for (int64_t b = 0; b < nb; ++b) body_total += load_descriptor(in, b);
   if (size - bodies < body_total + table_total) return kErrTruncated;
-  GroupTables tables;
+  static thread_local GroupTables tables;  // its decoder's tables are large: not on the stack
+  tables.group = -1;
   int64_t pos = bodies, table_at = bodies + body_total, asked = 0, ahead = pos;
-  for (int64_t b = 0; b < nb; ++b) {
-    for (; asked < nb && asked <= b + 2; ++asked) {  // keep the next two blocks' input coming
-      const int64_t bytes = load_descriptor(in, asked, version, 0) & 0xFFFFu;
+  const auto table_bytes_of = [&](int64_t g) { return uint32_t(in[records + kRecordBytes * g + 1] |
+                                                               (in[records + kRecordBytes * g + 2] << 8)); };
+  for (int64_t b = 0; b < nb;) {
+    for (; asked < nb && asked <= b + 2 + LaneDecoder::kRun; ++asked) {  // keep the next blocks' input coming
+      const int64_t bytes = load_descriptor(in, asked);
       prefetch_body(in, size, ahead, bytes);
       ahead += bytes;
     }
     const int64_t g = b / kGroupBlocks;
-    const uint8_t* record = in + records + kRecordBytes * g;
-    const uint32_t table_bytes = record[1] | (record[2] << 8);
-    if (b > 0 && b % kGroupBlocks == 0) table_at += in[records + kRecordBytes * (g - 1) + 1] |
-                                                     (in[records + kRecordBytes * (g - 1) + 2] << 8);
+    if (b > 0 && b % kGroupBlocks == 0) table_at += table_bytes_of(g - 1);
     const int count = block_count(n, b);
-    const uint32_t desc = load_descriptor(in, b, version, uint32_t(count) * es);
-    const uint32_t body_bytes = desc & 0xFFFFu, width = desc >> 16;
+    const uint32_t body_bytes = load_descriptor(in, b);
     uint8_t* dst = out + b * kBlock * es;
     const uint8_t* body = in + pos;
-    pos += body_bytes;
-    if (width == 0) {  // §2: a raw block
-      if (body_bytes != uint32_t(count) * es) return kErrBlockSize;
+    if (body_bytes == uint32_t(count) * es) {  // §2: a raw block
       std::memcpy(dst, body, body_bytes);
+      pos += body_bytes, ++b;
       continue;
     }
-    if (width > uint32_t(kMaxWidth) && width != kWidthInBody) return kErrBlockMode;
-    if (body_bytes >= uint32_t(count) * es) return kErrBlockSize;
-    if (tables.group != g &&
-        tables.build(in + table_at, table_bytes, g, record[0], group_block_count(nb, g), generic, version) != kOk)
+    if (body_bytes > uint32_t(count) * es) return kErrBlockSize;
+    if (tables.group != g && tables.build<DT>(in + table_at, table_bytes_of(g), g, in[records + kRecordBytes * g],
+                                              group_block_count(nb, g), generic) != kOk)
       return kErrTable;
-    const int mask = tables.mask;
-    const uint32_t ref = tables.refs[(mask & kMaskOwnRefs) ? b % kGroupBlocks : 0];
-    const int status = (generic || (mask & 3))
-        ? decode_coded_block(DT, body, desc, count, ref, tables.lut.data(), tables.pc, dst)
-        : decode_block_fast<DT>(body, in + size, desc, count, ref, mask, tables.fast[0], dst);
-    if (status != kOk) return status;
-  }
-  return kOk;
-}
-
-// Versions 1-2 (FORMAT.md, "Earlier versions"), with the shared block decoder.
-int decompress_v2(int dtype, const uint8_t* in, int64_t size, int64_t n, int flags, int mask_bits, uint8_t* out) {
-  const int es = layout_of(dtype).elem_bytes;
-  const int64_t nb = num_blocks(n), ng = num_groups(nb);
-  const uint8_t* masks = in + kHeaderBytes + 4 * nb;  // with kFlagMasks only
-  const auto mask_of = [&](int64_t g) { return (flags & kFlagMasks) ? int(masks[g]) : 0; };
-  int64_t pos = tables_offset_v2(nb, flags);
-  if (size < pos) return kErrTruncated;
-  for (int64_t g = 0; g < ng; ++g) {
-    if (mask_of(g) & ~mask_bits) return kErrPlanes;
-    pos += group_table_bytes_v2(mask_of(g));
-  }
-  if (size < pos) return kErrTruncated;
-  std::vector<uint16_t> luts(3 * kLutSize);
-  int64_t table_at = tables_offset_v2(nb, flags), built = -1;
-  bool ok = false;
-  PlaneCodes pc{};
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t g = b / kGroupBlocks;
-    if (b > 0 && b % kGroupBlocks == 0) table_at += group_table_bytes_v2(mask_of(g - 1));
-    const uint32_t desc = load_u32(in + kHeaderBytes + 4 * b);
-    if ((desc >> 24) == 1 && built != g) {  // tables are checked only when a coded block needs them
-      uint8_t lens[kMaxSyms];
-      built = g;
-      pc = PlaneCodes{};
-      pc.mask = mask_of(g);
-      ok = unpack_table_v2(in + table_at, lens) == kOk;
-      if (ok) build_lut(lens, luts.data());
-      for (int p = 0, at = kTableBytes; ok && p < kMaxPlanes; ++p) {
-        if (!((pc.mask >> p) & 1)) continue;
-        ok = unpack_table_v2(in + table_at + at, lens, kPlaneSyms) == kOk;
-        if (ok) build_lut(lens, &luts[(1 + p) * kLutSize], kPlaneSyms);
-        pc.luts[p] = &luts[(1 + p) * kLutSize];
-        at += kPlaneTableBytes;
-      }
+    // A run of this group's coded blocks from b (one for the shared decoder), decoded together.
+    const uint8_t* run_bodies[LaneDecoder::kRun];
+    uint32_t run_sizes[LaneDecoder::kRun], run_refs[LaneDecoder::kRun];
+    int run_counts[LaneDecoder::kRun];
+    uint8_t* run_outs[LaneDecoder::kRun];
+    int j = 0;
+    for (const int most = tables.use_fast ? LaneDecoder::kRun : 1; j < most && b + j < nb && (b + j) / kGroupBlocks == g; ++j) {
+      const int cj = block_count(n, b + j);
+      const uint32_t sj = load_descriptor(in, b + j);
+      if (sj >= uint32_t(cj) * es) break;  // raw or corrupt: after the run
+      run_bodies[j] = in + pos, run_sizes[j] = sj, run_counts[j] = cj, run_outs[j] = out + (b + j) * kBlock * es;
+      run_refs[j] = tables.refs[(tables.mask & kMaskOwnRefs) ? (b + j) % kGroupBlocks : 0];
+      pos += sj;
     }
-    const int64_t body_bytes = desc & 0xFFFFu;
-    if (body_bytes > size - pos) return kErrTruncated;
-    const PlaneCodes none{mask_of(g), {}, {}, {}};
-    const int status = decode_block_v2(dtype, in + pos, desc, block_count(n, b), (built == g && ok) ? luts.data() : nullptr,
-                                       out + b * kBlock * es, built == g ? pc : none);
+    const int status = tables.use_fast
+        ? tables.fast.decode<DT>(j, run_bodies, run_sizes, in + size - run_bodies[0], run_counts, run_refs, run_outs)
+        : decode_coded_block(DT, body, body_bytes, count, run_refs[0], tables.luts.data(), tables.pc, dst);
     if (status != kOk) return status;
-    pos += body_bytes;
+    b += j;
   }
   return kOk;
 }
@@ -309,45 +263,6 @@ void advise_huge_pages(uint8_t* p, int64_t bytes) {
 #endif
 }
 
-// §6: the bits of a sub-stream from its counts (qc, under its block's own
-// emax, the sign in bit 7; qz: its exact zeros per sign) coded with a ref
-// `shift` above that emax, under the group's mask and code lengths.
-uint64_t quarter_bits(const uint16_t* qc, const uint32_t* qz, uint32_t shift, int mask, const uint8_t* lens,
-                      int exp_bits) {
-  const bool sc = mask & kMaskSign, zeros = mask & kMaskZeros;
-  uint64_t bits = 0;
-  for (uint32_t s = 0; s < 2; ++s) {
-    const uint32_t base = sc ? s << kSignBit : 0;
-    const uint32_t esc = base | kClassEsc << kTopBits;
-    for (uint32_t c = 0; c < uint32_t(kNumClasses); ++c) {
-      const uint32_t d = c - 1 + shift;
-      const uint32_t c2 = c == kClassZero ? 0 : c == uint32_t(kClassEsc) || d > uint32_t(kMaxDelta) ? kClassEsc : d + 1;
-      for (uint32_t t = 0; t < 4; ++t) {
-        uint64_t count = qc[s << kSignBit | c << kTopBits | t];
-        if (!count) continue;
-        if (zeros && c == kClassZero && t == 0) {  // §4.2: the exact zeros are implied, the rest escape
-          const uint64_t implied = (sc || s == 0) ? qz[s] : 0;
-          bits += implied * lens[base] + (count - implied) * (lens[esc] + exp_bits);
-          continue;
-        }
-        bits += count * (lens[base | c2 << kTopBits | t] + (c2 == uint32_t(kClassEsc) ? exp_bits : 0));
-      }
-    }
-  }
-  return bits;
-}
-
-// The body bytes of a block whose sub-streams take bits[4] and whose m
-// elements store bits (§2, §7 step 4).
-int64_t body_bytes(const uint32_t* bits, int m, int count, int mask, int dtype) {
-  const GroupLayout gl = group_layout(dtype, mask);
-  int32_t devs[kSubstreams - 1];
-  uint32_t coded;
-  choose_width(bits, gl.stored_bytes(m), count, gl, devs, &coded);
-  const int64_t raw = int64_t(count) * gl.lay.elem_bytes;
-  return coded < raw ? coded : raw;
-}
-
 // The bytes of a group's table area (§5.5).
 int64_t table_area_bytes(const GroupCode& g, int nblocks) {
   uint32_t bits = table_bits(g.lens, num_symbols(g.mask), true);
@@ -355,9 +270,8 @@ int64_t table_area_bytes(const GroupCode& g, int nblocks) {
   return num_refs(g.mask, nblocks) + (bits + 7) / 8;
 }
 
-// compress_stream's length, from each group's choices and each block's
-// sub-stream sizes (from its quarters' symbol counts, element by element
-// where the group codes byte planes), without coding.
+// compress_stream's length, from each group's choices and each block's lane
+// sizes, without coding.
 template <int DT>
 int64_t stream_bytes_typed(const uint8_t* in, int64_t n, bool generic, uint8_t* plan) {
   constexpr Layout lay = Elem<DT>::lay;
@@ -365,35 +279,31 @@ int64_t stream_bytes_typed(const uint8_t* in, int64_t n, bool generic, uint8_t* 
   const int64_t nb = num_blocks(n), limit = kHeaderBytes + n * es;
   int64_t total = bodies_offset(nb);
   GroupCode g;
-  static thread_local QuarterCounts quarters[kGroupBlocks];
-  uint32_t emax[kGroupBlocks];
+  uint16_t codes[kMaxSyms];
   uint16_t plane_codes[kMaxPlanes][kPlaneSyms];
+  static thread_local LaneCoder coder;  // its word arrays are large: not on the stack
   for (int64_t b0 = 0; b0 < nb; b0 += kGroupBlocks) {  // every group: the plan must be whole
     const int64_t b1 = b0 + kGroupBlocks < nb ? b0 + kGroupBlocks : nb;
-    choose_group<DT>(in, n, b0, b1, generic, &g, quarters, emax);
+    choose_group<DT>(in, n, b0, b1, generic, &g);
     if (plan) std::memcpy(plan + (b0 / kGroupBlocks) * sizeof(GroupCode), &g, sizeof(GroupCode));
     total += table_area_bytes(g, int(b1 - b0));
     const PlaneCodes pc = plane_codes_of(g, plane_codes);
+    canonical_codes(g.lens, codes, num_symbols(g.mask));
+    const bool fast = !generic && coder.prepare<DT>(g.lens, codes, pc);
     for (int64_t b = b0; b < b1; ++b) {
-      const int count = block_count(n, b), q = substream_len(count);
+      const int count = block_count(n, b);
+      const uint8_t* src = in + b * kBlock * es;
       const uint32_t ref = g.refs[(g.mask & kMaskOwnRefs) ? b - b0 : 0];
-      uint32_t bits[kSubstreams] = {};
-      int m = count;
-      if (generic || (g.mask & 3)) {  // element by element
-        m = 0;
-        for (int i = 0; i < count; ++i) {
-          const uint32_t x = load_element(in + (b * kBlock + i) * es, es);
-          bits[i / q] += element_bits(DT, x, ref, g.lens, pc);
-          m += stores_bits(x, lay, g.mask);
-        }
+      uint32_t bits[kLanes] = {};
+      if (fast) {
+        coder.lane_bits<DT>(src, count, ref, bits);
       } else {
-        const QuarterCounts& qc = quarters[b - b0];
-        for (int k = 0; k < kSubstreams; ++k) {
-          bits[k] = uint32_t(quarter_bits(qc.counts[k], qc.zeros[k], ref - emax[b - b0], g.mask, g.lens, lay.exp_bits));
-          if (g.mask & kMaskZeros) m -= qc.zeros[k][0] + ((g.mask & kMaskSign) ? qc.zeros[k][1] : 0);
-        }
+        for (int i = 0; i < count; ++i) bits[i % kLanes] += element_bits(DT, load_element(src + i * es, es), ref, g.lens, pc);
       }
-      total += body_bytes(bits, m, count, g.mask, DT);
+      int32_t devs[kLanes - 1];
+      uint32_t coded;
+      choose_width(bits, devs, &coded);
+      total += coded < uint32_t(count) * es ? coded : uint32_t(count) * es;
     }
   }
   return total >= limit ? limit : total;
@@ -443,8 +353,8 @@ int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, b
 }
 
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
-  int version = 0, flags = 0, mask_bits = 0;
-  const int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &version, &flags, &mask_bits);
+  int flags = 0, mask_bits = 0;
+  const int status = check_header(in, uint64_t(size), dtype, uint64_t(n), &flags, &mask_bits);
   if (status != kOk) return status;
   advise_huge_pages(out, n * layout_of(dtype).elem_bytes);
   if (flags & kFlagStoredRaw) {
@@ -453,10 +363,9 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
     if (bytes) std::memcpy(out, in + kHeaderBytes, size_t(bytes));
     return kOk;
   }
-  if (version < 3) return decompress_v2(dtype, in, size, n, flags, mask_bits, out);
-  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, version, mask_bits, out, generic);
-  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, version, mask_bits, out, generic);
-  return decompress_typed<kF32>(in, size, n, version, mask_bits, out, generic);
+  if (dtype == kBF16) return decompress_typed<kBF16>(in, size, n, mask_bits, out, generic);
+  if (dtype == kF16) return decompress_typed<kF16>(in, size, n, mask_bits, out, generic);
+  return decompress_typed<kF32>(in, size, n, mask_bits, out, generic);
 }
 
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {

@@ -14,11 +14,9 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr unsigned kFull = 0xFFFFFFFFu;
-constexpr int kThreads = 128;                                   // most kernels: 4 warps
-constexpr int kDecodeThreads = zc::kGroupBlocks * zc::kSubstreams;  // a thread per sub-stream of a group
+constexpr int kThreads = 128;      // every kernel: 4 warps
+constexpr int kDecodeBlocks = kThreads / zc::kLanes;  // blocks a CUDA block codes at once, a thread per lane
 constexpr int kThreadsPerSm = 2048;
-constexpr int kRun = 32;    // EncodeKernel: consecutive elements per lane (a warp scan per 1024)
-constexpr int kStage = 32;  // DecodeKernel: elements each thread decodes between coalesced stores
 constexpr unsigned long long kNoError = ~0ull;
 
 template <typename T>

@@ -100,8 +100,9 @@ struct ChooseSmem {
 static_assert(zc::kMaxPlanes < kThreads / kWarp, "ChooseKernel: a warp per plane");
 
 // §7 steps 2-3, CUDA block per group of every item: the symbol counts of
-// candidates A-D in shared histograms (one pass over the group's elements;
-// E-H follow from them and the counts of exact zeros), a warp per two
+// candidates C and D in shared histograms (one pass over the group's
+// elements; A and B are theirs summed over the sign, E-H follow from A-D and
+// the counts of exact zeros), a warp per two
 // candidates' code lengths, the choice; then the stored elements' plane
 // bytes (a second pass: each thread a contiguous run, a block scan numbers
 // the stored elements for the sample) and the planes' codes (warp p: plane
@@ -128,9 +129,14 @@ __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
     __syncthreads();
     for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
       const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), own = ref[i / zc::kBlock];
-      for (int c = 0; c < 4; ++c)
+      for (int c = 2; c < 4; ++c)  // the sign-coded C and D; A and B are their counts summed over the sign
         atomicAdd(&sm.counts[c][zc::symbol_of_element(v, lay, (c & 1) ? own : sm.gmax, zc::candidate_mask(c))], 1u);
       if (zc::implied_zero(v, lay, true)) atomicAdd(&sm.implied[zc::implied_zero(v, lay, false) ? 0 : 1], 1u);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * zc::kNumSyms; i += blockDim.x) {  // A = C's and B = D's, sign dropped
+      const int c = i / zc::kNumSyms, s = i % zc::kNumSyms;
+      sm.counts[c][s] = sm.counts[2 + c][s] + sm.counts[2 + c][s | (1 << zc::kSignBit)];
     }
     __syncthreads();
     // E-H (§4.2): as A-D, but of each sign's (ZERO, 0) symbols only the exact zeros stay (in E and F only +0)
@@ -221,143 +227,76 @@ __global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb,
   }
 }
 
-// Appends bits at bit position pos of a body staged as 32-bit words in
-// shared memory (zeroed first); lanes write their elements' bits at once.
-struct SharedBitWriter {
-  uint32_t* words;
-  uint32_t pos;
-  __device__ void put(uint32_t value, int len) {
-    if (!len) return;
-    const uint32_t w = pos >> 5, sh = pos & 31;
-    atomicOr(&words[w], value << sh);
-    if (sh + len > 32) atomicOr(&words[w + 1], value >> (32 - sh));
-    pos += len;
-  }
-};
-
-__device__ void PutByte(uint32_t* words, uint32_t at, uint32_t byte) { atomicOr(&words[at >> 2], byte << (8 * (at & 3))); }
-
-struct EncodeSmem {
-  uint32_t words[zc::kBlock];  // a coded body is shorter than 4096 float32s
+// What a CUDA block of the lane kernels keeps of its group's codes (§5).
+struct GroupCodesSmem {
   uint8_t lens[zc::kMaxSyms];
   uint16_t codes[zc::kMaxSyms];
   uint8_t plens[zc::kMaxPlanes][zc::kPlaneSyms];
   uint16_t pcodes[zc::kMaxPlanes][zc::kPlaneSyms];
-  uint32_t stream_bits[zc::kSubstreams];
-  int stored[zc::kSubstreams];  // stored elements per sub-stream
-  int32_t devs[zc::kSubstreams - 1];
-  uint32_t coded;
-  int width;
+  uint32_t bits[kDecodeBlocks][zc::kLanes];  // each lane's bits (§2)
+  int32_t devs[kDecodeBlocks][zc::kLanes - 1];
+  int width[kDecodeBlocks];
+  uint32_t coded[kDecodeBlocks];
 };
-static_assert(zc::kSubstreams == kThreads / kWarp, "EncodeKernel: a warp per sub-stream");
 
-// §7 step 4, CUDA block per block of every item, warp k on sub-stream k:
-// the lanes size their elements (element_bits) and count those that store
-// bits; warp sums give the sub-streams' sizes, thread 0 the length fields
-// and so the body's layout; a raw body is copied, a coded one built in
-// shared memory -- each lane puts the codes of kRun consecutive elements at
-// the bit a warp scan gives (put_element), their stored bytes and extra bits
-// at the stored index another scan gives (put_stored's layout) -- and stored
-// to bodies with 32-bit stores.
-__global__ void EncodeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total,
-                             const uint32_t* refs, const uint8_t* lens, const uint16_t* codes, PlaneScratch ps,
-                             uint8_t* bodies, uint32_t* descs) {
-  ZC_SHARED(EncodeSmem, sm);
-  const zc::Layout lay = zc::layout_of(dtype);
-  ZC_FOR_BLOCKS(t, total) {
-    const int64_t item = t / nb, b = t % nb, gi = item * ng + b / zc::kGroupBlocks;
-    const uint8_t* in = x + (item * n + b * zc::kBlock) * lay.elem_bytes;
-    uint8_t* body = bodies + t * zc::kBlock * lay.elem_bytes;
-    const int count = zc::block_count(n, b), q = zc::substream_len(count), k = WarpId();
-    const uint32_t ref = refs[t];
-    const int mask = ps.masks[gi];
-    for (int s = threadIdx.x; s < zc::kMaxSyms; s += blockDim.x) {
-      sm.lens[s] = lens[gi * zc::kMaxSyms + s];
-      sm.codes[s] = codes[gi * zc::kMaxSyms + s];
+// Copies group gi's codes to shared memory (all threads); returns its mask.
+__device__ int LoadGroupCodes(GroupCodesSmem& sm, int64_t gi, const uint8_t* lens, const uint16_t* codes,
+                              const PlaneScratch& ps) {
+  const int mask = ps.masks[gi];
+  for (int s = threadIdx.x; s < zc::kMaxSyms; s += blockDim.x) {
+    sm.lens[s] = lens[gi * zc::kMaxSyms + s];
+    sm.codes[s] = codes[gi * zc::kMaxSyms + s];
+  }
+  for (int i = threadIdx.x; i < zc::kMaxPlanes * zc::kPlaneSyms; i += blockDim.x)
+    if ((mask >> (i / zc::kPlaneSyms)) & 1) {
+      (&sm.plens[0][0])[i] = ps.lens[gi * zc::kMaxPlanes * zc::kPlaneSyms + i];
+      (&sm.pcodes[0][0])[i] = ps.codes[gi * zc::kMaxPlanes * zc::kPlaneSyms + i];
     }
-    for (int i = threadIdx.x; i < zc::kMaxPlanes * zc::kPlaneSyms; i += blockDim.x)
-      if ((mask >> (i / zc::kPlaneSyms)) & 1) {
-        (&sm.plens[0][0])[i] = ps.lens[gi * zc::kMaxPlanes * zc::kPlaneSyms + i];
-        (&sm.pcodes[0][0])[i] = ps.codes[gi * zc::kMaxPlanes * zc::kPlaneSyms + i];
-      }
+  return mask;
+}
+
+// The lane kernels' units: half groups (kDecodeBlocks blocks, thread 16 j + k
+// on lane k of block j) of every item; false for the second half of a group
+// that has none.
+__device__ bool HalfGroup(int64_t unit, int64_t nb, int64_t ng, int64_t* item, int64_t* g, int64_t* b) {
+  const int64_t halves = 2 * ng;
+  *item = unit / halves, *g = (unit % halves) / 2;
+  *b = *g * zc::kGroupBlocks + (unit % 2) * kDecodeBlocks + threadIdx.x / zc::kLanes;
+  return !(unit % 2) || *g * zc::kGroupBlocks + kDecodeBlocks < nb;
+}
+
+// §7 step 4, thread per lane of every block of every item: each lane's bits
+// (element_bits, summed over its elements) into lane_bits, then the block's
+// width and body bytes (choose_width; a raw block's count * elem_bytes) into
+// descs.
+__global__ void SizeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t batch,
+                           const uint32_t* refs, const uint8_t* lens, const uint16_t* codes, PlaneScratch ps,
+                           uint32_t* lane_bits, uint32_t* descs) {
+  ZC_SHARED(GroupCodesSmem, sm);
+  const zc::Layout lay = zc::layout_of(dtype);
+  const int j = threadIdx.x / zc::kLanes, k = threadIdx.x % zc::kLanes;
+  ZC_FOR_BLOCKS(unit, batch * 2 * ng) {
+    int64_t item, g, b;
+    if (!HalfGroup(unit, nb, ng, &item, &g, &b)) continue;  // block-uniform
+    const int mask = LoadGroupCodes(sm, item * ng + g, lens, codes, ps);
     __syncthreads();
     const zc::PlaneCodes pc{mask, {sm.plens[0], sm.plens[1]}, {sm.pcodes[0], sm.pcodes[1]}, {}};
-    const zc::GroupLayout gl = zc::group_layout(dtype, mask);
-    const int begin = k * q, end = Min(count, begin + q);
-    uint32_t bits = 0;
-    int stored = 0;
-    for (int i = begin + Lane(); i < end; i += kWarp) {
-      const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-      bits += zc::element_bits(dtype, v, ref, sm.lens, pc);
-      stored += zc::stores_bits(v, lay, mask);
-    }
-    bits = WarpSum(bits), stored = WarpSum(stored);
-    if (Lane() == 0) sm.stream_bits[k] = bits, sm.stored[k] = stored;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const int m = sm.stored[0] + sm.stored[1] + sm.stored[2] + sm.stored[3];
-      sm.width = zc::choose_width(sm.stream_bits, gl.stored_bytes(m), count, gl, sm.devs, &sm.coded);
+    const int64_t t = item * nb + b;
+    if (b < nb) {
+      const uint8_t* in = x + (item * n + b * zc::kBlock) * lay.elem_bytes;
+      uint32_t bits = 0;
+      for (int i = k; i < zc::block_count(n, b); i += zc::kLanes)
+        bits += zc::element_bits(dtype, zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), refs[t], sm.lens, pc);
+      lane_bits[t * zc::kLanes + k] = sm.bits[j][k] = bits;
     }
     __syncthreads();
-    const uint32_t coded = sm.coded, raw_block = uint32_t(count) * lay.elem_bytes;
-    const int width = sm.width, m = sm.stored[0] + sm.stored[1] + sm.stored[2] + sm.stored[3];
-    if (coded >= raw_block) {
-      for (uint32_t i = threadIdx.x; i < raw_block; i += blockDim.x) body[i] = in[i];
-      if (threadIdx.x == 0) descs[t] = zc::make_descriptor(raw_block, 0);
-    } else {
-      for (uint32_t w = threadIdx.x; w < (coded + 3) / 4; w += blockDim.x) sm.words[w] = 0;
-      if (!ZC_INJECTED(1)) __syncthreads();  // without it, a race the emulation must catch
-      const uint32_t head = zc::head_bits(width);  // §2: the width field and the deviations
-      uint32_t start = head, all = head;  // sub-stream k's first bit; the area's bits
-      int first = 0;  // sub-stream k's first stored element
-      for (int j = 0; j < zc::kSubstreams; ++j) {
-        start += j < k ? sm.stream_bits[j] : 0;
-        first += j < k ? sm.stored[j] : 0;
-        all += sm.stream_bits[j];
-      }
-      const uint32_t area = (all + 7) / 8;  // the stored area's first byte
-      if (threadIdx.x == 0) {  // §2: the width field, the length deviations
-        SharedBitWriter d{sm.words, 0};
-        zc::put_width(width, d);
-        for (int j = 0; j + 1 < zc::kSubstreams; ++j) d.put(uint32_t(sm.devs[j]) & ((1u << width) - 1), width);
-      }
-      uint32_t done = 0;  // bits of sub-stream k put so far
-      int kept = 0;       // its stored elements so far
-      for (int base = begin; base < end; base += kWarp * kRun) {  // lane l: elements base + kRun l ...
-        const int lo = base + kRun * Lane(), hi = Min(lo + kRun, end);
-        uint32_t len = 0;
-        int mine = 0;
-        for (int i = lo; i < hi; ++i) {
-          const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-          len += zc::element_bits(dtype, v, ref, sm.lens, pc);
-          mine += zc::stores_bits(v, lay, mask);
-        }
-        const uint32_t after = WarpInclusiveScan(len);
-        const int kept_after = WarpInclusiveScan(mine);
-        SharedBitWriter w{sm.words, start + done + after - len};
-        int j = first + kept + kept_after - mine;
-        for (int i = lo; i < hi; ++i) {
-          const uint32_t v = zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-          zc::put_element(dtype, v, ref, sm.lens, sm.codes, pc, w);
-          if (!zc::stores_bits(v, lay, mask)) continue;
-          uint32_t top, extra;
-          uint8_t raw[zc::kMaxPlanes];
-          zc::split_element(dtype, v, &top, raw, &extra);
-          for (int p = 0, o = 0; p < lay.raw_bytes; ++p)
-            if (!((mask >> p) & 1)) PutByte(sm.words, area + j * gl.stored_planes + o++, raw[p]);
-          SharedBitWriter e{sm.words, 8 * (area + uint32_t(m) * gl.stored_planes) + uint32_t(j) * gl.extra_bits};
-          e.put(extra >> ((mask & zc::kMaskSign) ? 1 : 0), gl.extra_bits);
-          ++j;
-        }
-        done += __shfl_sync(kFull, after, kWarp - 1);
-        kept += __shfl_sync(kFull, kept_after, kWarp - 1);
-      }
-      __syncthreads();
-      uint32_t* out = reinterpret_cast<uint32_t*>(body);  // 4-aligned: slots are kBlock elements
-      for (uint32_t w = threadIdx.x; w < (coded + 3) / 4; w += blockDim.x) out[w] = sm.words[w];
-      if (threadIdx.x == 0) descs[t] = zc::make_descriptor(coded, uint32_t(width));
+    if (b < nb && k == 0) {
+      uint32_t coded;
+      zc::choose_width(sm.bits[j], sm.devs[j], &coded);
+      const uint32_t raw = uint32_t(zc::block_count(n, b)) * lay.elem_bytes;
+      descs[t] = coded < raw ? coded : raw;
     }
-    __syncthreads();  // the shared memory is reused by the next block
+    __syncthreads();  // the shared memory is reused by the next unit
   }
 }
 
@@ -376,7 +315,7 @@ __global__ void LayoutKernel(int dtype, int64_t n, int64_t nb, int64_t ng, int64
     int64_t pos = zc::bodies_offset(nb), total;
     for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x) {
       const int64_t b = b0 + threadIdx.x;
-      const int64_t at = BlockExclusiveScan(b < nb ? descs[item * nb + b] & 0xFFFFu : 0, sm.sums, &total);
+      const int64_t at = BlockExclusiveScan(b < nb ? descs[item * nb + b] : 0, sm.sums, &total);
       if (b < nb) body_at[item * nb + b] = pos + at;
       pos += total;
     }
@@ -395,20 +334,131 @@ __global__ void LayoutKernel(int dtype, int64_t n, int64_t nb, int64_t ng, int64
   }
 }
 
+// The bytes of a block's body (at byte `at` of the payload, `size` bytes,
+// lanes of bits[16], the width field's width) that share a 32-bit word with
+// another writer -- the words that hold a boundary between two writers (the
+// body's start, each lane's, the body's end) off a word's start -- zeroed:
+// BodyKernel ORs its bits into them. Their other bytes, another block's or a
+// record's, are left alone.
+__device__ void ZeroEdges(uint8_t* payload, uint64_t at, uint32_t size, int width, const uint32_t* bits) {
+  const auto zero = [&](uint64_t edge) {
+    if (!(edge & 31)) return;
+    for (uint64_t byte = 4 * (edge >> 5); byte < 4 * (edge >> 5) + 4; ++byte)
+      if (byte >= at && byte < at + size) payload[byte] = 0;
+  };
+  uint64_t edge = 8 * at;  // the body's start, where lane 0 (after the head) begins
+  zero(edge);
+  edge += zc::head_bits(width);
+  for (int k = 0; k < zc::kLanes; ++k) {
+    edge += bits[k];
+    zero(edge);  // where lane k ends and lane k + 1 starts; the last lane's end
+  }
+}
+
+// Thread per lane of every coded block (half groups, as SizeKernel): the
+// edges of the block's body zeroed (ZeroEdges), before BodyKernel.
+__global__ void PrepKernel(int64_t nb, int64_t ng, int64_t batch, const uint32_t* lane_bits, const uint32_t* descs,
+                           const int64_t* body_at, const uint8_t* stored_raw, uint8_t* payload, int64_t cap,
+                           int elem_bytes, int64_t n) {
+  ZC_FOR_THREADS(t, batch * nb) {
+    const int64_t item = t / nb, b = t % nb;
+    if (stored_raw[item] || descs[t] == uint32_t(zc::block_count(n, b)) * elem_bytes) continue;
+    int32_t devs[zc::kLanes - 1];
+    uint32_t coded;
+    const int width = zc::choose_width(lane_bits + t * zc::kLanes, devs, &coded);
+    ZeroEdges(payload, uint64_t(item * cap + body_at[t]), descs[t], width, lane_bits + t * zc::kLanes);
+  }
+}
+
+// §6: appends bits LSB first from bit `start` of 32-bit words up to bit
+// `end`: whole words by plain stores, the two it may share with another
+// writer (where start or end is off a word's start) by atomicOr into their
+// zeroed bits (ZeroEdges).
+struct EdgeWriter {
+  uint32_t* words;
+  uint64_t word, first, last;  // the next word; the shared ones (~0: none)
+  uint64_t acc;
+  int nbits;
+  __device__ EdgeWriter(uint32_t* w, uint64_t start, uint64_t end)
+      : words(w), word(start >> 5), first(start & 31 ? start >> 5 : ~0ull), last(end & 31 ? end >> 5 : ~0ull),
+        acc(0), nbits(int(start & 31)) {}
+  __device__ void emit(uint32_t v) {
+    if ((word == first || word == last) && !ZC_INJECTED(1)) atomicOr(&words[word], v);  // injected: a race
+    else words[word] = v;
+    ++word;
+  }
+  __device__ void put(uint32_t value, int len) {
+    acc |= uint64_t(value) << nbits;
+    nbits += len;
+    if (nbits >= 32) {
+      emit(uint32_t(acc));
+      acc >>= 32;
+      nbits -= 32;
+    }
+  }
+  __device__ void finish() {
+    if (nbits > 0) emit(uint32_t(acc));
+  }
+};
+
+// §7 step 4, thread per lane of every coded block of every item (half
+// groups, as SizeKernel): lane k writes its elements (put_element) at its
+// bit of the block's body in the payload -- lane 0 first the width field and
+// the length deviations --, straight to their place.
+__global__ void BodyKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t batch,
+                           const uint32_t* refs, const uint8_t* lens, const uint16_t* codes, PlaneScratch ps,
+                           const uint32_t* lane_bits, const uint32_t* descs, const int64_t* body_at,
+                           const uint8_t* stored_raw, uint8_t* payload, int64_t cap) {
+  ZC_SHARED(GroupCodesSmem, sm);
+  const zc::Layout lay = zc::layout_of(dtype);
+  const int j = threadIdx.x / zc::kLanes, k = threadIdx.x % zc::kLanes;
+  ZC_FOR_BLOCKS(unit, batch * 2 * ng) {
+    int64_t item, g, b;
+    if (!HalfGroup(unit, nb, ng, &item, &g, &b) || stored_raw[item]) continue;  // block-uniform
+    const int mask = LoadGroupCodes(sm, item * ng + g, lens, codes, ps);
+    const int64_t t = item * nb + b;
+    const int count = b < nb ? zc::block_count(n, b) : 0;
+    const bool coded = b < nb && descs[t] < uint32_t(count) * lay.elem_bytes;
+    if (coded && k == 0) sm.width[j] = zc::choose_width(lane_bits + t * zc::kLanes, sm.devs[j], &sm.coded[j]);
+    __syncthreads();
+    if (coded) {
+      const zc::PlaneCodes pc{mask, {sm.plens[0], sm.plens[1]}, {sm.pcodes[0], sm.pcodes[1]}, {}};
+      const uint32_t* bits = lane_bits + t * zc::kLanes;
+      const int width = sm.width[j];
+      uint64_t start = 8 * uint64_t(item * cap + body_at[t]) + (k ? zc::head_bits(width) : 0);
+      for (int i = 0; i < k; ++i) start += bits[i];
+      const uint64_t end = start + bits[k] + (k ? 0 : zc::head_bits(width));
+      EdgeWriter w(reinterpret_cast<uint32_t*>(payload), start, end);
+      if (k == 0) {  // §2: the width field, the length deviations
+        zc::put_width(width, w);
+        for (int d = 0; d + 1 < zc::kLanes; ++d) w.put(uint32_t(sm.devs[j][d]) & ((1u << width) - 1), width);
+      }
+      const uint8_t* in = x + (item * n + b * zc::kBlock) * lay.elem_bytes;
+      for (int i = k; i < count; i += zc::kLanes)
+        zc::put_element(dtype, zc::load_element(in + i * lay.elem_bytes, lay.elem_bytes), refs[t], sm.lens, sm.codes,
+                        pc, w);
+      w.finish();
+    }
+    __syncthreads();  // the shared memory is reused by the next unit
+  }
+}
+
 // CUDA block per block of every item: its descriptor, its group's record
-// and table area (first block of a group, one thread), its body; or, in a
-// stored-raw item, its elements. Lanes store consecutive bytes.
-__global__ void WriteKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total,
-                            const uint32_t* refs, const uint8_t* lens, PlaneScratch ps, const uint8_t* bodies,
-                            const uint32_t* descs, const int64_t* table_at, const int64_t* body_at,
-                            const uint8_t* stored_raw, uint8_t* payload, int64_t cap) {
+// and table area (first block of a group, one thread), a raw body (its
+// elements); or, in a stored-raw item, its elements. Lanes store consecutive
+// bytes. Coded bodies are BodyKernel's.
+__global__ void MetaKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total,
+                           const uint32_t* refs, const uint8_t* lens, PlaneScratch ps, const uint32_t* descs,
+                           const int64_t* table_at, const int64_t* body_at, const uint8_t* stored_raw,
+                           uint8_t* payload, int64_t cap) {
   const int64_t eb = zc::layout_of(dtype).elem_bytes;
   ZC_FOR_BLOCKS(t, total) {
     const int64_t item = t / nb, b = t % nb;
     uint8_t* out = payload + item * cap;
+    const int64_t first = b * zc::kBlock * eb, bytes = zc::block_count(n, b) * eb;
+    const uint8_t* in = x + item * n * eb + first;
     if (stored_raw[item]) {
-      const int64_t first = b * zc::kBlock * eb, bytes = zc::block_count(n, b) * eb;
-      for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) out[zc::kHeaderBytes + first + i] = x[item * n * eb + first + i];
+      for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) out[zc::kHeaderBytes + first + i] = in[i];
       continue;
     }
     if (threadIdx.x == 0) zc::store_descriptor(out + zc::kHeaderBytes + zc::kDescBytes * b, descs[t]);
@@ -420,15 +470,14 @@ __global__ void WriteKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, 
       record[1] = uint8_t(ps.table_bytes[gi]);
       record[2] = uint8_t(ps.table_bytes[gi] >> 8);
       uint8_t group_refs[zc::kGroupBlocks];
-      for (int j = 0; j < nblocks; ++j) group_refs[j] = uint8_t(refs[item * nb + b + j]);
+      for (int i = 0; i < nblocks; ++i) group_refs[i] = uint8_t(refs[item * nb + b + i]);
       const uint8_t(*plens)[zc::kPlaneSyms] =
           reinterpret_cast<const uint8_t(*)[zc::kPlaneSyms]>(ps.lens + gi * zc::kMaxPlanes * zc::kPlaneSyms);
       zc::write_table_area(group_refs, zc::num_refs(mask, nblocks), lens + gi * zc::kMaxSyms, mask, plens,
                            out + table_at[gi]);
     }
-    const uint8_t* src = bodies + t * zc::kBlock * eb;
-    uint8_t* dst = out + body_at[t];
-    for (int64_t i = threadIdx.x; i < (descs[t] & 0xFFFFu); i += blockDim.x) dst[i] = src[i];
+    if (descs[t] == uint32_t(bytes))  // §2: a raw block
+      for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) out[body_at[t] + i] = in[i];
   }
 }
 

@@ -28,11 +28,12 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCuda);
 namespace {
 
 // Bytes of the workspace result XLA must allocate for `target` (its last result).
-int64_t workspace_bytes(const std::string& target, int dtype, int64_t batch, int64_t n, int out_dtype) {
+// rows: the rows summed per item (zipccl_decompress_accumulate).
+int64_t workspace_bytes(const std::string& target, int dtype, int64_t batch, int64_t n, int64_t rows) {
   if (dtype < zipccl::kBF16 || dtype > zipccl::kF32) throw std::invalid_argument("zipccl: bad dtype code");
   if (target == "zipccl_compress") return zipccl_cuda::CompressWorkspaceBytes(dtype, batch, n);
   if (target == "zipccl_decompress") return zipccl_cuda::DecompressWorkspaceBytes(dtype, batch, n);
-  if (target == "zipccl_decompress_accumulate") return zipccl_cuda::AccumulateWorkspaceBytes(dtype, batch, n, out_dtype);
+  if (target == "zipccl_decompress_accumulate") return zipccl_cuda::AccumulateWorkspaceBytes(dtype, batch, rows, n);
   throw std::invalid_argument("zipccl: no workspace for target " + target);
 }
 
@@ -48,25 +49,55 @@ int64_t row_workspace_bytes(const std::string& target, int dtype, int64_t rows, 
 
 using HostBytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-nb::dict time_codec(int device, int dtype, HostBytes raw, int repeat) {
+// Runs timer(n, &timing) on raw's n elements without the GIL; raises what it reports.
+template <typename Timing, typename Timer>
+Timing RunTimer(int dtype, HostBytes raw, int64_t* n, Timer timer) {
   if (dtype < zipccl::kBF16 || dtype > zipccl::kF32) throw std::invalid_argument("zipccl: bad dtype code");
-  const int64_t n = int64_t(raw.shape(0)) / zipccl::layout_of(dtype).elem_bytes;
-  zipccl_cuda::CodecTiming t;
+  *n = int64_t(raw.shape(0)) / zipccl::layout_of(dtype).elem_bytes;
+  Timing t;
   std::string error;
   {
     nb::gil_scoped_release release;
-    error = zipccl_cuda::TimeCodec(device, dtype, raw.data(), n, repeat, &t);
+    error = timer(*n, &t);
   }
   if (!error.empty()) throw std::runtime_error(error);
+  return t;
+}
+
+// What every timer's result holds besides its times.
+nb::dict TimerResult(int dtype, int64_t n, int repeat, int64_t compressed_bytes) {
   nb::dict d;
-  d["compress_ms"] = t.compress_ms;
-  d["decompress_ms"] = t.decompress_ms;
-  d["copy_ms"] = t.copy_ms;
-  d["compressed_bytes"] = t.compressed_bytes;
-  d["round_trip"] = t.round_trip;
+  d["compressed_bytes"] = compressed_bytes;
   d["elements"] = n;
   d["bytes"] = n * zipccl::layout_of(dtype).elem_bytes;
   d["repeat"] = repeat;
+  return d;
+}
+
+nb::dict time_codec(int device, int dtype, HostBytes raw, int repeat) {
+  int64_t n;
+  const auto t = RunTimer<zipccl_cuda::CodecTiming>(dtype, raw, &n, [&](int64_t n, zipccl_cuda::CodecTiming* t) {
+    return zipccl_cuda::TimeCodec(device, dtype, raw.data(), n, repeat, t);
+  });
+  nb::dict d = TimerResult(dtype, n, repeat, t.compressed_bytes);
+  d["compress_ms"] = t.compress_ms;
+  d["decompress_ms"] = t.decompress_ms;
+  d["copy_ms"] = t.copy_ms;
+  d["round_trip"] = t.round_trip;
+  return d;
+}
+
+nb::dict time_rows(int device, int dtype, HostBytes raw, int64_t rows, int repeat) {
+  int64_t n;
+  const auto t = RunTimer<zipccl_cuda::RowsTiming>(dtype, raw, &n, [&](int64_t n, zipccl_cuda::RowsTiming* t) {
+    return zipccl_cuda::TimeRows(device, dtype, raw.data(), n, rows, repeat, t);
+  });
+  nb::dict d = TimerResult(dtype, n, repeat, t.compressed_bytes);
+  d["size_ms"] = t.size_ms;
+  d["encode_ms"] = t.encode_ms;
+  d["reduce_ms"] = t.reduce_ms;
+  d["decoded"] = t.decoded;
+  d["rows"] = rows;
   return d;
 }
 
@@ -91,9 +122,14 @@ NB_MODULE(_zipccl_cuda, m) {
       nb::make_tuple("zipccl_compress", "zipccl_decompress", "zipccl_decompress_accumulate", "zipccl_stream_sizes",
                      "zipccl_encode_rows", "zipccl_decode_rows", "zipccl_decode_accumulate_rows");
   m.def("workspace_bytes", &workspace_bytes, nb::arg("target"), nb::arg("dtype"), nb::arg("batch"), nb::arg("n"),
-        nb::arg("out_dtype") = 0);
+        nb::arg("rows") = 1);
   m.def("row_workspace_bytes", &row_workspace_bytes, nb::arg("target"), nb::arg("dtype"), nb::arg("rows"),
         nb::arg("size"), nb::arg("unit"), nb::arg("leaves"), nb::arg("part_rows"));
+  m.def("time_rows", &time_rows, nb::arg("device"), nb::arg("dtype"), nb::arg("raw"), nb::arg("rows"),
+        nb::arg("repeat"),
+        "Times a psum bucket's row ops with CUDA events: raw's elements cut into `rows` rows, their lengths alone "
+        "(size_ms: the size pass), compressed as a batch (encode_ms) and decoded and summed in order (reduce_ms), milliseconds per call; compressed_bytes of the "
+        "rows, decoded (every row's status word 0), elements, rows, bytes (of raw input), repeat.");
   m.def("time_codec", &time_codec, nb::arg("device"), nb::arg("dtype"), nb::arg("raw"), nb::arg("repeat"),
         "Times the CUDA codec with CUDA events on one stream of raw's elements: a dict of milliseconds per call "
         "(compress_ms, decompress_ms, copy_ms: a device-to-device cudaMemcpyAsync of the same bytes), "

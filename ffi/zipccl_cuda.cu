@@ -8,18 +8,22 @@
 //
 // compress:   EmaxKernel (warp per 4096-element block) -> ChooseKernel (CUDA
 //             block per 16-block group: shared histograms, a warp per code) ->
-//             EncodeKernel (CUDA block per block, a warp per sub-stream, the
-//             body staged in shared memory) -> LayoutKernel (CUDA block per
-//             item: scans of table and body offsets) -> WriteKernel (CUDA block
-//             per block: descriptors, tables, bodies).
-// decompress: ValidateKernel (CUDA block per stream) -> DecodeKernel (CUDA
-//             block per group: decode tables in shared memory, a thread per
-//             sub-stream) -> PoisonKernel; each stream's first error (lowest
-//             block, sub-stream) lands in its status word, a result of the
-//             handler, and PoisonKernel fills a corrupt stream's output with
-//             all-one bytes (a NaN in every float format).
-// accumulate: per row j, the two decode kernels and AccumulateKernel; then
-//             RoundKernel and PoisonKernel (a corrupt row poisons its sum).
+//             SizeKernel (thread per lane: each lane's bits, each block's
+//             size) -> LayoutKernel (CUDA block per item: scans of table and
+//             body offsets) -> PrepKernel (the words lanes share, zeroed) ->
+//             MetaKernel (CUDA block per block: descriptors, tables, raw
+//             bodies) -> BodyKernel (thread per lane: its bits straight to
+//             their place in the payload).
+// decompress: ValidateKernel (CUDA block per stream) -> TableKernel (warp per
+//             group: its decode tables) -> DecodeKernel (thread per lane, the
+//             16 lanes of a block storing 16 consecutive elements a step)
+//             -> PoisonKernel; each stream's first error (lowest block, lane)
+//             lands in its status word, a result of the handler, and
+//             PoisonKernel fills a corrupt stream's output with all-one
+//             bytes (a NaN in every float format).
+// accumulate: the decode kernels over every row at once, then SumRowsKernel
+//             (each sum once, over its rows in order) and PoisonKernel (a
+//             corrupt row poisons its sum).
 // Grids are sized from the device's SM count; kernels loop over their work.
 // Byte offsets are 64-bit (tensors may exceed 2 GiB). The handlers never wait
 // for the device and allocate nothing (their working arrays are a result XLA
@@ -168,7 +172,7 @@ struct CompressArrays {
   uint32_t* refs;
   uint8_t* lens;
   uint16_t* codes;
-  uint8_t* bodies;
+  uint32_t* lane_bits;
   uint32_t* descs;
   int64_t* table_at;
   int64_t* body_at;
@@ -182,7 +186,7 @@ CompressArrays TakeCompressArrays(Workspace& ws, int dtype, int64_t batch, int64
   a.refs = ws.Take<uint32_t>(total);
   a.lens = ws.Take<uint8_t>(total_groups * zc::kMaxSyms);
   a.codes = ws.Take<uint16_t>(total_groups * zc::kMaxSyms);
-  a.bodies = ws.Take<uint8_t>(total * zc::kBlock * zc::layout_of(dtype).elem_bytes);
+  a.lane_bits = ws.Take<uint32_t>(total * zc::kLanes);
   a.descs = ws.Take<uint32_t>(total);
   a.table_at = ws.Take<int64_t>(total_groups);
   a.body_at = ws.Take<int64_t>(total);
@@ -195,29 +199,29 @@ CompressArrays TakeCompressArrays(Workspace& ws, int dtype, int64_t batch, int64
 }
 
 // What ValidateKernel learns of `streams` streams of n elements.
-StreamInfo TakeStreamInfo(Workspace& ws, int64_t streams, int64_t n) {
+StreamInfo TakeStreamInfo(Workspace& ws, int dtype, int64_t streams, int64_t n) {
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
   StreamInfo info;
+  info.luts_per_group = 1 + zc::layout_of(dtype).raw_bytes;  // the symbols', then each byte plane's
   info.state = ws.Take<int8_t>(streams);
   info.body_at = ws.Take<int64_t>(streams * nb);
   info.table_at = ws.Take<int64_t>(streams * ng);
   info.table_ok = ws.Take<uint8_t>(streams * ng);
+  info.refs = ws.Take<uint8_t>(streams * ng * zc::kGroupBlocks);
+  info.luts = ws.Take<uint16_t>(streams * ng * info.luts_per_group * zc::kLutSize);
   return info;
 }
 
-// DecompressAccumulate's arrays: one row of every item decoded at a time, and
-// float32 sums unless the output is float32 (then the sums go straight to it).
+// DecompressAccumulate's arrays: every row of every item decoded side by side.
 struct AccumulateArrays {
   StreamInfo info;
   uint8_t* decoded;
-  float* acc;
 };
 
-AccumulateArrays TakeAccumulateArrays(Workspace& ws, int dtype, int64_t batch, int64_t n, int out_dtype) {
+AccumulateArrays TakeAccumulateArrays(Workspace& ws, int dtype, int64_t batch, int64_t k, int64_t n) {
   AccumulateArrays a;
-  a.info = TakeStreamInfo(ws, batch, n);
-  a.decoded = ws.Take<uint8_t>(batch * n * zc::layout_of(dtype).elem_bytes);
-  a.acc = out_dtype == zc::kF32 ? nullptr : ws.Take<float>(batch * n);
+  a.info = TakeStreamInfo(ws, dtype, batch * k, n);
+  a.decoded = ws.Take<uint8_t>(batch * k * n * zc::layout_of(dtype).elem_bytes);
   return a;
 }
 
@@ -231,8 +235,10 @@ ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* payload, 
   const int64_t ng = zc::num_groups(zc::num_blocks(n));
   ZC_LAUNCH(ValidateKernel, nstreams, kThreads, stream, dtype, payload, cap, row_stride, row_offset, nstreams, n,
             info, status);
-  ZC_LAUNCH(DecodeKernel, nstreams * ng, kDecodeThreads, stream, dtype, payload, cap, row_stride, row_offset,
-            nstreams, n, info, out, status);
+  ZC_LAUNCH(TableKernel, (nstreams * ng + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, payload, cap,
+            row_stride, row_offset, nstreams, n, info);
+  ZC_LAUNCH(DecodeKernel, nstreams * 2 * ng, kThreads, stream, dtype, payload, cap, row_stride, row_offset, nstreams, n,
+            info, out, status);
   return ffi::Error::Success();
 }
 
@@ -247,13 +253,18 @@ ffi::Error LaunchCompress(cudaStream_t stream, const CompressArrays& a, int dtyp
             a.refs);
   ZC_LAUNCH(ChooseKernel, total_groups, kThreads, stream, dtype, in, n, nb, ng, total_groups, a.refs, a.lens, a.codes,
             a.ps);
-  ZC_LAUNCH(EncodeKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.codes, a.ps,
-            a.bodies, a.descs);
+  ZC_LAUNCH(SizeKernel, batch * 2 * ng, kThreads, stream, dtype, in, n, nb, ng, batch, a.refs, a.lens, a.codes, a.ps,
+            a.lane_bits, a.descs);
   ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, a.ps.table_bytes, a.descs, a.table_at,
             a.body_at, a.stored_raw, out, cap, sizes);
-  if (write)
-    ZC_LAUNCH(WriteKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.ps, a.bodies,
-              a.descs, a.table_at, a.body_at, a.stored_raw, out, cap);
+  if (!write) return ffi::Error::Success();
+  const int eb = zc::layout_of(dtype).elem_bytes;
+  ZC_LAUNCH(PrepKernel, (total + kThreads - 1) / kThreads, kThreads, stream, nb, ng, batch, a.lane_bits, a.descs,
+            a.body_at, a.stored_raw, out, cap, eb, n);
+  ZC_LAUNCH(MetaKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.ps, a.descs, a.table_at,
+            a.body_at, a.stored_raw, out, cap);
+  ZC_LAUNCH(BodyKernel, batch * 2 * ng, kThreads, stream, dtype, in, n, nb, ng, batch, a.refs, a.lens, a.codes, a.ps,
+            a.lane_bits, a.descs, a.body_at, a.stored_raw, out, cap);
   return ffi::Error::Success();
 }
 
@@ -290,7 +301,7 @@ ffi::Error Decompress(cudaStream_t stream, ffi::Buffer<ffi::U8> payload, ffi::Re
     return Invalid("decompress: output size disagrees with payload batch * item_elems");
   if (int64_t(status->element_count()) != nstreams) return Invalid("decompress: one status word per stream expected");
   Workspace ws = WorkspaceOf(workspace);
-  const StreamInfo info = TakeStreamInfo(ws, nstreams, n);
+  const StreamInfo info = TakeStreamInfo(ws, dtype, nstreams, n);
   if (!ws.ok()) return TooSmall("decompress", workspace, ws);
   if (nstreams == 0) return ffi::Error::Success();
   uint32_t* words = status->typed_data();
@@ -317,23 +328,18 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::Buffer<ffi::U8> payloa
     return Invalid("accumulate: output size disagrees with payload batch * item_elems");
   if (int64_t(status->element_count()) != batch * k) return Invalid("accumulate: one status word per row expected");
   Workspace ws = WorkspaceOf(workspace);
-  const AccumulateArrays a = TakeAccumulateArrays(ws, dtype, batch, n, out_dtype);
+  const AccumulateArrays a = TakeAccumulateArrays(ws, dtype, batch, k, n);
   if (!ws.ok()) return TooSmall("accumulate", workspace, ws);
   if (k == 0 || batch == 0) return ffi::Error::Success();  // no rows; out may be null when empty
   uint32_t* words = status->typed_data();
   auto* sums = static_cast<uint8_t*>(out->untyped_data());
-  float* acc = out_dtype == zc::kF32 ? reinterpret_cast<float*>(sums) : a.acc;
   ZC_CUDA(cudaMemsetAsync(words, 0, batch * k * sizeof(uint32_t), stream));
-  for (int64_t j = 0; j < k; ++j) {  // n == 0 too: the headers are still checked, as the CPU codec does
-    const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, k, j, batch, n, a.info, a.decoded,
-                                             words);
-    if (launched.failure()) return launched;
-    ZC_LAUNCH(AccumulateKernel, (count + kThreads - 1) / kThreads, kThreads, stream, dtype, a.decoded, acc, count,
-              j == 0);
-  }
-  if (out_dtype != zc::kF32)
-    ZC_LAUNCH(RoundKernel, (count + kThreads - 1) / kThreads, kThreads, stream, acc, out_dtype,
-              reinterpret_cast<uint16_t*>(sums), count);
+  // every row at once (n == 0 too: the headers are still checked, as the CPU codec does), then each sum once
+  const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, 1, 0, batch * k, n, a.info,
+                                           a.decoded, words);
+  if (launched.failure()) return launched;
+  ZC_LAUNCH(SumRowsKernel, (count + kThreads - 1) / kThreads, kThreads, stream, dtype, a.decoded, batch, k, n, 0, n,
+            out_dtype, sums);
   ZC_LAUNCH(PoisonKernel, batch, kThreads, stream, words, k, batch, sums, n * zc::layout_of(out_dtype).elem_bytes);
   return ffi::Error::Success();
 }
@@ -410,8 +416,7 @@ struct RowArrays {
   uint8_t* streams = nullptr;  // size pass: k headers; encode: k worst-case streams
   uint32_t* lengths = nullptr;  // encode
   StreamInfo info{};            // decoders
-  uint8_t* decoded = nullptr;   // accumulate: one row
-  float* acc = nullptr;         // accumulate: the float32 sums
+  uint8_t* decoded = nullptr;   // accumulate: every row, side by side
 };
 
 enum class RowOp { kSizes, kEncode, kEncodeRaw, kDecode, kAccumulate };
@@ -428,11 +433,10 @@ RowArrays TakeRowArrays(Workspace& ws, RowOp op, int dtype, const zc::RowLayout&
     a.streams = ws.Take<uint8_t>(l.rows * zc::max_stream_bytes(l.m, dtype));
     a.lengths = ws.Take<uint32_t>(l.rows);
   }
-  if (op == RowOp::kDecode) a.info = TakeStreamInfo(ws, part_rows, l.m);
-  if (op == RowOp::kAccumulate) {
-    a.info = TakeStreamInfo(ws, 1, l.m);
-    a.decoded = ws.Take<uint8_t>(l.m * eb);
-    a.acc = ws.Take<float>(l.m);
+  if (op == RowOp::kDecode) a.info = TakeStreamInfo(ws, dtype, part_rows, l.m);
+  if (op == RowOp::kAccumulate) {  // l: the summed elements as one row; part_rows: all the rows
+    a.info = TakeStreamInfo(ws, dtype, part_rows, l.m);
+    a.decoded = ws.Take<uint8_t>(part_rows * l.m * eb);
   }
   return a;
 }
@@ -606,30 +610,26 @@ ffi::Error DecodeAccumulateRows(cudaStream_t stream, ffi::RemainingArgs args, ff
   if (workspace.has_error()) return workspace.error();
   if (parts->total < 1) return Invalid("accumulate: needs at least one row");
   if (int64_t((*status)->element_count()) != parts->total) return Invalid("accumulate: one status word per row expected");
-  const int64_t m = leaves->total;
+  const int64_t m = leaves->total, rows = parts->total, eb = zc::layout_of(dtype).elem_bytes;
   const auto l = zc::RowLayout::of(m, 1, 0);
   Workspace ws = WorkspaceOf(*workspace);
-  const RowArrays a = TakeRowArrays(ws, RowOp::kAccumulate, dtype, l, int64_t(leaves->data.size()), 1);
+  const RowArrays a = TakeRowArrays(ws, RowOp::kAccumulate, dtype, l, int64_t(leaves->data.size()), rows);
   if (!ws.ok()) return TooSmall("accumulate", *workspace, ws);
   uint32_t* words = (*status)->typed_data();
-  ZC_CUDA(cudaMemsetAsync(words, 0, size_t(parts->total) * sizeof(uint32_t), stream));
-  for (size_t p = 0; p < parts->data.size(); ++p) {
-    for (int64_t r = 0; r < parts->rows[p]; ++r) {  // m == 0 too: the headers are still checked
-      const int64_t j = parts->first[p] + r;
-      const ffi::Error launched = LaunchDecode(stream, dtype, parts->data[p], parts->cap, 1, r, 1, m, a.info,
-                                               a.decoded, words + parts->first[p]);
-      if (launched.failure()) return launched;
-      ZC_LAUNCH(AccumulateKernel, (m + kThreads - 1) / kThreads, kThreads, stream, dtype, a.decoded, a.acc, m, j == 0);
-    }
+  ZC_CUDA(cudaMemsetAsync(words, 0, size_t(rows) * sizeof(uint32_t), stream));
+  for (size_t p = 0; p < parts->data.size(); ++p) {  // each part's rows at once (m == 0: the headers are checked)
+    const ffi::Error launched = LaunchDecode(stream, dtype, parts->data[p], parts->cap, 1, 0, parts->rows[p], m, a.info,
+                                             a.decoded + parts->first[p] * m * eb, words + parts->first[p]);
+    if (launched.failure()) return launched;
   }
+  // each leaf's sums once, over the rows in order; a corrupt row poisons every sum (the words keep
+  // their status once the last leaf is poisoned)
   int64_t at = 0;
   for (size_t i = 0; i < leaves->data.size(); at += leaves->size[i++]) {
     const int64_t count = leaves->size[i];
-    ZC_LAUNCH(StoreSumsKernel, (count + kThreads - 1) / kThreads, kThreads, stream, a.acc + at, leaves->dtype,
-              leaves->data[i], count);
-    // a corrupt row poisons every sum; the words keep their status once the last leaf is poisoned
-    ZC_LAUNCH(PoisonKernel, 1, kThreads, stream, words, parts->total, 1, leaves->data[i],
-              count * zc::layout_of(leaves->dtype).elem_bytes);
+    ZC_LAUNCH(SumRowsKernel, (count + kThreads - 1) / kThreads, kThreads, stream, dtype, a.decoded, 1, rows, m, at,
+              count, leaves->dtype, leaves->data[i]);
+    ZC_LAUNCH(PoisonKernel, 1, kThreads, stream, words, rows, 1, leaves->data[i], count * zc::layout_of(leaves->dtype).elem_bytes);
   }
   return ffi::Error::Success();
 }
@@ -714,15 +714,15 @@ int64_t CompressWorkspaceBytes(int dtype, int64_t batch, int64_t n) {
   return ws.needed();
 }
 
-int64_t DecompressWorkspaceBytes(int /*dtype*/, int64_t streams, int64_t n) {
+int64_t DecompressWorkspaceBytes(int dtype, int64_t streams, int64_t n) {
   Workspace ws;
-  TakeStreamInfo(ws, streams, n);
+  TakeStreamInfo(ws, dtype, streams, n);
   return ws.needed();
 }
 
-int64_t AccumulateWorkspaceBytes(int dtype, int64_t batch, int64_t n, int out_dtype) {
+int64_t AccumulateWorkspaceBytes(int dtype, int64_t batch, int64_t k, int64_t n) {
   Workspace ws;
-  TakeAccumulateArrays(ws, dtype, batch, n, out_dtype);
+  TakeAccumulateArrays(ws, dtype, batch, k, n);
   return ws.needed();
 }
 
@@ -740,11 +740,17 @@ int64_t RowsWorkspaceBytes(const std::string& op, int dtype, int64_t rows, int64
 
 namespace {
 
-// Device memory, events and a stream for TimeCodec, released on every path.
+// Device memory, events and a stream for the timers, released on every path.
 struct TimingResources {
   std::vector<void*> buffers;
-  cudaEvent_t events[4] = {};
+  cudaEvent_t events[2] = {};
   cudaStream_t stream = nullptr;
+  ffi::Error Start(int device) {  // on CUDA device `device`: the stream and the events
+    ZC_CUDA(cudaSetDevice(device));
+    ZC_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : events) ZC_CUDA(cudaEventCreate(&e));
+    return ffi::Error::Success();
+  }
   ~TimingResources() {
     for (void* p : buffers) cudaFree(p);
     for (cudaEvent_t e : events)
@@ -761,14 +767,29 @@ struct TimingResources {
   }
 };
 
-// An XLA FFI buffer over device memory, to call the handlers outside XLA.
+// An XLA FFI buffer over device memory, to call the handlers outside XLA: [d0, d1], or [d0, d1, d2].
 struct DeviceView {
-  int64_t dims[2];
+  int64_t dims[3];
   XLA_FFI_Buffer buffer;
-  DeviceView(ffi::DataType type, void* data, int64_t d0, int64_t d1) : dims{d0, d1} {
-    buffer = {XLA_FFI_Buffer_STRUCT_SIZE, nullptr, static_cast<XLA_FFI_DataType>(type), data, 2, dims};
+  DeviceView(ffi::DataType type, void* data, int64_t d0, int64_t d1, int64_t d2 = -1) : dims{d0, d1, d2} {
+    buffer = {XLA_FFI_Buffer_STRUCT_SIZE, nullptr, static_cast<XLA_FFI_DataType>(type), data, d2 < 0 ? 2 : 3, dims};
   }
 };
+
+// Milliseconds per call of fn between two of r's events, `repeat` calls after a warm-up.
+template <typename Fn>
+ffi::Error TimeCalls(TimingResources& r, int repeat, Fn fn, double* ms) {
+  if (const ffi::Error e = fn(); e.failure()) return e;  // warm-up
+  ZC_CUDA(cudaEventRecord(r.events[0], r.stream));
+  for (int i = 0; i < repeat; ++i)
+    if (const ffi::Error e = fn(); e.failure()) return e;
+  ZC_CUDA(cudaEventRecord(r.events[1], r.stream));
+  ZC_CUDA(cudaEventSynchronize(r.events[1]));
+  float elapsed;
+  ZC_CUDA(cudaEventElapsedTime(&elapsed, r.events[0], r.events[1]));
+  *ms = elapsed / repeat;
+  return ffi::Error::Success();
+}
 
 ffi::DataType XlaType(int dtype) {
   return dtype == zc::kBF16 ? ffi::DataType::BF16 : dtype == zc::kF16 ? ffi::DataType::F16 : ffi::DataType::F32;
@@ -783,9 +804,7 @@ ffi::Error TimeCodecOn(int device, int dtype, const void* host_input, int64_t n,
   TimingResources r;
   uint8_t *x, *payload, *y, *copy, *c_work, *d_work;
   uint32_t *sizes, *status;
-  ZC_CUDA(cudaSetDevice(device));
-  ZC_CUDA(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
-  for (cudaEvent_t& e : r.events) ZC_CUDA(cudaEventCreate(&e));
+  if (const ffi::Error e = r.Start(device); e.failure()) return e;
   ZC_CUDA(r.Alloc(bytes, &x));
   ZC_CUDA(r.Alloc(cap, &payload));
   ZC_CUDA(r.Alloc(bytes, &y));
@@ -806,21 +825,13 @@ ffi::Error TimeCodecOn(int device, int dtype, const void* host_input, int64_t n,
     return Decompress(r.stream, ffi::Buffer<ffi::U8>(&vpayload.buffer), ffi::AnyBuffer(&vy.buffer),
                       ffi::Buffer<ffi::U32>(&vstatus.buffer), ffi::Buffer<ffi::U8>(&vd_work.buffer), n);
   };
-  if (const ffi::Error e = compress(); e.failure()) return e;  // warm-up
-  if (const ffi::Error e = decompress(); e.failure()) return e;
-  ZC_CUDA(cudaEventRecord(r.events[0], r.stream));
-  for (int i = 0; i < repeat; ++i)
-    if (const ffi::Error e = compress(); e.failure()) return e;
-  ZC_CUDA(cudaEventRecord(r.events[1], r.stream));
-  for (int i = 0; i < repeat; ++i)
-    if (const ffi::Error e = decompress(); e.failure()) return e;
-  ZC_CUDA(cudaEventRecord(r.events[2], r.stream));
-  for (int i = 0; i < repeat; ++i)
+  const auto copy_input = [&]() -> ffi::Error {
     ZC_CUDA(cudaMemcpyAsync(copy, x, size_t(bytes), cudaMemcpyDeviceToDevice, r.stream));
-  ZC_CUDA(cudaEventRecord(r.events[3], r.stream));
-  ZC_CUDA(cudaEventSynchronize(r.events[3]));
-  float ms[3];
-  for (int i = 0; i < 3; ++i) ZC_CUDA(cudaEventElapsedTime(&ms[i], r.events[i], r.events[i + 1]));
+    return ffi::Error::Success();
+  };
+  if (const ffi::Error e = TimeCalls(r, repeat, compress, &timing->compress_ms); e.failure()) return e;
+  if (const ffi::Error e = TimeCalls(r, repeat, decompress, &timing->decompress_ms); e.failure()) return e;
+  if (const ffi::Error e = TimeCalls(r, repeat, copy_input, &timing->copy_ms); e.failure()) return e;
   std::vector<uint8_t> back(size_t(bytes) + 2 * sizeof(uint32_t));
   ZC_CUDA(cudaMemcpyAsync(back.data(), y, size_t(bytes), cudaMemcpyDeviceToHost, r.stream));
   ZC_CUDA(cudaMemcpyAsync(back.data() + bytes, sizes, sizeof(uint32_t), cudaMemcpyDeviceToHost, r.stream));
@@ -828,15 +839,71 @@ ffi::Error TimeCodecOn(int device, int dtype, const void* host_input, int64_t n,
   ZC_CUDA(cudaStreamSynchronize(r.stream));
   uint32_t words[2];
   std::memcpy(words, back.data() + bytes, sizeof(words));
-  timing->compress_ms = ms[0] / repeat;
-  timing->decompress_ms = ms[1] / repeat;
-  timing->copy_ms = ms[2] / repeat;
   timing->compressed_bytes = words[0];
   timing->round_trip = words[1] == 0 && (bytes == 0 || std::memcmp(back.data(), host_input, size_t(bytes)) == 0);
   return ffi::Error::Success();
 }
 
+ffi::Error TimeRowsOn(int device, int dtype, const void* host_input, int64_t n, int64_t rows, int repeat,
+                      zipccl_cuda::RowsTiming* timing) {
+  if (dtype < zc::kBF16 || dtype > zc::kF32 || rows < 1 || n % rows || repeat < 1)
+    return Invalid("time_rows: bad arguments (the elements must cut into the rows)");
+  const int64_t m = n / rows, eb = zc::layout_of(dtype).elem_bytes, cap = zc::max_stream_bytes(m, dtype);
+  const int64_t c_ws = zipccl_cuda::CompressWorkspaceBytes(dtype, rows, m);
+  const int64_t a_ws = zipccl_cuda::AccumulateWorkspaceBytes(dtype, 1, rows, m);
+  TimingResources r;
+  uint8_t *x, *payload, *sum, *c_work, *a_work;
+  uint32_t *sizes, *status;
+  if (const ffi::Error e = r.Start(device); e.failure()) return e;
+  ZC_CUDA(r.Alloc(n * eb, &x));
+  ZC_CUDA(r.Alloc(rows * cap, &payload));
+  ZC_CUDA(r.Alloc(m * eb, &sum));
+  ZC_CUDA(r.Alloc(c_ws, &c_work));
+  ZC_CUDA(r.Alloc(a_ws, &a_work));
+  ZC_CUDA(r.Alloc(rows * sizeof(uint32_t), &sizes));
+  ZC_CUDA(r.Alloc(rows * sizeof(uint32_t), &status));
+  ZC_CUDA(cudaMemcpyAsync(x, host_input, size_t(n * eb), cudaMemcpyHostToDevice, r.stream));
+  DeviceView vx(XlaType(dtype), x, rows, m), vrows(ffi::DataType::U8, payload, rows, cap),
+      vsizes(ffi::DataType::U32, sizes, 1, rows), vc_work(ffi::DataType::U8, c_work, 1, c_ws),
+      vparts(ffi::DataType::U8, payload, 1, rows, cap), vsum(XlaType(dtype), sum, 1, m),
+      vstatus(ffi::DataType::U32, status, 1, rows), va_work(ffi::DataType::U8, a_work, 1, a_ws);
+  const auto encode = [&] {
+    return Compress(r.stream, ffi::AnyBuffer(&vx.buffer), ffi::Buffer<ffi::U8>(&vrows.buffer),
+                    ffi::Buffer<ffi::U32>(&vsizes.buffer), ffi::Buffer<ffi::U8>(&vc_work.buffer), m);
+  };
+  const auto reduce = [&] {
+    return DecompressAccumulate(r.stream, ffi::Buffer<ffi::U8>(&vparts.buffer), ffi::AnyBuffer(&vsum.buffer),
+                                ffi::Buffer<ffi::U32>(&vstatus.buffer), ffi::Buffer<ffi::U8>(&va_work.buffer), m,
+                                int32_t(dtype));
+  };
+  Workspace size_ws(c_work, c_ws);  // the size pass alone: Compress's kernels up to the layout (StreamSizes)
+  const CompressArrays size_arrays = TakeCompressArrays(size_ws, dtype, rows, m);
+  const auto size_pass = [&] {
+    return LaunchCompress(r.stream, size_arrays, dtype, x, m, rows, payload, cap, sizes, false);
+  };
+  if (const ffi::Error e = TimeCalls(r, repeat, size_pass, &timing->size_ms); e.failure()) return e;
+  if (const ffi::Error e = TimeCalls(r, repeat, encode, &timing->encode_ms); e.failure()) return e;
+  if (const ffi::Error e = TimeCalls(r, repeat, reduce, &timing->reduce_ms); e.failure()) return e;
+  std::vector<uint32_t> words(size_t(2 * rows));
+  ZC_CUDA(cudaMemcpyAsync(words.data(), sizes, size_t(rows) * 4, cudaMemcpyDeviceToHost, r.stream));
+  ZC_CUDA(cudaMemcpyAsync(words.data() + rows, status, size_t(rows) * 4, cudaMemcpyDeviceToHost, r.stream));
+  ZC_CUDA(cudaStreamSynchronize(r.stream));
+  timing->compressed_bytes = 0;
+  timing->decoded = true;
+  for (int64_t j = 0; j < rows; ++j) {
+    timing->compressed_bytes += words[size_t(j)];
+    timing->decoded = timing->decoded && words[size_t(rows + j)] == 0;
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+std::string TimeRows(int device, int dtype, const void* host_input, int64_t n, int64_t rows, int repeat,
+                     RowsTiming* timing) {
+  const ffi::Error e = TimeRowsOn(device, dtype, host_input, n, rows, repeat, timing);
+  return e.failure() ? e.message() : std::string();
+}
 
 std::string TimeCodec(int device, int dtype, const void* host_input, int64_t n, int repeat, CodecTiming* timing) {
   const ffi::Error e = TimeCodecOn(device, dtype, host_input, n, repeat, timing);

@@ -4,10 +4,8 @@
 // and device, so the C++ and CUDA codecs run the same coder and cannot drift
 // apart. The numpy reference (zipccl_jax/reference.py) follows FORMAT.md
 // section by section; tests assert byte identity against both. Section
-// numbers below refer to FORMAT.md. Encoders write version 4; version 3
-// differs only in its descriptors and stored code lengths (the version
-// arguments below), versions 1 and 2 are decoded by the *_v2 functions at
-// the end.
+// numbers below refer to FORMAT.md. Version 5 is the one version written and
+// read.
 #pragma once
 
 #include <cstddef>
@@ -21,20 +19,19 @@
 
 namespace zipccl {
 
-constexpr int kVersion = 4;  // written; versions 1 to 3 are still read (§1)
+constexpr int kVersion = 5;  // the one version written and read (§1)
 constexpr int kHeaderBytes = 16;
 constexpr int kBlockLog2 = 12;
 constexpr int kBlock = 1 << kBlockLog2;  // elements per block
 constexpr int kGroupBlocks = 16;         // blocks sharing one code table
 constexpr int kFlagStoredRaw = 1;        // header flags: whole stream is raw
-constexpr int kDescBytes = 2;            // §2: body_bytes (u16); version 3: 3, the width (u8) after it
-constexpr uint32_t kWidthInBody = 0x100;  // a loaded version-4 coded block's width: in its body (§2)
+constexpr int kDescBytes = 2;            // §2: body_bytes (u16)
 constexpr int kWidthShort = 5;           // §2: widths 5..11 take a 3-bit field, others 3 + 5 bits
 constexpr int kRecordBytes = 3;          // §1: a group's mask (u8), table_bytes (u16)
 constexpr int kMaskSign = 4;             // group mask bit 2: the symbols carry the sign (§4.1)
 constexpr int kMaskZeros = 8;            // group mask bit 3: exact zeros are implied (§4.2)
 constexpr int kMaskOwnRefs = 16;         // group mask bit 4: each block has its own ref (§5.5)
-constexpr int kMaxWidth = 20;            // §2: the widest sub-stream length deviation
+constexpr int kMaxWidth = 20;            // §2: the widest lane length deviation
 
 constexpr int kNumClasses = 32;
 constexpr int kClassZero = 0;  // exponent field == 0 (zero or subnormal)
@@ -45,22 +42,13 @@ constexpr int kNumSyms = kNumClasses << kTopBits;  // 128; 256 in a sign-coded g
 constexpr int kSignBit = 7;                        // §4.1: the sign's bit in a symbol
 constexpr int kMaxCodeLen = 12;
 constexpr int kLutSize = 1 << kMaxCodeLen;
-constexpr int kSubstreams = 4;  // independent bitstreams per coded block
-constexpr int kMaxElementBits = kMaxCodeLen + 8;  // a code and an escaped exponent (no byte codes)
+constexpr int kLanes = 16;      // §2: a coded block's sub-streams; lane k holds elements k, k + 16, ...
 constexpr int kPlaneSyms = 256;                   // §5.4: the alphabet of a raw byte plane
 constexpr int kMaxPlanes = 2;                     // raw bytes per element, at most
 constexpr int kPlaneSampleStride = 8;             // §7 step 3: the pre-check samples every 8th element
 constexpr int kMaxSyms = 256;                     // the larger alphabets, for array sizes
-// §5.3: a stored length takes at most 8 bits (7 in version 3), a half's class count 5; a group's
-// table area, at most
+// §5.3: a stored length takes at most 8 bits, a half's class count 5; a group's table area, at most
 constexpr int kMaxTableBytes = kGroupBlocks + (8 * (kMaxSyms + kMaxPlanes * kPlaneSyms) + 2 * 5 + 7) / 8;
-
-// Versions 1-2 (FORMAT.md, "Earlier versions").
-constexpr int kFlagMasks = 2;           // header flags: one mask byte per group (BYTE_CODES in version 1)
-constexpr int kV2SignMaxDelta = 13;     // sign-coded classes 1..14 code d in 0..13, the sign in class bit 4
-constexpr int kTableBytes = kNumSyms / 2;  // 4-bit lengths
-constexpr int kPlaneTableBytes = kPlaneSyms / 2;
-constexpr int kSubstreamHeader = 2 * (kSubstreams - 1);  // u16 sizes of sub-streams 0..2
 
 // Error codes of the decoder; messages live in error_message().
 enum Status : int {
@@ -187,12 +175,9 @@ ZC_HD int group_block_count(int64_t nb, int64_t g) {
   return int(nb - g * kGroupBlocks < kGroupBlocks ? nb - g * kGroupBlocks : kGroupBlocks);
 }
 
-// §1: a descriptor's bytes, and where a coded stream's group records and bodies start.
-ZC_HD int desc_bytes(int version) { return version >= 4 ? kDescBytes : 3; }
-ZC_HD int64_t records_offset(int64_t nb, int version = kVersion) { return kHeaderBytes + int64_t(desc_bytes(version)) * nb; }
-ZC_HD int64_t bodies_offset(int64_t nb, int version = kVersion) {
-  return records_offset(nb, version) + int64_t(kRecordBytes) * num_groups(nb);
-}
+// §1: where a coded stream's group records and bodies start.
+ZC_HD int64_t records_offset(int64_t nb) { return kHeaderBytes + int64_t(kDescBytes) * nb; }
+ZC_HD int64_t bodies_offset(int64_t nb) { return records_offset(nb) + int64_t(kRecordBytes) * num_groups(nb); }
 
 // §1: the most bytes a stream of n elements can take: raw plus the header.
 ZC_HD int64_t max_stream_bytes(int64_t n, int dtype) { return kHeaderBytes + n * layout_of(dtype).elem_bytes; }
@@ -204,6 +189,13 @@ ZC_HD uint32_t load_element(const uint8_t* p, int elem_bytes) {
 }
 
 ZC_HD void store_element(uint8_t* p, uint32_t x, int elem_bytes) {
+#ifdef __CUDA_ARCH__  // one store where the element is aligned (always, in the CUDA codec's outputs)
+  if (reinterpret_cast<uintptr_t>(p) % elem_bytes == 0) {
+    if (elem_bytes == 4) *reinterpret_cast<uint32_t*>(p) = x;
+    else *reinterpret_cast<uint16_t*>(p) = uint16_t(x);
+    return;
+  }
+#endif
   p[0] = uint8_t(x);
   p[1] = uint8_t(x >> 8);
   if (elem_bytes == 4) {
@@ -220,21 +212,14 @@ ZC_HD void store_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
 }
 
-// §2: block b's descriptor in stream `in` of this version, as body_bytes |
-// width << 16: width 0 for a raw block (version 4: body_bytes == raw_bytes,
-// the block's count * elem_bytes), kWidthInBody for a version-4 coded block
-// (locate_substreams reads it from the body). store_descriptor writes
-// version 4's (body_bytes).
-ZC_HD uint32_t load_descriptor(const uint8_t* in, int64_t b, int version, uint32_t raw_bytes) {
-  const uint8_t* p = in + kHeaderBytes + int64_t(desc_bytes(version)) * b;
-  const uint32_t size = p[0] | (uint32_t(p[1]) << 8);
-  if (version < 4) return size | (uint32_t(p[2]) << 16);
-  return size | (size == raw_bytes ? 0u : kWidthInBody << 16);
+// §2: block b's descriptor (its body_bytes) in stream `in`, and writing one.
+ZC_HD uint32_t load_descriptor(const uint8_t* in, int64_t b) {
+  const uint8_t* p = in + kHeaderBytes + int64_t(kDescBytes) * b;
+  return p[0] | (uint32_t(p[1]) << 8);
 }
-ZC_HD void store_descriptor(uint8_t* p, uint32_t desc) {
-  for (int i = 0; i < kDescBytes; ++i) p[i] = uint8_t(desc >> (8 * i));
+ZC_HD void store_descriptor(uint8_t* p, uint32_t body_bytes) {
+  for (int i = 0; i < kDescBytes; ++i) p[i] = uint8_t(body_bytes >> (8 * i));
 }
-ZC_HD uint32_t make_descriptor(uint32_t body_bytes, uint32_t width) { return body_bytes | (width << 16); }
 
 // §7 step 1: the largest exponent field with 1 <= e < ALL_ONES, or 0.
 ZC_HD uint32_t block_emax(int dtype, const uint8_t* in, int count) {
@@ -508,17 +493,16 @@ struct BitReader {
 };
 
 // §5.3, §5.5: reads the stored lengths of a code of nsym symbols (symbols:
-// a symbol code) of a stream of this version. Returns a Status.
-ZC_HD int read_lengths(BitReader& r, uint8_t* lens, int nsym, bool symbols, int version) {
-  const bool v4 = version >= 4;
+// a symbol code). Returns a Status.
+ZC_HD int read_lengths(BitReader& r, uint8_t* lens, int nsym, bool symbols) {
   int k = kNumClasses;
   for (int s = 0; s < nsym; ++s) {
-    if (v4 && symbols && s % kNumSyms == 0) {
+    if (symbols && s % kNumSyms == 0) {
       uint32_t classes;
       if (!r.take(5, &classes)) return kErrTable;
       k = int(classes);
     }
-    if (v4 && symbols && !class_stored(s, k)) {
+    if (symbols && !class_stored(s, k)) {
       lens[s] = 0;
       continue;
     }
@@ -531,9 +515,7 @@ ZC_HD int read_lengths(BitReader& r, uint8_t* lens, int nsym, bool symbols, int 
       else {
         if (!r.take(1, &bit)) return kErrTable;
         if (!bit) v = uint32_t(p - 1);  // p == 0: wraps, rejected below
-        else if (!v4) {
-          if (!r.take(4, &v)) return kErrTable;
-        } else {
+        else {
           if (!r.take(1, &bit)) return kErrTable;
           if (!bit) v = uint32_t(jump_length(p));
           else if (!r.take(4, &v)) return kErrTable;
@@ -573,15 +555,12 @@ struct PlaneCodes {
 
 ZC_HD int popcount2(int mask) { return (mask & 1) + ((mask >> 1) & 1); }
 
-// What a group's mask says about its elements' stored bits (§2-§3).
+// What a group's mask says about its elements' stored bits (§3, §6).
 struct GroupLayout {
   Layout lay;
   int mask;
   int stored_planes;  // raw bytes stored per element
   int extra_bits;     // stored extra bits per element
-  ZC_HD uint32_t stored_bytes(int m) const {  // §2: the stored area of m stored elements
-    return uint32_t(m) * stored_planes + (uint32_t(m) * extra_bits + 7) / 8;
-  }
 };
 
 ZC_HD GroupLayout group_layout(int dtype, int mask) {
@@ -590,39 +569,38 @@ ZC_HD GroupLayout group_layout(int dtype, int mask) {
 }
 
 // §2: the bits of a body's width field, and the bits an encoder puts
-// before sub-stream 0 (the field and the three length deviations).
+// before lane 0 (the field and the 15 length deviations).
 ZC_HD int width_field_bits(int w) { return (w >= kWidthShort && w < kWidthShort + 7) ? 3 : 8; }
-ZC_HD int head_bits(int width) { return 3 * width + width_field_bits(width); }
+ZC_HD int head_bits(int width) { return (kLanes - 1) * width + width_field_bits(width); }
 
-// §2: writes a version-4 body's width field.
+// §2: writes a body's width field.
 template <typename Writer>
 ZC_HD void put_width(int w, Writer& out) {
   if (width_field_bits(w) == 3) out.put(uint32_t(w - kWidthShort), 3);
   else out.put(7u | uint32_t(w) << 3, 8);
 }
 
-// §2: the base the sub-stream lengths of a coded block are stored relative
-// to, with `head` bits before sub-stream 0.
-ZC_HD uint32_t length_base(uint32_t body_bytes, int count, int head, const GroupLayout& gl) {
-  const int64_t bits = 8 * (int64_t(body_bytes) - gl.stored_bytes(count)) - head;
-  return bits > 0 ? uint32_t(bits >> 2) : 0;
+// §2: the base the lane lengths of a coded block are stored relative to,
+// with `head` bits before lane 0.
+ZC_HD uint32_t length_base(uint32_t body_bytes, uint32_t head) {
+  const int64_t bits = 8 * int64_t(body_bytes) - head;
+  return bits > 0 ? uint32_t(bits / kLanes) : 0;
 }
 
-// §7 step 4: the narrowest width w for sub-streams of bits[0..3] and a stored
-// area of stored bytes; devs receives dev_0..dev_2 and *body_bytes the body's
-// size. Returns w.
-ZC_HD int choose_width(const uint32_t* bits, uint32_t stored, int count, const GroupLayout& gl, int32_t* devs,
-                       uint32_t* body_bytes) {
-  const uint32_t all = bits[0] + bits[1] + bits[2] + bits[3];
+// §7 step 4: the narrowest width w for lanes of bits[0..15]; devs receives
+// dev_0..dev_14 and *body_bytes the body's size. Returns w.
+ZC_HD int choose_width(const uint32_t* bits, int32_t* devs, uint32_t* body_bytes) {
+  uint32_t all = 0;
+  for (int k = 0; k < kLanes; ++k) all += bits[k];
   for (int w = 1;; ++w) {
-    *body_bytes = (head_bits(w) + all + 7) / 8 + stored;
-    const int32_t base = int32_t(length_base(*body_bytes, count, head_bits(w), gl)), lim = 1 << (w - 1);
+    *body_bytes = (head_bits(w) + all + 7) / 8;
+    const int32_t base = int32_t(length_base(*body_bytes, head_bits(w))), lim = 1 << (w - 1);
     bool fit = true;
-    for (int k = 0; k < kSubstreams - 1; ++k) {
+    for (int k = 0; k < kLanes - 1; ++k) {
       devs[k] = int32_t(bits[k]) - base;
       fit = fit && devs[k] >= -lim && devs[k] < lim;
     }
-    if (fit || w == kMaxWidth) return w;  // |dev| < 2^16: w == kMaxWidth always fits
+    if (fit || w == kMaxWidth) return w;  // |dev| < 2^15: w == kMaxWidth always fits
   }
 }
 
@@ -670,285 +648,173 @@ ZC_HD int choose_planes(int dtype, const uint8_t* in, int64_t count, int mask, u
   return planes;
 }
 
-// Bits element x takes in its sub-stream (§6).
-ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const PlaneCodes& pc) {
-  const Layout lay = layout_of(dtype);
-  const int s = symbol_of_element(x, lay, ref, pc.mask);
-  uint32_t bits = lens[s] + (escapes(s) ? lay.exp_bits : 0);
-  if ((pc.mask & kMaskZeros) && implied_zero(x, lay, pc.mask & kMaskSign)) return bits;
-  for (int p = 0; p < lay.raw_bytes; ++p)
-    if ((pc.mask >> p) & 1) bits += pc.lens[p][(x >> (8 * p)) & 0xFFu];
-  return bits;
-}
-
-// §6: puts the bits element x takes in its sub-stream (element_bits of them)
-// to w: its symbol's code, the escaped exponent, the codes of its coded planes.
-template <typename Writer>
-ZC_HD void put_element(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const uint16_t* codes,
-                       const PlaneCodes& pc, Writer& w) {
-  const Layout lay = layout_of(dtype);
-  const int s = symbol_of_element(x, lay, ref, pc.mask);
-  w.put(codes[s], lens[s]);
-  if (escapes(s)) w.put(exponent_of(x, lay), lay.exp_bits);
-  if ((pc.mask & kMaskZeros) && implied_zero(x, lay, pc.mask & kMaskSign)) return;
-  for (int p = 0; p < lay.raw_bytes; ++p)
-    if ((pc.mask >> p) & 1) {
-      const uint32_t byte = (x >> (8 * p)) & 0xFFu;
-      w.put(pc.codes[p][byte], pc.lens[p][byte]);
-    }
-}
-
-// §2: whether element x stores bits (it is no implied zero of a ZEROS group).
+// §2, §7 step 3: whether element x stores bits (it is no implied zero of a ZEROS group).
 ZC_HD bool stores_bits(uint32_t x, Layout lay, int mask) {
   return !(mask & kMaskZeros) || !implied_zero(x, lay, mask & kMaskSign);
 }
 
-// §2: puts stored element j (element bits x) into the stored area at `area`
-// of m stored elements: its stored planes' bytes, its stored extra bits.
-ZC_HD void put_stored(int dtype, uint32_t x, int j, int m, const GroupLayout& gl, uint8_t* area) {
+// §6: the bits element x takes in its lane: its symbol's code, an escape's
+// exponent, and unless it is an implied zero its stored extra value and
+// each byte plane's code or raw byte.
+ZC_HD uint32_t element_bits(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const PlaneCodes& pc) {
+  const GroupLayout gl = group_layout(dtype, pc.mask);
+  const int s = symbol_of_element(x, gl.lay, ref, pc.mask);
+  uint32_t bits = lens[s] + (escapes(s) ? gl.lay.exp_bits : 0);
+  if ((pc.mask & kMaskZeros) && implied_zero(x, gl.lay, pc.mask & kMaskSign)) return bits;
+  bits += gl.extra_bits;
+  for (int p = 0; p < gl.lay.raw_bytes; ++p) bits += ((pc.mask >> p) & 1) ? pc.lens[p][(x >> (8 * p)) & 0xFFu] : 8;
+  return bits;
+}
+
+// §6: puts element x's fields (element_bits of them) to w.
+template <typename Writer>
+ZC_HD void put_element(int dtype, uint32_t x, uint32_t ref, const uint8_t* lens, const uint16_t* codes,
+                       const PlaneCodes& pc, Writer& w) {
+  const GroupLayout gl = group_layout(dtype, pc.mask);
+  const int s = symbol_of_element(x, gl.lay, ref, pc.mask);
+  w.put(codes[s], lens[s]);
+  if (escapes(s)) w.put(exponent_of(x, gl.lay), gl.lay.exp_bits);
+  if ((pc.mask & kMaskZeros) && implied_zero(x, gl.lay, pc.mask & kMaskSign)) return;
   uint32_t t, extra;
   uint8_t raw[kMaxPlanes];
   split_element(dtype, x, &t, raw, &extra);
-  for (int p = 0, k = 0; p < gl.lay.raw_bytes; ++p)
-    if (!((gl.mask >> p) & 1)) area[j * gl.stored_planes + k++] = raw[p];
-  if (!gl.extra_bits) return;
-  const uint32_t v = extra >> ((gl.mask & kMaskSign) ? 1 : 0), bit = uint32_t(j) * gl.extra_bits;
-  uint8_t* extras = area + m * gl.stored_planes;
-  for (int b = 0; b < gl.extra_bits; ++b)
-    if ((v >> b) & 1) extras[(bit + b) >> 3] |= uint8_t(1u << ((bit + b) & 7));
+  w.put(extra >> ((pc.mask & kMaskSign) ? 1 : 0), gl.extra_bits);
+  for (int p = 0; p < gl.lay.raw_bytes; ++p) {
+    if ((pc.mask >> p) & 1) w.put(pc.codes[p][raw[p]], pc.lens[p][raw[p]]);
+    else w.put(raw[p], 8);
+  }
 }
-
-// §2: sub-stream k of a block holds elements [k * q, min(count, (k + 1) * q)).
-ZC_HD int substream_len(int count) { return (count + kSubstreams - 1) / kSubstreams; }
 
 // §7 step 4: encodes one block of count elements (bytes at in) with its ref
 // and its group's codes into body, which has room for count * elem_bytes
-// bytes. Returns the block's descriptor.
+// bytes. Returns the body's bytes (its descriptor): count * elem_bytes for a
+// raw block.
 ZC_HD uint32_t encode_block(int dtype, const uint8_t* in, int count, uint32_t ref, const uint8_t* lens,
                             const uint16_t* codes, uint8_t* body, const PlaneCodes& pc) {
-  const GroupLayout gl = group_layout(dtype, pc.mask);
-  const Layout lay = gl.lay;
-  const int q = substream_len(count);
-  uint32_t bits[kSubstreams];
-  int m = 0;
-  for (int k = 0; k < kSubstreams; ++k) {  // the exact size first: never write past body
-    bits[k] = 0;
-    for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-      const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-      bits[k] += element_bits(dtype, x, ref, lens, pc);
-      m += stores_bits(x, lay, pc.mask);
-    }
-  }
-  int32_t devs[kSubstreams - 1];
+  const int eb = layout_of(dtype).elem_bytes;
+  uint32_t bits[kLanes] = {};
+  for (int i = 0; i < count; ++i)  // the exact size first: never write past body
+    bits[i % kLanes] += element_bits(dtype, load_element(in + i * eb, eb), ref, lens, pc);
+  int32_t devs[kLanes - 1];
   uint32_t coded;
-  const uint32_t stored = gl.stored_bytes(m);
-  const int width = choose_width(bits, stored, count, gl, devs, &coded);
-  const uint32_t raw_block = uint32_t(count) * lay.elem_bytes;
+  const int width = choose_width(bits, devs, &coded);
+  const uint32_t raw_block = uint32_t(count) * eb;
   if (coded >= raw_block) {
     for (uint32_t i = 0; i < raw_block; ++i) body[i] = in[i];
-    return make_descriptor(raw_block, 0);
+    return raw_block;
   }
   BitWriter w{body, 0, 0};
   put_width(width, w);
-  for (int k = 0; k + 1 < kSubstreams; ++k) w.put(uint32_t(devs[k]) & ((1u << width) - 1), width);
-  for (int i = 0; i < count; ++i)
-    put_element(dtype, load_element(in + i * lay.elem_bytes, lay.elem_bytes), ref, lens, codes, pc, w);
+  for (int k = 0; k + 1 < kLanes; ++k) w.put(uint32_t(devs[k]) & ((1u << width) - 1), width);
+  for (int k = 0; k < kLanes; ++k)
+    for (int i = k; i < count; i += kLanes) put_element(dtype, load_element(in + i * eb, eb), ref, lens, codes, pc, w);
   w.flush();
-  uint8_t* area = w.out;
-  for (uint32_t i = 0; i < stored; ++i) area[i] = 0;
-  for (int i = 0, j = 0; i < count; ++i) {
-    const uint32_t x = load_element(in + i * lay.elem_bytes, lay.elem_bytes);
-    if (stores_bits(x, lay, pc.mask)) put_stored(dtype, x, j++, m, gl, area);
-  }
-  return make_descriptor(coded, uint32_t(width));
+  return coded;
 }
 
-// §2: where the sub-streams of a coded block (body of size bytes, count
-// elements, width from its descriptor: kWidthInBody reads the body's width
-// field) start: starts[k] in bits from the body's start, starts[4] = the
-// body's end. Returns a Status.
-ZC_HD int locate_substreams(const uint8_t* body, uint32_t size, int count, int width, const GroupLayout& gl,
-                            uint32_t* starts) {
+// §2: where the lanes of a coded block (body of size bytes) start:
+// starts[k] in bits from the body's start, starts[16] = the body's end.
+// Returns a Status.
+ZC_HD int locate_lanes(const uint8_t* body, uint32_t size, uint32_t* starts) {
   const uint32_t end = 8 * size;
   BitReader r{body, size, 0, end};
-  int head = 3 * width;
-  if (uint32_t(width) == kWidthInBody) {
-    uint32_t f;
-    if (!r.take(3, &f)) return kErrBlockSize;
-    if (f < 7) {
-      width = int(f) + kWidthShort;
-    } else {
-      if (!r.take(5, &f)) return kErrBlockSize;
-      if (f < 1 || f > uint32_t(kMaxWidth)) return kErrBlockMode;
-      width = int(f);
-    }
-    head = int(r.pos) + 3 * width;
+  uint32_t f;
+  if (!r.take(3, &f)) return kErrBlockSize;
+  int width = int(f) + kWidthShort;
+  if (f == 7) {
+    if (!r.take(5, &f)) return kErrBlockSize;
+    if (f < 1 || f > uint32_t(kMaxWidth)) return kErrBlockMode;
+    width = int(f);
   }
-  if (uint32_t(head) > end) return kErrBlockSize;
-  const uint32_t base = length_base(size, count, head, gl);
-  starts[0] = uint32_t(head);
-  for (int k = 0; k + 1 < kSubstreams; ++k) {
+  const uint32_t head = r.pos + uint32_t((kLanes - 1) * width);
+  if (head > end) return kErrBlockSize;
+  const uint32_t base = length_base(size, head);
+  starts[0] = head;
+  for (int k = 0; k + 1 < kLanes; ++k) {
     uint32_t v;
     r.take(width, &v);
     const int64_t len = int64_t(base) + (int64_t(v) - ((v >> (width - 1)) ? (int64_t(1) << width) : 0));
     if (len < 0 || starts[k] + len > end) return kErrBlockSize;
     starts[k + 1] = starts[k] + uint32_t(len);
   }
-  starts[kSubstreams] = end;
+  starts[kLanes] = end;
   return kOk;
 }
 
-// §4, §6: decodes element i of a block from its sub-stream r: *sym receives
-// its symbol and *e its exponent; the codes of its coded planes go to raw.
-// Returns a Status.
-ZC_HD int decode_symbol(Layout lay, uint32_t ref, const uint16_t* lut, const PlaneCodes& pc, BitReader& r, int* sym,
-                        uint32_t* e, uint8_t* raw) {
+// Whether a decoded symbol of a group with this mask is an implied zero (§4.2).
+ZC_HD bool implied_symbol(int sym, int mask) { return (mask & kMaskZeros) && (sym & (kNumSyms - 1)) == 0; }
+
+// §4, §6: decodes the next element of lane r of a coded block into dst.
+// Returns a Status. Reader: BitReader, or any reader with its peek, skip and
+// take (the CUDA codec's reads aligned words).
+template <typename Reader>
+ZC_HD int decode_element(int dtype, const GroupLayout& gl, uint32_t ref, const uint16_t* lut, const PlaneCodes& pc,
+                         Reader& r, uint8_t* dst) {
+  const Layout lay = gl.lay;
   const uint16_t entry = lut[r.peek(kMaxCodeLen)];
   if (!(entry >> 8) || !r.skip(entry >> 8)) return kErrBitstream;
   const int s = entry & 0xFF, c = (s >> kTopBits) & (kNumClasses - 1);
-  *sym = s;
-  *e = 0;
+  uint32_t e = 0;
   if (c == kClassEsc) {
-    if (!r.take(lay.exp_bits, e)) return kErrBitstream;
+    if (!r.take(lay.exp_bits, &e)) return kErrBitstream;
   } else if (c != kClassZero) {
     if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
-    *e = ref - uint32_t(c - 1);
+    e = ref - uint32_t(c - 1);
   }
-  if ((pc.mask & kMaskZeros) && c == kClassZero && (s & 3) == 0) {  // §4.2: an implied zero
-    for (int p = 0; p < kMaxPlanes; ++p) raw[p] = 0;
+  if (implied_symbol(s, pc.mask)) {  // §4.2: nothing else is stored
+    store_element(dst, uint32_t(s >> kSignBit) << (8 * lay.elem_bytes - 1), lay.elem_bytes);
     return kOk;
   }
+  uint32_t extra;
+  if (!r.take(gl.extra_bits, &extra)) return kErrBitstream;
+  uint8_t raw[kMaxPlanes] = {};
   for (int p = 0; p < lay.raw_bytes; ++p) {
-    if (!((pc.mask >> p) & 1)) continue;
-    const uint16_t byte = pc.luts[p][r.peek(kMaxCodeLen)];
-    if (!(byte >> 8) || !r.skip(byte >> 8)) return kErrBitstream;
+    uint32_t byte;
+    if ((pc.mask >> p) & 1) {
+      const uint16_t coded = pc.luts[p][r.peek(kMaxCodeLen)];
+      if (!(coded >> 8) || !r.skip(coded >> 8)) return kErrBitstream;
+      byte = coded & 0xFFu;
+    } else if (!r.take(8, &byte)) {
+      return kErrBitstream;
+    }
     raw[p] = uint8_t(byte);
   }
+  extra = (pc.mask & kMaskSign) ? (extra << 1 | uint32_t(s >> kSignBit)) : extra;
+  store_element(dst, join_element(dtype, e, uint32_t(s) & 3u, raw, extra), lay.elem_bytes);
   return kOk;
 }
 
-// Whether a decoded symbol of a group with this mask is an implied zero.
-ZC_HD bool implied_symbol(int sym, int mask) { return (mask & kMaskZeros) && (sym & (kNumSyms - 1)) == 0; }
-
-// The stored extra value of stored element j (§2: packed LSB first).
-ZC_HD uint32_t load_extra(const uint8_t* extras, int j, int width) {
-  uint32_t v = 0;
-  for (int b = 0; b < width; ++b) {
-    const uint32_t bit = uint32_t(j) * width + b;
-    v |= uint32_t((extras[bit >> 3] >> (bit & 7)) & 1u) << b;
-  }
-  return v;
+// §2, §6: how lane k of a block must end, once decoded to bit pos: at the
+// next lane's start; the last lane in the body's last byte (starts[16] is its
+// end), padded with zero bits. Returns a Status.
+ZC_HD int lane_end_status(const uint8_t* body, int k, uint32_t pos, const uint32_t* starts) {
+  if (k + 1 < kLanes) return pos == starts[k + 1] ? kOk : kErrTrailing;
+  if ((pos + 7) / 8 != starts[kLanes] / 8) return kErrTrailing;
+  return ((pos & 7) && (body[pos / 8] >> (pos & 7))) ? kErrTrailing : kOk;
 }
 
-// Where a coded block's stored area is, once known: at byte `at` of the
-// body, for m stored elements.
-struct StoredArea {
-  const uint8_t* at;
-  int m;
-};
-
-// §6: decodes the next element of sub-stream r of a coded block; with dst,
-// writes it there, taking its stored bits from area at stored index *j
-// (which it advances if the element stores bits). *implied counts implied
-// zeros. Returns a Status.
-ZC_HD int decode_element(int dtype, const GroupLayout& gl, uint32_t ref, const uint16_t* lut, const PlaneCodes& pc,
-                         BitReader& r, StoredArea area, int* j, int* implied, uint8_t* dst) {
-  const Layout lay = gl.lay;
-  int s;
-  uint32_t e;
-  uint8_t raw[kMaxPlanes] = {};
-  const int status = decode_symbol(lay, ref, lut, pc, r, &s, &e, raw);
-  if (status != kOk) return status;
-  if (implied_symbol(s, pc.mask)) {
-    ++*implied;
-    if (dst) store_element(dst, uint32_t(s >> kSignBit) << (8 * lay.elem_bytes - 1), lay.elem_bytes);
-    return kOk;
-  }
-  if (dst) {
-    uint32_t extra = 0;
-    for (int p = 0, n = 0; p < lay.raw_bytes; ++p)
-      if (!((pc.mask >> p) & 1)) raw[p] = area.at[*j * gl.stored_planes + n++];
-    if (gl.extra_bits) extra = load_extra(area.at + area.m * gl.stored_planes, *j, gl.extra_bits);
-    extra = (pc.mask & kMaskSign) ? (extra << 1 | uint32_t(s >> kSignBit)) : extra;
-    store_element(dst, join_element(dtype, e, uint32_t(s) & 3u, raw, extra), lay.elem_bytes);
-  }
-  ++*j;
-  return kOk;
-}
-
-// §6: after sub-stream k < 3 of a block, its end must be where sub-stream k + 1 starts.
-ZC_HD int substream_end_status(int k, uint32_t pos, const uint32_t* starts) {
-  return (k + 1 < kSubstreams && pos != starts[k + 1]) ? kErrTrailing : kOk;
-}
-
-// §6: decodes sub-stream k of a coded block (body of size bytes, count
-// elements, starts from locate_substreams). With out, it writes its elements
-// there, taking their stored bits from area (stored elements from index j0);
-// without, it only counts. *implied receives its implied zeros, *end the bit
-// it ends at. Returns a Status.
-ZC_HD int decode_substream(int dtype, const uint8_t* body, uint32_t size, int count, int k, const uint32_t* starts,
-                           uint32_t ref, const uint16_t* lut, const PlaneCodes& pc, StoredArea area, int j0,
-                           uint8_t* out, int* implied, uint32_t* end) {
+// §6: decodes lane k of a coded block (body of size bytes, count elements,
+// starts from locate_lanes) into out, and checks its end. Returns a Status.
+ZC_HD int decode_lane(int dtype, const uint8_t* body, uint32_t size, int count, int k, const uint32_t* starts,
+                      uint32_t ref, const uint16_t* lut, const PlaneCodes& pc, uint8_t* out) {
   const GroupLayout gl = group_layout(dtype, pc.mask);
-  const int q = substream_len(count);
   BitReader r{body, size, starts[k], starts[k + 1]};
-  int j = j0;
-  *implied = 0;
-  for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-    const int status =
-        decode_element(dtype, gl, ref, lut, pc, r, area, &j, implied, out ? out + i * gl.lay.elem_bytes : nullptr);
+  for (int i = k; i < count; i += kLanes) {
+    const int status = decode_element(dtype, gl, ref, lut, pc, r, out + i * gl.lay.elem_bytes);
     if (status != kOk) return status;
   }
-  *end = r.pos;
-  return substream_end_status(k, r.pos, starts);
+  return lane_end_status(body, k, r.pos, starts);
 }
 
-// §2, §6: the checks after a coded block's sub-streams: sub-stream 3 ends at
-// bit end3, m elements are stored. *area receives the stored area. Returns a Status.
-ZC_HD int check_stored_area(const uint8_t* body, uint32_t size, uint32_t end3, int m, const GroupLayout& gl,
-                            StoredArea* area) {
-  const uint32_t area_bytes = (end3 + 7) / 8;
-  if ((end3 & 7) && (body[area_bytes - 1] >> (end3 & 7))) return kErrTrailing;
-  if (size - area_bytes != gl.stored_bytes(m)) return kErrTrailing;
-  area->at = body + area_bytes;
-  area->m = m;
-  const uint32_t used = uint32_t(m) * gl.extra_bits;
-  const uint8_t* extras = area->at + m * gl.stored_planes;
-  if ((used & 7) && (extras[used >> 3] >> (used & 7))) return kErrTrailing;
-  return kOk;
-}
-
-// Decodes one coded block (descriptor desc, count elements) of a group with
-// codes pc and symbol decode table lut into out. Returns a Status.
-ZC_HD int decode_coded_block(int dtype, const uint8_t* body, uint32_t desc, int count, uint32_t ref,
+// Decodes one coded block (body of size bytes, count elements) of a group
+// with codes pc and symbol decode table lut into out, lane by lane: the first
+// lane that fails gives the Status.
+ZC_HD int decode_coded_block(int dtype, const uint8_t* body, uint32_t size, int count, uint32_t ref,
                              const uint16_t* lut, const PlaneCodes& pc, uint8_t* out) {
-  const GroupLayout gl = group_layout(dtype, pc.mask);
-  const uint32_t size = desc & 0xFFFFu;
-  uint32_t starts[kSubstreams + 1], end = 0;
-  int status = locate_substreams(body, size, count, int(desc >> 16), gl, starts);
-  if (status != kOk) return status;
-  const int q = substream_len(count);
-  int implied = 0, first[kSubstreams] = {0};  // first[k]: sub-stream k's first stored element
-  // Without ZEROS the stored area's place is known: one pass. With ZEROS, a
-  // first pass counts the implied zeros, which place it.
-  const int64_t at = int64_t(size) - gl.stored_bytes(count);
-  const bool one_pass = !(pc.mask & kMaskZeros) && at >= 0;
-  const StoredArea known{body + (one_pass ? at : 0), count};
-  for (int k = 0; k < kSubstreams && status == kOk; ++k) {
-    int z;
-    first[k] = k * q < count ? k * q - implied : count - implied;
-    status = decode_substream(dtype, body, size, count, k, starts, ref, lut, pc, known, first[k],
-                              one_pass ? out : nullptr, &z, &end);
-    implied += z;
-  }
-  if (status != kOk) return status;
-  StoredArea area;
-  status = check_stored_area(body, size, end, count - implied, gl, &area);
-  for (int k = 0; !one_pass && k < kSubstreams && status == kOk; ++k) {
-    int z;
-    uint32_t e;
-    status = decode_substream(dtype, body, size, count, k, starts, ref, lut, pc, area, first[k], out, &z, &e);
-  }
+  uint32_t starts[kLanes + 1];
+  int status = locate_lanes(body, size, starts);
+  for (int k = 0; k < kLanes && status == kOk; ++k)
+    status = decode_lane(dtype, body, size, count, k, starts, ref, lut, pc, out);
   return status;
 }
 
@@ -959,14 +825,14 @@ ZC_HD int num_refs(int mask, int nblocks) { return (mask & kMaskOwnRefs) ? nbloc
 // refs (num_refs of them), the symbol code's lengths, each coded plane's.
 // Returns a Status.
 ZC_HD int read_table_area(const uint8_t* at, uint32_t bytes, int mask, int nblocks, uint8_t* refs,
-                          uint8_t* sym_lens, uint8_t (*plane_lens)[kPlaneSyms], int version) {
+                          uint8_t* sym_lens, uint8_t (*plane_lens)[kPlaneSyms]) {
   const int nrefs = num_refs(mask, nblocks);
   if (bytes < uint32_t(nrefs)) return kErrTable;
   for (int i = 0; i < nrefs; ++i) refs[i] = at[i];
   BitReader r{at + nrefs, bytes - nrefs, 0, 8 * (bytes - nrefs)};
-  int status = read_lengths(r, sym_lens, num_symbols(mask), true, version);
+  int status = read_lengths(r, sym_lens, num_symbols(mask), true);
   for (int p = 0; p < kMaxPlanes && status == kOk; ++p)
-    if ((mask >> p) & 1) status = read_lengths(r, plane_lens[p], kPlaneSyms, false, version);
+    if ((mask >> p) & 1) status = read_lengths(r, plane_lens[p], kPlaneSyms, false);
   if (status != kOk) return status;
   const uint32_t used = (r.pos + 7) / 8;  // the area ends in the last byte, padded with zero bits
   if (used != r.nbytes || ((r.pos & 7) && (r.p[used - 1] >> (r.pos & 7)))) return kErrTable;
@@ -995,196 +861,21 @@ ZC_HD void write_header(uint8_t* out, int dtype, int flags, uint64_t n) {
   for (int i = 0; i < 8; ++i) out[8 + i] = uint8_t(n >> (8 * i));
 }
 
-// Validates a header against the expected dtype and count; *version and
-// *flags receive those bytes, *mask_bits the bits a group mask may have.
-ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, int* version, int* flags,
-                       int* mask_bits) {
+// Validates a header against the expected dtype and count; *flags receives
+// its flags, *mask_bits the bits a group mask may have. Returns a Status.
+ZC_HD int check_header(const uint8_t* in, uint64_t size, int dtype, uint64_t n, int* flags, int* mask_bits) {
   if (size < uint64_t(kHeaderBytes)) return kErrTruncated;
   for (int i = 0; i < 4; ++i)
     if (in[i] != uint8_t("ZCCL"[i])) return kErrMagic;
-  if (in[4] < 1 || in[4] > kVersion || in[7] != kBlockLog2) return kErrVersion;
+  if (in[4] != kVersion || in[7] != kBlockLog2) return kErrVersion;
   if (in[5] != dtype) return kErrDType;
   uint64_t count = 0;
   for (int i = 0; i < 8; ++i) count |= uint64_t(in[8 + i]) << (8 * i);
   if (count != n) return kErrCount;
-  const int planes = (1 << layout_of(dtype).raw_bytes) - 1, f = in[6];
-  *version = in[4];
-  *flags = f;
-  if (in[4] >= 3) {
-    *mask_bits = planes | kMaskSign | kMaskZeros | kMaskOwnRefs;
-    return (f & ~kFlagStoredRaw) ? kErrFlags : kOk;
-  }
-  // Versions 1-2: a group mask may have a bit per raw byte plane and, from version 2, the sign bit.
-  *mask_bits = planes | (in[4] >= 2 ? kMaskSign : 0);
-  // masks need a bit to carry, and make no sense in a raw stream
-  if ((f & ~(kFlagStoredRaw | kFlagMasks)) || ((f & kFlagMasks) && (!*mask_bits || (f & kFlagStoredRaw))))
-    return kErrFlags;
-  return kOk;
+  *flags = in[6];
+  *mask_bits = ((1 << layout_of(dtype).raw_bytes) - 1) | kMaskSign | kMaskZeros | kMaskOwnRefs;
+  return (in[6] & ~kFlagStoredRaw) ? kErrFlags : kOk;
 }
-
-// ---------------------------------------------------------------- versions 1-2
-
-// Version 2 §4.1: the class of exponent e under ref, with the sign in bit 4
-// of a sign-coded group's 14-delta classes.
-ZC_HD int class_of_v2(uint32_t e, uint32_t ref, uint32_t all_ones, bool sign_coded, uint32_t s) {
-  int c = kClassZero;
-  if (e != 0) {
-    if (e == all_ones || e > ref || ref - e > uint32_t(sign_coded ? kV2SignMaxDelta : kMaxDelta)) return kClassEsc;
-    c = int(ref - e) + 1;
-  }
-  return sign_coded ? c | int(s << 4) : c;
-}
-
-// Versions 1-2: the byte offset of the first group's tables (after the
-// descriptors and, with kFlagMasks, one mask byte per group).
-ZC_HD int64_t tables_offset_v2(int64_t nb, int flags) {
-  return kHeaderBytes + 4 * nb + ((flags & kFlagMasks) ? num_groups(nb) : 0);
-}
-
-// Versions 1-2: bytes of a group's tables: its symbol table, then one per coded plane.
-ZC_HD int64_t group_table_bytes_v2(int mask) { return kTableBytes + int64_t(kPlaneTableBytes) * popcount2(mask & 3); }
-
-// Versions 1-2: stored table -> lengths, validated.
-ZC_HD int unpack_table_v2(const uint8_t* table, uint8_t* lens, int nsym = kNumSyms) {
-  for (int j = 0; j < nsym / 2; ++j) {
-    lens[2 * j] = table[j] & 15;
-    lens[2 * j + 1] = table[j] >> 4;
-  }
-  for (int s = 0; s < nsym; ++s)
-    if (lens[s] > kMaxCodeLen) return kErrTable;
-  return check_code(lens, nsym);
-}
-
-// Versions 1-2: the layout of a group's coded blocks (raw areas, extra bits).
-ZC_HD Layout group_layout_v2(Layout lay, int mask) {
-  lay.raw_bytes -= popcount2(mask & 3);
-  lay.extra_bits -= (mask & kMaskSign) ? 1 : 0;
-  return lay;
-}
-
-// Versions 1-2: reads bits LSB first from [p, p + nbytes), never past the end.
-struct BitReaderV2 {
-  const uint8_t* p;
-  uint32_t nbytes;
-  uint32_t pos;  // bit position
-  ZC_HD uint32_t peek(int len) const {
-    uint32_t v = 0;
-    const uint32_t byte = pos >> 3;
-    for (uint32_t i = 0; i < 3; ++i)
-      if (byte + i < nbytes) v |= uint32_t(p[byte + i]) << (8 * i);
-    return (v >> (pos & 7)) & ((1u << len) - 1);
-  }
-  ZC_HD bool skip(int len) {
-    pos += len;
-    return pos <= nbytes * 8;
-  }
-  // A sub-stream must end in its last byte, padded with zero bits.
-  ZC_HD bool finished() const { return (pos + 7) / 8 == nbytes && !((pos & 7) && (p[nbytes - 1] >> (pos & 7))); }
-};
-
-// Versions 1-2: checks a coded block's layout; bounds[k] receives where
-// sub-stream k starts (bounds[kSubstreams] = size), relative to body. Also
-// checks the extra area's padding bits. Returns a Status.
-ZC_HD int locate_substreams_v2(const uint8_t* body, uint32_t size, int count, Layout lay, uint32_t* bounds) {
-  const uint32_t sizes_at = uint32_t(count) * lay.raw_bytes + (uint32_t(count) * lay.extra_bits + 7) / 8;
-  if (size <= sizes_at + kSubstreamHeader || size >= uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
-  const uint32_t used_bits = uint32_t(count) * lay.extra_bits;
-  if ((used_bits & 7) && (body[sizes_at - 1] >> (used_bits & 7))) return kErrTrailing;
-  bounds[0] = sizes_at + kSubstreamHeader;
-  for (int k = 0; k + 1 < kSubstreams; ++k) {
-    bounds[k + 1] = bounds[k] + (body[sizes_at + 2 * k] | (uint32_t(body[sizes_at + 2 * k + 1]) << 8));
-    if (bounds[k + 1] > size) return kErrBlockSize;
-  }
-  bounds[kSubstreams] = size;
-  return kOk;
-}
-
-// Versions 1-2: decodes element i of a coded block from its sub-stream r
-// into dst. Returns a Status.
-ZC_HD int decode_element_v2(int dtype, const uint8_t* body, int count, int i, uint32_t ref, const uint16_t* lut,
-                            const PlaneCodes& pc, BitReaderV2& r, uint8_t* dst) {
-  const Layout lay = layout_of(dtype), st = group_layout_v2(lay, pc.mask);
-  const bool sign_coded = pc.mask & kMaskSign;
-  const uint16_t entry = lut[r.peek(kMaxCodeLen)];
-  if (!(entry >> 8) || !r.skip(entry >> 8)) return kErrBitstream;
-  int c = (entry & 0xFF) >> kTopBits;
-  uint32_t e = 0, sign = 0;
-  if (c == kClassEsc) {  // the exponent, then the sign if coded
-    e = r.peek(lay.exp_bits + sign_coded);
-    if (!r.skip(lay.exp_bits + sign_coded)) return kErrBitstream;
-    sign = e >> lay.exp_bits;
-    e &= (1u << lay.exp_bits) - 1;
-  } else {
-    if (sign_coded) {
-      sign = uint32_t(c) >> 4;
-      c &= 15;
-      if (c == 15) return kErrBitstream;  // no sign-coded class
-    }
-    if (c != kClassZero) {
-      if (uint32_t(c - 1) >= ref) return kErrBitstream;  // would give e == 0
-      e = ref - uint32_t(c - 1);
-    }
-  }
-  uint8_t raw[kMaxPlanes];
-  for (int p = 0, j = 0; p < lay.raw_bytes; ++p) {
-    if (!((pc.mask >> p) & 1)) {
-      raw[p] = body[i * st.raw_bytes + j++];
-      continue;
-    }
-    const uint16_t byte = pc.luts[p][r.peek(kMaxCodeLen)];
-    if (!(byte >> 8) || !r.skip(byte >> 8)) return kErrBitstream;
-    raw[p] = uint8_t(byte);
-  }
-  uint32_t extra = 0;
-  if (st.extra_bits) {
-    const uint8_t* area = body + count * st.raw_bytes;
-    const uint32_t bit = uint32_t(i) * st.extra_bits;
-    const uint32_t two = area[bit >> 3] | (((bit & 7) + st.extra_bits > 8) ? uint32_t(area[(bit >> 3) + 1]) << 8 : 0u);
-    extra = (two >> (bit & 7)) & ((1u << st.extra_bits) - 1);
-  }
-  extra = extra << sign_coded | sign;
-  store_element(dst, join_element(dtype, e, entry & ((1u << kTopBits) - 1), raw, extra), lay.elem_bytes);
-  return kOk;
-}
-
-// Versions 1-2: decodes sub-stream k of a coded block into out. Returns a Status.
-ZC_HD int decode_substream_v2(int dtype, const uint8_t* body, int count, int k, const uint32_t* bounds, uint32_t ref,
-                              const uint16_t* lut, const PlaneCodes& pc, uint8_t* out) {
-  const int q = substream_len(count);
-  BitReaderV2 r{body + bounds[k], bounds[k + 1] - bounds[k], 0};
-  for (int i = k * q; i < count && i < (k + 1) * q; ++i) {
-    const int status = decode_element_v2(dtype, body, count, i, ref, lut, pc, r, out + i * layout_of(dtype).elem_bytes);
-    if (status != kOk) return status;
-  }
-  return r.finished() ? kOk : kErrTrailing;
-}
-
-// Versions 1-2: decodes one block body into count elements at out; lut is
-// the decode table of the block's group (null if the group's table is
-// invalid, which only matters to coded blocks), pc.luts its plane tables.
-// Returns a Status.
-ZC_HD int decode_block_v2(int dtype, const uint8_t* body, uint32_t desc, int count, const uint16_t* lut,
-                          uint8_t* out, const PlaneCodes& pc) {
-  const Layout lay = layout_of(dtype), st = group_layout_v2(lay, pc.mask);
-  const uint32_t size = desc & 0xFFFFu, ref = (desc >> 16) & 0xFFu, mode = desc >> 24;
-  if (mode == 0) {
-    if (size != uint32_t(count) * lay.elem_bytes) return kErrBlockSize;
-    for (uint32_t i = 0; i < size; ++i) out[i] = body[i];
-    return kOk;
-  }
-  if (mode != 1) return kErrBlockMode;
-  uint32_t bounds[kSubstreams + 1];
-  int status = locate_substreams_v2(body, size, count, st, bounds);
-  if (status != kOk) return status;
-  if (!lut) return kErrTable;
-  for (int k = 0; k < kSubstreams && status == kOk; ++k)
-    status = decode_substream_v2(dtype, body, count, k, bounds, ref, lut, pc, out);
-  return status;
-}
-
-// Versions 1-2: the decode table of a version-2 sign-coded group's 128
-// symbols maps class c | 16 to symbol bit 7 (§4.1 of version 3), so that one
-// join serves both; see decode_element_v2 for the classes.
 
 // ---------------------------------------------------------------- conversions
 

@@ -25,6 +25,9 @@
 //   op 3 time codec:  a = repeat; input n elements (zipccl_cuda::TimeCodec).
 //                     Output: compress, decompress and copy ms as 3 float64,
 //                     compressed bytes and round_trip as 2 int64.
+//   op 9 time rows:   a = repeat, b = rows; input n elements (zipccl_cuda::
+//                     TimeRows). Output: size, encode and reduce ms as 3 float64,
+//                     compressed bytes and decoded as 2 int64.
 // The collectives' row ops (zipccl_rows.h): n elements in c leaves (leaf i
 // holds elements [i n / c, (i + 1) n / c)) cut into a rows with b = unit; the
 // row buffers (outputs or received parts) hold a / P rows each, P = d >> 32,
@@ -184,7 +187,7 @@ ffi::Error ServeRows(const int64_t* req, std::vector<uint8_t>* out, std::vector<
   AddLeaves(&res, decode ? type : XlaType(b), n, c, nullptr);
   res.buffers.emplace_back(ffi::DataType::U32, std::vector<int64_t>{a});
   res.buffers.push_back(WorkspaceBuffer(decode ? workspace("zipccl_decode_rows", a, n, b, a / parts)
-                                               : workspace("zipccl_decode_accumulate_rows", 1, n, 0, 1)));
+                                               : workspace("zipccl_decode_accumulate_rows", 1, n, 0, a)));
   res.Finish();
   const ffi::Error err = decode ? DecodeRows(stream, ffi::RemainingArgs(&in.args, 0), ffi::RemainingRets(&res.rets, 0), b)
                                 : DecodeAccumulateRows(stream, ffi::RemainingArgs(&in.args, 0),
@@ -200,6 +203,17 @@ ffi::Error Serve(const int64_t* req, std::vector<uint8_t>* out, std::vector<uint
   const ffi::DataType type = XlaType(dtype);
   const int64_t eb = int64_t(ffi::ByteWidth(type));
   const int size_dtype = dtype >= zc::kBF16 && dtype <= zc::kF32 ? int(dtype) : zc::kF32;  // refused anyway
+  if (op == 9) {
+    const std::vector<uint8_t> x = Read(size_t(n * eb));
+    zipccl_cuda::RowsTiming t;
+    const std::string message = zipccl_cuda::TimeRows(0, int(dtype), x.data(), n, b, int(a), &t);
+    if (!message.empty()) return ffi::Error(ffi::ErrorCode::kInternal, message);
+    const double ms[3] = {t.size_ms, t.encode_ms, t.reduce_ms};
+    const int64_t ints[2] = {t.compressed_bytes, t.decoded};
+    out->assign(Bytes((void*)ms), Bytes((void*)ms) + sizeof(ms));
+    out->insert(out->end(), Bytes((void*)ints), Bytes((void*)ints) + sizeof(ints));
+    return ffi::Error::Success();
+  }
   if (op >= 4) return ServeRows(req, out, status);
   cudaStream_t stream = nullptr;
   ffi::Error err = ffi::Error::Success();
@@ -222,7 +236,7 @@ ffi::Error Serve(const int64_t* req, std::vector<uint8_t>* out, std::vector<uint
   } else if (op == 2) {
     HostBuffer payload(ffi::DataType::U8, {a, b, c}, Read(size_t(a * b * c)));
     HostBuffer y(XlaType(req[6]), {b > 0 ? a * n : 0}), words(ffi::DataType::U32, {a, b});
-    HostBuffer ws = WorkspaceBuffer(zipccl_cuda::AccumulateWorkspaceBytes(size_dtype, a, n, int(req[6])) - shortfall);
+    HostBuffer ws = WorkspaceBuffer(zipccl_cuda::AccumulateWorkspaceBytes(size_dtype, a, b, n) - shortfall);
     err = DecompressAccumulate(stream, ffi::Buffer<ffi::U8>(&payload.view), ffi::AnyBuffer(&y.view),
                                ffi::Buffer<ffi::U32>(&words.view), ffi::Buffer<ffi::U8>(&ws.view), n, int32_t(dtype));
     *out = y.bytes;

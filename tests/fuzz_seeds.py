@@ -61,12 +61,6 @@ def write_seeds(directory) -> int:
             count += 1
     # two groups of 16 blocks (two code tables), bf16 only to keep the corpus small
     (directory / "seed-bfloat16-two-groups").write_bytes(ref.compress(gaussian(17 * B, "bfloat16", seed=8)))
-    # streams of versions 1 to 3, which decoders still read (FORMAT.md, Earlier versions)
-    for version in (1, 2, 3):
-        old = np.load(Path(__file__).parent / "data" / f"format_v{version}.npz")
-        for name in (k for k in old.files if "." not in k):
-            (directory / f"seed-v{version}-{name}").write_bytes(old[name].tobytes())
-            count += 1
     return count + 1
 
 

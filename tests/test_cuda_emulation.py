@@ -22,7 +22,6 @@ unchecked: the device's weaker memory model (the emulation's barriers are sequen
 warp scheduling and speed, device memory errors (compute-sanitizer, with tests/test_cuda.py), GPU
 arithmetic (NaN payloads of sums) and XLA's capture of the handlers into command buffers."""
 
-import hashlib
 import re
 import shutil
 import struct
@@ -231,7 +230,7 @@ def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
 
 def test_a_body_size_past_the_end_is_reported_as_truncated(emulator):
     """FORMAT.md §1: every body and table area is bounded before any block is decoded, by the
-    reference as by the CUDA decoder (version 2 left the reference to meet the bitstream first)."""
+    reference as by the CUDA decoder."""
     dtype, n = np.float32, 9000
     s = bytearray(ref.compress(make("gauss", n, dtype)))
     s[16] = (s[16] + 1) % 256  # block 0's body one byte longer: the table areas now overrun
@@ -305,14 +304,19 @@ def test_the_selftest_timing_runs_and_round_trips(emulator):
     assert compressed == len(ref.compress(x)) and round_trip == 1
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
-def test_earlier_versions_decode(emulator, version):
-    """FORMAT.md, Earlier versions: the CUDA decoder reads them too, each stream in its own row."""
-    from test_reference import _v_streams
-
-    for name, v in _v_streams(version).items():
-        (err, out), = emulate(emulator, [decompress_request([v.stream], v.dtype, v.size)])
-        assert err == "" and hashlib.sha256(out).hexdigest() == v.sha256, name
+def test_the_gpu_benchmarks_row_timing_runs_its_rows(emulator):
+    """zipccl_cuda::TimeRows (`python -m zipccl_jax bench gpu`'s reduce step): the bucket cut into
+    8 rows, compressed as one batch and decoded and summed; the rows' bytes are the reference's
+    streams' and every row decodes. A bucket that does not cut into the rows is refused."""
+    x = make("gauss", 8 * 4100, ml_dtypes.bfloat16)
+    replies = replies_of(run_emulator(emulator, [((9, 1, x.size, 2, 8), x.tobytes()), ((9, 1, x.size - 1, 2, 8),
+                                                                                     x[:-1].tobytes())], (4, 3)), 2)
+    (err, out, _, _), (bad, _, _, _) = replies
+    assert err == ""
+    ms, (compressed, decoded) = struct.unpack_from("<3d", out), struct.unpack_from("<2q", out, 24)
+    assert all(0 < t < 60_000 for t in ms), ms
+    assert compressed == sum(len(ref.compress(r)) for r in x.reshape(8, -1)) and decoded == 1
+    assert "time_rows: bad arguments (the elements must cut into the rows)" in bad
 
 
 def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
@@ -362,9 +366,11 @@ def test_threads_and_blocks_do_not_race(tsan_emulator):
 
 
 def test_an_injected_race_is_reported(tsan_emulator):
-    """EncodeKernel without the __syncthreads between clearing its staged body and the lanes' atomicOr
-    into it (ZC_INJECTED(1)): ThreadSanitizer must stop the run."""
-    run = run_emulator(tsan_emulator, [compress_request(items_of(np.float32, 4097)[:2])], (1, 1), inject=1)
+    """BodyKernel's lanes writing the words they share with a neighbour by plain stores instead of
+    atomicOr (ZC_INJECTED(1)): ThreadSanitizer must stop the run. 16 blocks of 16 lanes each, so
+    that many shared words are written by two threads (TSan sees a race only where its history of a
+    word still holds the other thread's store: with one block of them it missed it once in ten runs)."""
+    run = run_emulator(tsan_emulator, [compress_request(items_of(np.float32, 65537)[:2])], (1, 1), inject=1)
     assert run.returncode != 0
     assert "ThreadSanitizer: data race" in run.stderr.decode()
 

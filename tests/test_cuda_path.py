@@ -24,8 +24,8 @@ class FakeCudaModule:
     def __init__(self):
         self.asked = []
 
-    def workspace_bytes(self, target, dtype, batch, n, out_dtype=0):
-        self.asked.append((target, dtype, batch, n, out_dtype))
+    def workspace_bytes(self, target, dtype, batch, n, rows=1):
+        self.asked.append((target, dtype, batch, n, rows))
         return 1000 + 7 * batch + n
 
 
@@ -56,7 +56,7 @@ def test_a_cuda_lowering_adds_status_words_and_a_workspace_sized_by_the_cuda_mod
         "zipccl_decompress": [f"3x{N}xbf16", "3xui32", f"{1000 + 21 + N}xui8"],
         "zipccl_decompress_accumulate": [f"2x{N}xf32", "2x4xui32", f"{1000 + 14 + N}xui8"]}
     assert sorted(set(fake.asked)) == [("zipccl_compress", 1, 3, N, 1), ("zipccl_decompress", 1, 3, N, 1),
-                                       ("zipccl_decompress_accumulate", 1, 2, N, 3)]
+                                       ("zipccl_decompress_accumulate", 1, 2, N, 4)]  # 4 rows an item
     assert custom_call_results(codec, x, payload, rows, platform="cpu") == {
         "zipccl_compress": [f"3x{cap}xui8", "3xui32"], "zipccl_decompress": [f"3x{N}xbf16"],
         "zipccl_decompress_accumulate": [f"2x{N}xf32"]}

@@ -1,4 +1,4 @@
-"""Command line: python -m zipccl_jax {selftest, bench codec|collectives|train|net|wire, calibrate} [options]."""
+"""Command line: python -m zipccl_jax {selftest, bench codec|collectives|train|net|wire|gpu, calibrate} [options]."""
 
 import argparse
 
@@ -15,11 +15,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m zipccl_jax")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="benchmarks: progress on stderr, a summary table on stdout")
-    b.add_argument("what", choices=["codec", "collectives", "train", "net", "wire"],
+    b.add_argument("what", choices=["codec", "collectives", "train", "net", "wire", "gpu"],
                    help="codec: ratios and single-core speeds vs baselines; collectives: wire bytes and time vs "
                         "lax; train: LM step and sync time, lax.psum vs zip_psum, on the local devices; net: the "
                         "same over a shaped network of namespaces, one process per host (root); wire: wire bytes "
-                        "against the codec's on real traffic, today's transfer and alternatives")
+                        "against the codec's on real traffic, today's transfer and alternatives; gpu: the CUDA "
+                        "codec, a psum bucket's row ops and other GPU codecs with CUDA events, and the modelled psum "
+                        "they give")
     b.add_argument("--repeat", type=int, default=7, help="timed runs per measurement (median)")
     b.add_argument("--json", default=None, metavar="OUT.json", help="also write the results as JSON")
     b.add_argument("--plot", default=None, metavar="OUT.png", help="also draw the results (needs matplotlib)")
@@ -55,6 +57,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--captures", type=_ints, default=[1, 10, 30], help="LM steps whose gradients are taken")
     g.add_argument("--examples", default="examples", help="the directory of moe.py and fsdp.py")
     g.add_argument("--rungs", type=_ints, default=[16, 32], help="ladder sizes shown per family")
+    g = b.add_argument_group("gpu")
+    g.add_argument("--gpu-elements", type=_ints, default=None,
+                   help="elements per dtype, comma-separated (default 1M,4M,16M,64M,256M)")
+    g.add_argument("--buckets", type=_ints, default=[16 << 20, 64 << 20],
+                   help="psum bucket sizes in bytes of bfloat16, comma-separated, cut into 8 and 64 rows")
+    g.add_argument("--df11-data", default=None, metavar="DATA.npz",
+                   help="data encoded DFloat11's way, to time its decoder (zipccl_jax/bench/gpu_anchors.py)")
     t = sub.add_parser("selftest", help="check the codec and every collective against the reference on the local "
                                          "devices (the GPUs if any), time the codec, run autotune; a verdict")
     t.add_argument("--elements", type=int, default=1 << 24, help="bfloat16 values for the timing")
@@ -100,6 +109,10 @@ def main(argv=None) -> None:
         from .bench import wire
 
         wire.run(args)
+    elif args.what == "gpu":
+        from .bench import gpu
+
+        gpu.run(args)
     else:
         from .bench import net
 

@@ -127,10 +127,10 @@ def _codec_call(target: str, operand, results: tuple, workspace, *, status: bool
     return _per_platform(operand, cpu, cuda)
 
 
-def _workspace(target: str, dtype, batch: int, n: int, out_dtype=None):
-    """The bytes of the CUDA handler's workspace result, from the CUDA module."""
-    return lambda: _ffi.cuda_module().workspace_bytes(target, DTYPE_CODES[np.dtype(dtype).name], batch, n,
-                                                      DTYPE_CODES[np.dtype(out_dtype or dtype).name])
+def _workspace(target: str, dtype, batch: int, n: int, rows: int = 1):
+    """The bytes of the CUDA handler's workspace result, from the CUDA module
+    (rows: the rows an accumulate sums per item)."""
+    return lambda: _ffi.cuda_module().workspace_bytes(target, DTYPE_CODES[np.dtype(dtype).name], batch, n, rows)
 
 
 def _compress_items(x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -174,7 +174,7 @@ def _decompress_accumulate(payload: jax.Array, m: int, dtype, out_dtype=None) ->
         raise ValueError(f"zipccl: out_dtype must be {dtype} or float32, got {out_dtype}")
     payload = jnp.asarray(payload)
     results = (_result(payload, (*payload.shape[:-2], m), out_dtype),)
-    workspace = _workspace("zipccl_decompress_accumulate", dtype, math.prod(payload.shape[:-2]), m, out_dtype)
+    workspace = _workspace("zipccl_decompress_accumulate", dtype, math.prod(payload.shape[:-2]), m, payload.shape[-2])
     return _codec_call("zipccl_decompress_accumulate", payload, results, workspace, status=True,
                        item_elems=np.int64(m), dtype=np.int32(DTYPE_CODES[dtype.name]))
 
@@ -398,7 +398,7 @@ def decode_accumulate_rows(parts, sizes, dtype, *, local=None) -> list[jax.Array
         index = cpu_only(jnp.asarray(index, jnp.int32).reshape(1), "decode_accumulate_rows(local=...)")
         return list(jax.ffi.ffi_call("zipccl_decode_accumulate_rows", results)(
             *parts, index, *leaves, dtype=code, local_leaves=np.int64(len(leaves))))
-    workspace = _row_workspace("zipccl_decode_accumulate_rows", dtype, 1, sum(sizes), 0, len(sizes), 1)
+    workspace = _row_workspace("zipccl_decode_accumulate_rows", dtype, 1, sum(sizes), 0, len(sizes), rows)
     return _rows_call("zipccl_decode_accumulate_rows", parts, results, workspace, status_rows=rows,
                       cpu_attrs=dict(local_leaves=np.int64(0)), dtype=code)
 

@@ -3,8 +3,8 @@
 This is the oracle the C++ and CUDA codecs are tested against byte for byte.
 It favours following the document over speed, but is vectorised where that
 keeps it readable, so it checks tensors of a few million elements. It writes
-version 4 and reads versions 1 to 4 (FORMAT.md, "Earlier versions"; version 3
-differs from 4 only in its descriptors and stored code lengths).
+and reads version 5; a stream of any other version is refused (streams do not
+outlive the collective that moves them).
 """
 
 from __future__ import annotations
@@ -14,30 +14,26 @@ import numpy as np
 from .dtypes import DTYPE_CODES, dtype_name
 
 MAGIC = b"ZCCL"
-VERSION = 4  # written; versions 1 to 3 are still read
+VERSION = 5  # the one version written and read
 HEADER_BYTES = 16
 BLOCK_LOG2 = 12
 BLOCK = 1 << BLOCK_LOG2
 GROUP_BLOCKS = 16  # blocks sharing one code table
 FLAG_STORED_RAW = 1
-FLAG_MASKS = 2  # versions 1-2 only: one mask byte per group (BYTE_CODES in version 1)
 MASK_SIGN = 4  # group mask bit 2: the symbols carry the sign (§4.1)
-MASK_ZEROS = 8  # group mask bit 3, version 3: exact zeros are implied (§4.2)
-MASK_OWN_REFS = 16  # group mask bit 4, version 3: each block has its own ref (§5.5)
+MASK_ZEROS = 8  # group mask bit 3: exact zeros are implied (§4.2)
+MASK_OWN_REFS = 16  # group mask bit 4: each block has its own ref (§5.5)
 NUM_CLASSES, CLASS_ZERO, CLASS_ESC, MAX_DELTA = 32, 0, 31, 29
-V2_SIGN_MAX_DELTA = 13  # version 2's sign-coded classes cover 14 deltas
 TOP_BITS = 2  # top mantissa bits coded jointly with the exponent class
-NUM_SYMS = NUM_CLASSES << TOP_BITS  # 128; a sign-coded group of version 3 has twice as many
-TABLE_BYTES = NUM_SYMS // 2  # versions 1-2: a table of 4-bit lengths
+NUM_SYMS = NUM_CLASSES << TOP_BITS  # 128; a sign-coded group has twice as many
 MAX_CODE_LEN = 12
-SUBSTREAMS = 4
+LANES = 16  # §2: a coded block's sub-streams; lane k holds elements k, k + 16, k + 32, ...
 PLANE_SYMS = 256  # §5.4: a raw byte plane's alphabet
-PLANE_TABLE_BYTES = PLANE_SYMS // 2  # versions 1-2
 PLANE_SAMPLE_STRIDE = 8  # §7 step 3's pre-check looks at every 8th stored element
-DESC_BYTES = 2  # §2: body bytes (u16); version 3: 3, the length width (u8) after them
-GROUP_RECORD_BYTES = 3  # versions 3-4: mask (u8), table bytes (u16)
-MAX_WIDTH = 20  # versions 3-4: the widest sub-stream length field (§2)
-WIDTH_SHORT = 5  # §2: widths 5..11 take a 3-bit field in a version-4 body, others 3 + 5 bits
+DESC_BYTES = 2  # §2: body bytes (u16)
+GROUP_RECORD_BYTES = 3  # §1: mask (u8), table bytes (u16)
+MAX_WIDTH = 20  # §2: the widest lane length deviation
+WIDTH_SHORT = 5  # §2: widths 5..11 take a 3-bit field, others 3 + 5 bits
 
 # §3: (elem_bytes, exp_bits, raw_bytes, extra_bits) per dtype code.
 LAYOUTS = {1: (2, 8, 0, 6), 2: (2, 5, 1, 1), 3: (4, 8, 2, 6)}
@@ -229,7 +225,7 @@ def pack_tables(codes: list[np.ndarray]) -> bytes:
     return pack_bits(np.array([v for v, _ in fields], np.int64), np.array([w for _, w in fields], np.int64))
 
 
-def unpack_tables(table: bytes, sizes: list[int], version: int = VERSION) -> list[np.ndarray]:
+def unpack_tables(table: bytes, sizes: list[int]) -> list[np.ndarray]:
     """§5.3: the codes of a group's tables (the symbol code, then byte planes), nsym symbols each, validated."""
     value, nbits, pos = int.from_bytes(table, "little"), 8 * len(table), 0
 
@@ -242,18 +238,15 @@ def unpack_tables(table: bytes, sizes: list[int], version: int = VERSION) -> lis
 
     out = []
     for i, nsym in enumerate(sizes):
-        lengths, k, symbols = np.zeros(nsym, np.int64), NUM_CLASSES, version >= 4 and i == 0
+        lengths, k, symbols = np.zeros(nsym, np.int64), NUM_CLASSES, i == 0
         for s in range(nsym):
             if symbols and s % NUM_SYMS == 0:
                 k = take(5)
             if symbols and not class_stored(s, k):
                 continue
             p = length_prediction(lengths, s)
-            if version < 4:
-                v = p if not take(1) else p + 1 if not take(1) else p - 1 if not take(1) else take(4)
-            else:
-                v = (p if not take(1) else p + 1 if not take(1) else p - 1 if not take(1)
-                     else jump_length(p) if not take(1) else take(4))
+            v = (p if not take(1) else p + 1 if not take(1) else p - 1 if not take(1)
+                 else jump_length(p) if not take(1) else take(4))
             if not 0 <= v <= MAX_CODE_LEN:
                 raise CorruptPayload("corrupt code table")
             lengths[s] = v
@@ -261,20 +254,6 @@ def unpack_tables(table: bytes, sizes: list[int], version: int = VERSION) -> lis
     if (pos + 7) // 8 != len(table) or value >> pos:
         raise CorruptPayload("corrupt code table")
     return [check_code(lengths) for lengths in out]
-
-
-def pack_table(lengths: np.ndarray) -> bytes:
-    """Versions 1-2, §5.3: 4-bit lengths, two per byte."""
-    return bytes((lengths[0::2] | (lengths[1::2] << 4)).astype(np.uint8))
-
-
-def unpack_table(table: bytes) -> np.ndarray:
-    """Versions 1-2: the lengths of a stored table (two per byte), validated."""
-    b = np.frombuffer(table, np.uint8).astype(np.int64)
-    lengths = np.stack([b & 15, b >> 4], axis=1).ravel()
-    if lengths.max() > MAX_CODE_LEN:
-        raise CorruptPayload("corrupt code table")
-    return check_code(lengths)
 
 
 def decode_lut(lengths: np.ndarray) -> tuple[list, list]:
@@ -291,14 +270,9 @@ def decode_lut(lengths: np.ndarray) -> tuple[list, list]:
 # §6 ---------------------------------------------------------------------------
 
 
-def substream_ranges(count: int) -> list[range]:
-    """Sub-stream k holds elements [k q, min(count, (k + 1) q)), q = ceil(count / 4)."""
-    q = -(-count // SUBSTREAMS)
-    return [range(min(count, k * q), min(count, (k + 1) * q)) for k in range(SUBSTREAMS)]
-
-
-def extra_bytes(count: int, extra_bits: int) -> int:
-    return (count * extra_bits + 7) // 8
+def lane_elements(count: int, k: int) -> range:
+    """§2: lane k of a coded block of count elements holds elements k, k + 16, k + 32, ..."""
+    return range(k, count, LANES)
 
 
 def pack_bits(values: np.ndarray, widths: np.ndarray) -> bytes:
@@ -317,28 +291,24 @@ class GroupLayout:
     def __init__(self, code: int, mask: int):
         elem_bytes, self.exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
         self.sc, self.zeros = int(bool(mask & MASK_SIGN)), bool(mask & MASK_ZEROS)
-        self.coded = [p for p in range(raw_bytes) if mask >> p & 1]  # byte planes coded in the sub-streams
+        self.coded = [p for p in range(raw_bytes) if mask >> p & 1]  # byte planes coded
         self.stored = [p for p in range(raw_bytes) if not mask >> p & 1]  # ... and stored
         self.extra_bits = extra_bits - self.sc  # stored extra bits per element
         self.nsym = NUM_SYMS << self.sc
 
-    def stored_bytes(self, m: int) -> int:
-        """§2: the stored area of m stored elements."""
-        return m * len(self.stored) + extra_bytes(m, self.extra_bits)
-
 
 def width_field_bits(width: int) -> int:
-    """§2: the bits of a version-4 body's width field."""
+    """§2: the bits of a body's width field."""
     return 3 if WIDTH_SHORT <= width < WIDTH_SHORT + 7 else 8
 
 
 def head_bits(width: int) -> int:
-    """§2: the bits an encoder puts before sub-stream 0: the width field and the three length deviations."""
-    return 3 * width + width_field_bits(width)
+    """§2: the bits before lane 0: the width field and the 15 length deviations."""
+    return (LANES - 1) * width + width_field_bits(width)
 
 
 def read_width_field(value: int, end: int) -> tuple[int, int]:
-    """§2, version 4: (w, the field's bits) from `value`, the bits of a coded body of `end` bits."""
+    """§2: (w, the field's bits) from `value`, the bits of a coded body of `end` bits."""
     if end < 3 or (value & 7 == 7 and end < 8):
         raise CorruptPayload("corrupt block descriptor (bad body size)")
     if value & 7 != 7:
@@ -348,9 +318,9 @@ def read_width_field(value: int, end: int) -> tuple[int, int]:
     return (value >> 3) & 31, 8
 
 
-def length_base(body_bytes: int, count: int, head: int, lay: GroupLayout) -> int:
-    """§2: what sub-stream lengths are stored relative to, with `head` bits before sub-stream 0."""
-    return max(0, 8 * (body_bytes - lay.stored_bytes(count)) - head) >> 2
+def length_base(body_bytes: int, head: int) -> int:
+    """§2: what lane lengths are stored relative to, with `head` bits before lane 0."""
+    return max(0, 8 * body_bytes - head) // LANES
 
 
 # §7 ---------------------------------------------------------------------------
@@ -361,62 +331,58 @@ def header(code: int, flags: int, n: int) -> bytes:
 
 
 def _block_fields(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int, planes: dict):
-    """§6: each element's sub-stream fields and their widths [count, fields], and which are implied zeros."""
-    exp_bits = LAYOUTS[code][1]
+    """§6: each element's fields and their widths [count, fields] -- its symbol's code, the escaped
+    exponent, its stored extra value, each byte plane's code or raw byte -- and which are implied zeros."""
+    exp_bits, raw_bytes = LAYOUTS[code][1], LAYOUTS[code][2]
     lay = GroupLayout(code, mask)
     e, t, raw, extra = split(code, x)
     s = symbols(e, t, ref, exp_bits, extra & 1 if lay.sc else None)
     implied = implied_zeros(e, t, raw, extra >> lay.sc) if lay.zeros else np.zeros(x.size, bool)
     s = zero_mode_symbols(s, e, t, implied) if lay.zeros else s
     esc = (s >> TOP_BITS) & (NUM_CLASSES - 1) == CLASS_ESC
-    codes = canonical_codes(lengths)
-    # per element: symbol code, escaped exponent, then each coded plane's code
-    fields = [codes[s], e] + [canonical_codes(planes[p])[raw[:, p]] for p in lay.coded]
-    widths = [lengths[s], np.where(esc, exp_bits, 0)] + [np.where(implied, 0, planes[p][raw[:, p]]) for p in lay.coded]
-    return np.stack(fields, axis=1), np.stack(widths, axis=1), implied, raw, extra
+    stored = np.where(implied, 0, 1)
+    fields = [canonical_codes(lengths)[s], e, extra >> lay.sc]
+    widths = [lengths[s], np.where(esc, exp_bits, 0), stored * lay.extra_bits]
+    for p in range(raw_bytes):
+        coded = p in lay.coded
+        fields.append(canonical_codes(planes[p])[raw[:, p]] if coded else raw[:, p])
+        widths.append(stored * (planes[p][raw[:, p]] if coded else 8))
+    return np.stack(fields, axis=1), np.stack(widths, axis=1), implied
 
 
-def _width(sub_bits: list[int], stored_bytes: int, count: int, lay: GroupLayout) -> tuple[int, list[int], int]:
+def _width(lane_bits: list[int]) -> tuple[int, list[int], int]:
     """§7 step 4: the narrowest length fields that fit -> (width, deviations, body bytes)."""
     for width in range(1, MAX_WIDTH + 1):
-        body_bytes = (head_bits(width) + sum(sub_bits) + 7) // 8 + stored_bytes
-        devs = [b - length_base(body_bytes, count, head_bits(width), lay) for b in sub_bits[:3]]
+        body_bytes = (head_bits(width) + sum(lane_bits) + 7) // 8
+        devs = [b - length_base(body_bytes, head_bits(width)) for b in lane_bits[: LANES - 1]]
         if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
             return width, devs, body_bytes
-    raise AssertionError("sub-stream lengths beyond the format's widths")  # cannot happen: |dev| < 2^16
+    raise AssertionError("lane lengths beyond the format's widths")  # cannot happen: |dev| < 2^15
 
 
 def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int,
                  planes: dict | None = None) -> tuple[int, bytes]:
-    """§7 step 4: one block with its ref and its group's codes -> (descriptor, body); the descriptor
-    as an integer: body bytes | width << 16 (the stream stores the body bytes, the body the width).
+    """§7 step 4: one block with its ref and its group's codes -> (body bytes, body).
 
     lengths: the group's symbol code; planes maps each coded byte plane p to its code lengths."""
     elem_bytes = LAYOUTS[code][0]
-    lay = GroupLayout(code, mask)
     count = x.size
-    fields, widths, implied, raw, extra = _block_fields(code, x, ref, lengths, mask, planes or {})
-    sub_bits = [int(widths[r].sum()) for r in substream_ranges(count)]
-    kept = ~implied
-    m = int(kept.sum())
-    stored = (raw[kept][:, lay.stored].astype(np.uint8).tobytes()
-              + pack_bits((extra >> lay.sc)[kept], np.full(m, lay.extra_bits)))
-    width, devs, _ = _width(sub_bits, len(stored), count, lay)
+    fields, widths, _ = _block_fields(code, x, ref, lengths, mask, planes or {})
+    lanes = [np.arange(k, count, LANES) for k in range(LANES)]
+    width, devs, _ = _width([int(widths[lane].sum()) for lane in lanes])
+    order = np.concatenate(lanes)
     field = width - WIDTH_SHORT if width_field_bits(width) == 3 else 7 | width << 3
-    area = pack_bits(np.concatenate([[field], np.array(devs, np.int64) & ((1 << width) - 1), fields.ravel()]),
-                     np.concatenate([[width_field_bits(width)], np.full(3, width), widths.ravel()]))
-    body = area + stored
+    body = pack_bits(np.concatenate([[field], np.array(devs, np.int64) & ((1 << width) - 1), fields[order].ravel()]),
+                     np.concatenate([[width_field_bits(width)], np.full(LANES - 1, width), widths[order].ravel()]))
     if len(body) >= count * elem_bytes:
         return count * elem_bytes, x.tobytes()
-    return len(body) | width << 16, body
+    return len(body), body
 
 
 def block_bytes(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int, planes: dict) -> int:
     """encode_block's body length, from the fields' widths, without coding them."""
-    lay = GroupLayout(code, mask)
-    _, widths, implied, _, _ = _block_fields(code, x, ref, lengths, mask, planes)
-    sub_bits = [int(widths[r].sum()) for r in substream_ranges(x.size)]
-    body = _width(sub_bits, lay.stored_bytes(int((~implied).sum())), x.size, lay)[2]
+    _, widths, _ = _block_fields(code, x, ref, lengths, mask, planes)
+    body = _width([int(widths[k::LANES].sum()) for k in range(LANES)])[2]
     return min(body, x.size * LAYOUTS[code][0])
 
 
@@ -500,13 +466,13 @@ def compress(x: np.ndarray) -> bytes:
         records.append(bytes([mask]) + len(table).to_bytes(2, "little"))
         tables.append(table)
         for blk, r in zip(blocks, refs):
-            desc, body = encode_block(code, blk, r, lengths, mask, planes)
-            descs.append(desc)
+            size, body = encode_block(code, blk, r, lengths, mask, planes)
+            descs.append(size)
             bodies.append(body)
     coded_len = DESC_BYTES * len(descs) + sum(map(len, records)) + sum(map(len, tables)) + sum(map(len, bodies))
     if coded_len >= n * elem_bytes:
         return header(code, FLAG_STORED_RAW, n) + x.tobytes()
-    return (header(code, 0, n) + b"".join((d & 0xFFFF).to_bytes(DESC_BYTES, "little") for d in descs)
+    return (header(code, 0, n) + b"".join(d.to_bytes(DESC_BYTES, "little") for d in descs)
             + b"".join(records)
             + b"".join(bodies) + b"".join(tables))
 
@@ -539,29 +505,26 @@ def stream_bytes(x: np.ndarray) -> int:
 TRUNCATED = "truncated payload (shorter than its header says)"
 
 
-def _check_header(buf: bytes, code: int, n: int) -> tuple[int, int, int]:
-    """§1: (version, flags, the bits a group's mask may have)."""
+def _check_header(buf: bytes, code: int, n: int) -> int:
+    """§1: the header against the expected dtype and count -> its flags."""
     if len(buf) < HEADER_BYTES:
         raise CorruptPayload(TRUNCATED)
     if buf[:4] != MAGIC:
         raise CorruptPayload("bad magic (not a zipccl payload)")
-    version = buf[4]
-    if version not in (1, 2, 3, 4) or buf[7] != BLOCK_LOG2:
+    if buf[4] != VERSION or buf[7] != BLOCK_LOG2:
         raise CorruptPayload("unsupported format version or block size")
     if buf[5] != code:
         raise CorruptPayload("payload dtype does not match the requested dtype")
     if int.from_bytes(buf[8:16], "little") != n:
         raise CorruptPayload("payload element count does not match the requested shape")
-    flags = buf[6]
-    planes = (1 << LAYOUTS[code][2]) - 1
-    if version >= 3:
-        if flags & ~FLAG_STORED_RAW:
-            raise CorruptPayload("unknown header flags")
-        return version, flags, planes | MASK_SIGN | MASK_ZEROS | MASK_OWN_REFS
-    mask_bits = planes | (MASK_SIGN if version == 2 else 0)
-    if flags & ~(FLAG_STORED_RAW | FLAG_MASKS) or (flags & FLAG_MASKS and (not mask_bits or flags & FLAG_STORED_RAW)):
+    if buf[6] & ~FLAG_STORED_RAW:
         raise CorruptPayload("unknown header flags")
-    return version, flags, mask_bits
+    return buf[6]
+
+
+def mask_bits(code: int) -> int:
+    """§1: the bits a group mask of this dtype may have."""
+    return (1 << LAYOUTS[code][2]) - 1 | MASK_SIGN | MASK_ZEROS | MASK_OWN_REFS
 
 
 def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
@@ -570,25 +533,11 @@ def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
     code = DTYPE_CODES[dtype_name(dt)]
     elem_bytes = LAYOUTS[code][0]
     buf = bytes(buf)
-    version, flags, mask_bits = _check_header(buf, code, n)
-    if flags & FLAG_STORED_RAW:
+    if _check_header(buf, code, n) & FLAG_STORED_RAW:
         if len(buf) - HEADER_BYTES < n * elem_bytes:
             raise CorruptPayload(TRUNCATED)
         return np.frombuffer(buf, dt, count=n, offset=HEADER_BYTES).copy()
-    out = _decompress_v3(buf, code, n, version, mask_bits) if version >= 3 else _decompress_v2(buf, code, n, flags,
-                                                                                                  mask_bits)
-    return out.astype(np.uint16 if elem_bytes == 2 else np.uint32).view(dt)
-
-
-def _blocks(buf: bytes, descs, n: int, table_at: int, table_sizes: list):
-    """Per block in stream order: its index, its group, its descriptor, its element count and its
-    group's table bytes (the groups' tables lie end to end from table_at)."""
-    for b, desc in enumerate(descs):
-        g = b // GROUP_BLOCKS
-        if b % GROUP_BLOCKS == 0:
-            table = buf[table_at : table_at + table_sizes[g]]
-            table_at += table_sizes[g]
-        yield b, g, int(desc), min(BLOCK, n - b * BLOCK), table
+    return _decompress_coded(buf, code, n).astype(np.uint16 if elem_bytes == 2 else np.uint32).view(dt)
 
 
 def body_offset(stream: bytes, n: int, b: int) -> int:
@@ -600,58 +549,47 @@ def body_offset(stream: bytes, n: int, b: int) -> int:
     return HEADER_BYTES + DESC_BYTES * nb + GROUP_RECORD_BYTES * -(-nb // GROUP_BLOCKS) + sum(descs)
 
 
-def desc_bytes(version: int) -> int:
-    """§2: a descriptor's bytes in a stream of this version (3 or 4)."""
-    return DESC_BYTES if version >= 4 else 3
-
-
-def _decompress_v3(buf: bytes, code: int, n: int, version: int, mask_bits: int) -> np.ndarray:
-    """§1-§6 of versions 3 and 4: the elements' unsigned bits."""
+def _decompress_coded(buf: bytes, code: int, n: int) -> np.ndarray:
+    """§1-§6: the elements' unsigned bits of a coded stream."""
     nb = -(-n // BLOCK)
     ng = -(-nb // GROUP_BLOCKS)
-    db = desc_bytes(version)
-    records_at = HEADER_BYTES + db * nb
+    records_at = HEADER_BYTES + DESC_BYTES * nb
     bodies_at = records_at + GROUP_RECORD_BYTES * ng
     if len(buf) < bodies_at:
         raise CorruptPayload(TRUNCATED)
     records = [buf[records_at + GROUP_RECORD_BYTES * g :][:GROUP_RECORD_BYTES] for g in range(ng)]
     masks = [r[0] for r in records]
-    if any(m & ~mask_bits for m in masks):
+    if any(m & ~mask_bits(code) for m in masks):
         raise CorruptPayload("corrupt group mask")
-    descs = [int.from_bytes(buf[HEADER_BYTES + db * b :][:db], "little") for b in range(nb)]
-    table_at = bodies_at + sum(d & 0xFFFF for d in descs)
+    sizes = [int.from_bytes(buf[HEADER_BYTES + DESC_BYTES * b :][:DESC_BYTES], "little") for b in range(nb)]
+    table_at = bodies_at + sum(sizes)
     table_sizes = [int.from_bytes(r[1:], "little") for r in records]
     if len(buf) < table_at + sum(table_sizes):
         raise CorruptPayload(TRUNCATED)
+    elem_bytes = LAYOUTS[code][0]
     out = np.empty(n, np.int64)
     pos, codes = bodies_at, None
-    for b, g, desc, count, table in _blocks(buf, descs, n, table_at, table_sizes):
+    for b, size in enumerate(sizes):
+        g, count = b // GROUP_BLOCKS, min(BLOCK, n - b * BLOCK)
         if b % GROUP_BLOCKS == 0:
+            table = buf[table_at : table_at + table_sizes[g]]
+            table_at += table_sizes[g]
             codes = None  # unpacked lazily: a group of raw blocks may carry any tables
-        size, width = desc & 0xFFFF, desc >> 16
         body = buf[pos : pos + size]
         pos += size
-        elem_bytes = LAYOUTS[code][0]
-        if version >= 4:  # §2: the body's size tells a raw block; a coded body holds its width
-            width = 0 if size == count * elem_bytes else None
-        if width == 0:  # §2: a raw block
-            if size != count * elem_bytes:
-                raise CorruptPayload("corrupt block descriptor (bad body size)")
+        if size == count * elem_bytes:  # §2: a raw block
             out[b * BLOCK : b * BLOCK + count] = np.frombuffer(body, np.uint16 if elem_bytes == 2 else np.uint32)
             continue
-        if width is not None and width > MAX_WIDTH:
-            raise CorruptPayload("corrupt block descriptor (bad mode)")
-        if size >= count * elem_bytes:
+        if size > count * elem_bytes:
             raise CorruptPayload("corrupt block descriptor (bad body size)")
         lay = GroupLayout(code, masks[g])
         if codes is None:
             refs = min(nb, (g + 1) * GROUP_BLOCKS) - g * GROUP_BLOCKS if masks[g] & MASK_OWN_REFS else 1
             if len(table) < refs:
                 raise CorruptPayload("corrupt code table")
-            codes = (list(table[:refs]), unpack_tables(table[refs:], [lay.nsym] + [PLANE_SYMS] * len(lay.coded),
-                                                       version))
+            codes = (list(table[:refs]), unpack_tables(table[refs:], [lay.nsym] + [PLANE_SYMS] * len(lay.coded)))
         ref = codes[0][b % GROUP_BLOCKS if masks[g] & MASK_OWN_REFS else 0]
-        out[b * BLOCK : b * BLOCK + count] = _decode_block_v3(code, body, size, ref, width, count, codes[1], lay)
+        out[b * BLOCK : b * BLOCK + count] = _decode_block(code, body, ref, count, codes[1], lay)
     return out
 
 
@@ -676,31 +614,33 @@ class _BitReader:
         return lut[0][window]
 
 
-def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width, count: int, codes,
-                     lay: GroupLayout) -> np.ndarray:
-    """§2, §6 of versions 3 and 4: a coded block's elements, as unsigned bits (width None: version 4's, in
-    the body)."""
-    elem_bytes, exp_bits, raw_bytes, _ = LAYOUTS[code]
-    value, end = int.from_bytes(body, "little"), 8 * size
-    field = 0
-    if width is None:  # §2, version 4: the width field
-        width, field = read_width_field(value, end)
-    head = field + 3 * width
-    base = length_base(size, count, head, lay)
+def lane_starts(body: bytes) -> list[int]:
+    """§2: where each lane of a coded body starts, in bits, then the body's end."""
+    value, end = int.from_bytes(body, "little"), 8 * len(body)
+    width, field = read_width_field(value, end)
+    head = head_bits(width) - width_field_bits(width) + field
+    base = length_base(len(body), head)
     starts = [head]
-    for k in range(SUBSTREAMS - 1):
+    for k in range(LANES - 1):
         dev = (value >> (field + k * width)) & ((1 << width) - 1)
         starts.append(starts[-1] + base + dev - ((dev >> (width - 1)) << width))
     if head > end or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > end:
         raise CorruptPayload("corrupt block descriptor (bad body size)")
+    return starts + [end]
+
+
+def _decode_block(code: int, body: bytes, ref: int, count: int, codes, lay: GroupLayout) -> np.ndarray:
+    """§2, §6: a coded block's elements, as unsigned bits: lane by lane, in order."""
+    exp_bits, raw_bytes = LAYOUTS[code][1], LAYOUTS[code][2]
+    value, starts = int.from_bytes(body, "little"), lane_starts(body)
     luts = [decode_lut(c) for c in codes]
     sym_lut, plane_luts = luts[0], dict(zip(lay.coded, luts[1:]))
     e, t, raw = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros((count, raw_bytes), np.int64)
-    sign, implied = np.zeros(count, np.int64), np.zeros(count, bool)
-    for k, elements in enumerate(substream_ranges(count)):
-        bits = _BitReader(value, starts[k], starts[k + 1] if k + 1 < SUBSTREAMS else end)
+    sign, extra = np.zeros(count, np.int64), np.zeros(count, np.int64)
+    for k in range(LANES):
+        bits = _BitReader(value, starts[k], starts[k + 1])
         take, symbol = bits.take, bits.symbol
-        for i in elements:
+        for i in lane_elements(count, k):
             s = symbol(sym_lut)
             sign[i], cls, t[i] = s >> 7, (s >> TOP_BITS) & (NUM_CLASSES - 1), s & 3
             if cls == CLASS_ESC:
@@ -709,131 +649,19 @@ def _decode_block_v3(code: int, body: bytes, size: int, ref: int, width, count: 
                 if cls - 1 >= ref:
                     raise CorruptPayload("corrupt block bitstream")
                 e[i] = ref - (cls - 1)
-            implied[i] = lay.zeros and cls == CLASS_ZERO and t[i] == 0
-            for p in lay.coded:
-                raw[i, p] = 0 if implied[i] else symbol(plane_luts[p])
-        if k + 1 < SUBSTREAMS and bits.pos != bits.stop:
+            if lay.zeros and cls == CLASS_ZERO and t[i] == 0:
+                continue  # §4.2: an implied zero stores nothing
+            extra[i] = take(lay.extra_bits)
+            for p in range(raw_bytes):
+                raw[i, p] = symbol(plane_luts[p]) if p in plane_luts else take(8)
+        if k + 1 < LANES and bits.pos != bits.stop:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    pos = bits.pos
-    area = (pos + 7) // 8
-    m = count - int(implied.sum())
-    if (value >> pos) & ((1 << (8 * area - pos)) - 1) or size - area != lay.stored_bytes(m):
+    if (bits.pos + 7) // 8 != len(body) or value >> bits.pos:
         raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    kept = ~implied
-    stored = np.frombuffer(body, np.uint8, count=m * len(lay.stored), offset=area)
-    raw[np.ix_(kept, lay.stored)] = stored.reshape(m, len(lay.stored))
-    w = lay.extra_bits
-    ebits = np.unpackbits(np.frombuffer(body[area + m * len(lay.stored) :], np.uint8), bitorder="little")
-    if ebits[m * w :].any():
-        raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    extra = np.zeros(count, np.int64)
-    extra[kept] = ebits[: m * w].reshape(m, w).astype(np.int64) @ (1 << np.arange(w))
     if not lay.sc:
         sign = extra & 1
         extra >>= 1
     return join(code, e, t, raw, extra << 1 | sign)
-
-
-def _decompress_v2(buf: bytes, code: int, n: int, flags: int, mask_bits: int) -> np.ndarray:
-    """Versions 1-2 ("Earlier versions" of FORMAT.md): the elements' unsigned bits."""
-    raw_bytes = LAYOUTS[code][2]
-    nb = -(-n // BLOCK)
-    ng = -(-nb // GROUP_BLOCKS)
-    table_at = HEADER_BYTES + 4 * nb + (ng if flags & FLAG_MASKS else 0)
-    if len(buf) < table_at:
-        raise CorruptPayload(TRUNCATED)
-    masks = list(buf[HEADER_BYTES + 4 * nb : table_at]) if flags & FLAG_MASKS else [0] * ng
-    if any(m & ~mask_bits for m in masks):
-        raise CorruptPayload("corrupt group mask")
-    table_sizes = [TABLE_BYTES + PLANE_TABLE_BYTES * bin(m & ~MASK_SIGN).count("1") for m in masks]
-    pos = table_at + sum(table_sizes)
-    if len(buf) < pos:
-        raise CorruptPayload(TRUNCATED)
-    descs = np.frombuffer(buf, "<u4", count=nb, offset=HEADER_BYTES).astype(np.int64)
-    out = np.empty(n, np.int64)
-    luts = None
-    for b, g, desc, count, tables in _blocks(buf, descs, n, table_at, table_sizes):
-        if b % GROUP_BLOCKS == 0:
-            luts = None  # built lazily: a group of raw blocks may carry any tables
-        size = desc & 0xFFFF
-        if size > len(buf) - pos:
-            raise CorruptPayload(TRUNCATED)
-        if desc >> 24 == 1 and luts is None:
-            luts = _group_luts_v2(tables, masks[g], raw_bytes)
-        out[b * BLOCK : b * BLOCK + count] = _decode_block_v2(code, buf[pos : pos + size], int(desc), count, luts,
-                                                              bool(masks[g] & MASK_SIGN))
-        pos += size
-    return out
-
-
-def _group_luts_v2(tables: bytes, mask: int, raw_bytes: int) -> tuple:
-    """Versions 1-2: the symbol table's decode table, then each plane's (None: stored raw)."""
-    luts = [decode_lut(unpack_table(tables[:TABLE_BYTES]))]
-    at = TABLE_BYTES
-    for p in range(raw_bytes):
-        if mask >> p & 1:
-            luts.append(decode_lut(unpack_table(tables[at : at + PLANE_TABLE_BYTES])))
-            at += PLANE_TABLE_BYTES
-        else:
-            luts.append(None)
-    return tuple(luts)
-
-
-def _decode_block_v2(code: int, body: bytes, desc: int, count: int, luts, sign_coded: bool) -> np.ndarray:
-    """Versions 1-2: one block; luts from _group_luts_v2. Returns the elements' unsigned bits."""
-    elem_bytes, exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
-    sc = int(sign_coded)
-    extra_bits -= sc  # the sign is coded, not stored
-    size, ref, mode = desc & 0xFFFF, (desc >> 16) & 0xFF, desc >> 24
-    if mode == 0:
-        if size != count * elem_bytes:
-            raise CorruptPayload("corrupt block descriptor (bad body size)")
-        return np.frombuffer(body, np.uint16 if elem_bytes == 2 else np.uint32).astype(np.int64)
-    if mode != 1:
-        raise CorruptPayload("corrupt block descriptor (bad mode)")
-    coded = [p for p in range(raw_bytes) if luts and luts[1 + p] is not None]
-    stored_planes = [p for p in range(raw_bytes) if p not in coded]
-    extra_at = count * len(stored_planes)
-    sizes_at = extra_at + extra_bytes(count, extra_bits)
-    header_end = sizes_at + 2 * (SUBSTREAMS - 1)
-    if not header_end < size < count * elem_bytes:
-        raise CorruptPayload("corrupt block descriptor (bad body size)")
-    raw = np.zeros((count, raw_bytes), np.int64)
-    raw[:, stored_planes] = np.frombuffer(body, np.uint8, count=extra_at).reshape(count, -1)
-    ebits = np.unpackbits(np.frombuffer(body[extra_at:sizes_at], np.uint8), bitorder="little")
-    if ebits[count * extra_bits :].any():
-        raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    extra = ebits[: count * extra_bits].reshape(count, extra_bits).astype(np.int64) @ (1 << np.arange(extra_bits))
-    sizes = np.frombuffer(body, "<u2", count=SUBSTREAMS - 1, offset=sizes_at)
-    bounds = header_end + np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-    if bounds[-1] > size:
-        raise CorruptPayload("corrupt block descriptor (bad body size)")
-    bounds = [*bounds.tolist(), size]
-    e, t, sign = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros(count, np.int64)
-    for k, elements in enumerate(substream_ranges(count)):
-        stream = body[bounds[k] : bounds[k + 1]]
-        value = int.from_bytes(stream, "little")
-        bits = _BitReader(value, 0, 8 * len(stream))
-        take, symbol = bits.take, bits.symbol
-        for i in elements:
-            s = symbol(luts[0])
-            cls, t[i] = s >> TOP_BITS, s & ((1 << TOP_BITS) - 1)
-            if cls == CLASS_ESC:
-                e[i] = take(exp_bits)
-                sign[i] = take(sc)
-            elif sc:
-                sign[i], cls = cls >> 4, cls & 15
-                if cls == 15:  # version 2: the one class a sign-coded group does not use
-                    raise CorruptPayload("corrupt block bitstream")
-            if cls not in (CLASS_ZERO, CLASS_ESC):
-                if cls - 1 >= ref:
-                    raise CorruptPayload("corrupt block bitstream")
-                e[i] = ref - (cls - 1)
-            for p in coded:
-                raw[i, p] = symbol(luts[1 + p])
-        if (bits.pos + 7) // 8 != len(stream) or value >> bits.pos:
-            raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    return join(code, e, t, raw, extra << sc | sign)
 
 
 # §8 ---------------------------------------------------------------------------

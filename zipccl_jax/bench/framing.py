@@ -40,10 +40,11 @@ def _entropy_bits(counts: np.ndarray) -> float:
 
 
 def account(x: np.ndarray, buf: bytes) -> dict:
-    """{part: bits} of stream `buf` (x compressed, format version 4) and the
+    """{part: bits} of stream `buf` (x compressed, format version 5) and the
     symbols' entropy per group ("symbol entropy"); the parts add up to
     8 * len(buf). "length fields" holds each coded body's width field and
-    its three length deviations."""
+    its 15 lane length deviations; "stored bytes" the stored extra values and
+    byte planes of every lane."""
     x = np.ascontiguousarray(x).ravel()
     code = R.DTYPE_CODES[R.dtype_name(x.dtype)]
     n = x.size
@@ -62,7 +63,7 @@ def account(x: np.ndarray, buf: bytes) -> dict:
     records = [buf[at + R.GROUP_RECORD_BYTES * g: at + R.GROUP_RECORD_BYTES * (g + 1)] for g in range(ng)]
     bits["descriptors"], bits["group records"] = 8 * R.DESC_BYTES * nb, 8 * R.GROUP_RECORD_BYTES * ng
     body_at = at + R.GROUP_RECORD_BYTES * ng
-    table_at = body_at + sum(d & 0xFFFF for d in descs)
+    table_at = body_at + sum(descs)
     entropy = 0.0
     for g, record in enumerate(records):
         mask, table_bytes = record[0], int.from_bytes(record[1:3], "little")
@@ -84,20 +85,22 @@ def account(x: np.ndarray, buf: bytes) -> dict:
                 bits["raw blocks"] += 8 * size
                 continue
             width, field = R.read_width_field(buf[body_at - size], 8 * size)  # §2: the body's width field
-            head = field + 3 * width
+            head = R.head_bits(width) - R.width_field_bits(width) + field
             ref = refs[i if mask & R.MASK_OWN_REFS else 0]
-            _, widths, implied, _, _ = R._block_fields(code, blk, ref, lengths, mask, planes)
+            _, widths, _ = R._block_fields(code, blk, ref, lengths, mask, planes)
             s = _symbols(code, blk, ref, mask)
             counts += np.bincount(s, minlength=lay.nsym)
-            stored = 8 * lay.stored_bytes(int((~implied).sum()))
+            # the fields (§6): code, escaped exponent, stored extra, then each plane's code or stored byte
             fields = [int(widths[:, k].sum()) for k in range(widths.shape[1])]
-            pad = 8 * size - head - sum(fields) - stored
+            coded = sum(fields[3 + p] for p in lay.coded)
+            stored = fields[2] + sum(fields[3 + p] for p in lay.stored)
+            pad = 8 * size - head - sum(fields)
             if not 0 <= pad < 8:
                 raise AssertionError(f"framing: block {b} does not add up ({pad} bits of padding)")
             bits["length fields"] += head
             bits["symbol codes"] += fields[0]
             bits["escaped exponents"] += fields[1]
-            bits["coded planes"] += sum(fields[2:])
+            bits["coded planes"] += coded
             bits["stored bytes"] += stored
             bits["padding"] += pad
         entropy += _entropy_bits(counts)
