@@ -5,6 +5,8 @@
 // emulation), after the CUDA runtime or tests/cuda_host_shim.h and its ZC_* macros.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda_device.cuh"
 #include "zipccl_rows.h"
 
@@ -159,7 +161,7 @@ class BufferedReader {
   uint32_t pos;  // bit position in the body
   uint32_t end;  // the bit the lane ends at
   __device__ BufferedReader(const uint8_t* words, uint64_t at, uint64_t limit, uint32_t pos, uint32_t end)
-      : pos(pos), end(end), words_(words), limit_(limit) {
+      : pos(pos), end(end), words_(words), limit_(limit), first_(8 * at) {
     const uint64_t bit = 8 * at + pos;
     next_ = bit >> 5;
     buf_ = Load(next_++) >> (bit & 31);
@@ -186,6 +188,20 @@ class BufferedReader {
     *v = peek(len);
     return skip(len);
   }
+  // FastLane's reads: the buffer after a refill (33 bits or more, not cut at end), a move past len <= 32
+  // of its bits with no check against end, and the bit of the body reached (pos is not kept up).
+  __device__ uint64_t window() {
+    if (have_ <= 32) {
+      buf_ |= uint64_t(Load(next_++)) << have_;
+      have_ += 32;
+    }
+    return buf_;
+  }
+  __device__ void drop(uint32_t len) {
+    buf_ >>= len;
+    have_ -= int(len);
+  }
+  __device__ uint32_t reached() const { return uint32_t(32 * next_ - uint64_t(have_) - first_); }
 
  private:
   __device__ uint32_t Load(uint64_t w) const {  // aligned word w, zero past limit
@@ -195,27 +211,110 @@ class BufferedReader {
     return v;
   }
   const uint8_t* words_;
-  uint64_t limit_, next_;  // the next word to load
+  uint64_t limit_, first_, next_;  // bytes readable; the body's first bit; the next word to load
   uint64_t buf_;  // bits from pos on, have_ of them: more than 32 after a peek (every skip follows a peek of
   int have_;      // at least its length, as in decode_element)
 };
 
+// The fast path of a lane. In a group with no coded byte plane (mask bits 0-1 clear: every bfloat16
+// group, and the float16 and float32 groups whose planes did not pay, §7 step 2) every field of an
+// element sits at a fixed place after its symbol's code, so a 32-bit entry per 12-bit window
+// (FastEntryOf) gives all the element's bits but the ref's and the stored fields': an element is one
+// table load and shifts of one window, with no check per field. decode_element's checks become three:
+// the block's ref exceeds every class less one of the group's codes and fits the exponent field (the
+// caller's, once per block: DecodeSmem::dmax), every window had a code (the shortest code length
+// seen), and the lane ends where it must. Where one fails, the lane is decoded again through
+// decode_element, whose verdict and output stand.
+struct FastEntry {
+  static constexpr uint32_t kLen = 15;        // bits 0-3: the code's length; 0: no code
+  static constexpr int kOffShift = 4;         // bits 4-8: the stored fields' offset (the code, an escape's exponent)
+  static constexpr int kTotalShift = 9;       // bits 9-14: the element's bits in its lane (the offset: an implied zero)
+  static constexpr uint32_t kRef = 1u << 15;  // classes 1-30: the exponent is the ref less (class - 1)
+  static constexpr int kTopShift = 16;        // bits 16-31: the element's top 16 bits the symbol gives, less
+                                              // (class - 1) << e_shift (mod 2^16) with kRef
+};
+
+// The fast entry of a window from its decode-table entry (symbol | length << 8; build_lut's); *needs:
+// the class less one the ref must exceed (-1: none).
+__device__ uint32_t FastEntryOf(uint16_t lut_entry, const zc::GroupLayout& gl, int* needs) {
+  const uint32_t len = lut_entry >> 8, s = lut_entry & 0xFFu, c = (s >> zc::kTopBits) & (zc::kNumClasses - 1);
+  *needs = -1;
+  if (!len) return 0;
+  const int e_shift = 15 - gl.lay.exp_bits;  // in the top 16 bits (float32's upper half)
+  const bool esc = c == uint32_t(zc::kClassEsc), from_ref = !esc && c != uint32_t(zc::kClassZero);
+  const uint32_t off = len + (esc ? gl.lay.exp_bits : 0);
+  const uint32_t total = zc::implied_symbol(int(s), gl.mask) ? off : off + gl.extra_bits + 8 * gl.stored_planes;
+  const uint32_t sign = (gl.mask & zc::kMaskSign) ? s >> zc::kSignBit : 0;
+  const uint32_t top = (sign << 15 | (s & 3u) << (e_shift - zc::kTopBits)) - (from_ref ? (c - 1) << e_shift : 0);
+  if (from_ref) *needs = int(c - 1);
+  return len | off << FastEntry::kOffShift | total << FastEntry::kTotalShift | (from_ref ? FastEntry::kRef : 0) |
+         (top & 0xFFFFu) << FastEntry::kTopShift;
+}
+
+// Decodes lane k's elements (k, k + 16, ... < count) of a block of a group without coded planes (sign
+// coded: SC) into dst (aligned) with the group's fast entries and the block's ref, which exceeds every
+// class less one of the entries and fits the exponent field, from r. Returns whether every window had
+// a code; the lane's end is the caller's to check (r.reached()).
+template <int DT, bool SC>
+__device__ bool FastLane(const uint32_t* entries, uint32_t ref, BufferedReader& r, int k, int count, uint8_t* dst) {
+  using Element = std::conditional_t<DT == zc::kF32, uint32_t, uint16_t>;
+  constexpr int exp_bits = DT == zc::kF16 ? 5 : 8, e_shift = 15 - exp_bits;
+  constexpr int low_bits = DT == zc::kF16 ? 8 : 5;  // the stored bits under the top bits
+  constexpr int sb = SC ? 0 : 1;                    // the stored sign's
+  Element* o = reinterpret_cast<Element*>(dst) + k;
+  const uint32_t ref_bits = ref << e_shift;
+  uint32_t shortest = FastEntry::kLen;
+  for (int i = k; i < count; i += zc::kLanes, o += zc::kLanes) {
+    const uint64_t w = r.window();
+    const uint32_t entry = entries[uint32_t(w) & (zc::kLutSize - 1)];
+    const uint32_t len = entry & FastEntry::kLen, off = (entry >> FastEntry::kOffShift) & 31,
+                   total = (entry >> FastEntry::kTotalShift) & 63;
+    shortest = Min(shortest, len);
+    const uint32_t escaped = (uint32_t(w >> len) & ((1u << exp_bits) - 1)) << e_shift;
+    const uint32_t exponent = off != len ? escaped : (entry & FastEntry::kRef) ? ref_bits : 0;
+    const uint32_t top = (entry >> FastEntry::kTopShift) + exponent;
+    uint32_t f;  // the stored fields: the sign unless SC, the bits under the top bits, float32's low half
+    if (DT == zc::kF32) {  // up to 42 bits: the stored fields from a second window
+      r.drop(off);
+      f = uint32_t(r.window());
+      r.drop(total - off);
+    } else {
+      f = uint32_t(w >> off);
+      r.drop(total);
+    }
+    uint32_t x = top | (f >> sb & ((1u << low_bits) - 1)) | (SC ? 0 : (f & 1u) << 15);
+    if (DT == zc::kF32) x = x << 16 | (f >> (sb + low_bits) & 0xFFFFu);
+    if (total == off) x = DT == zc::kF32 ? top << 16 : top;  // an implied zero: its sign alone
+    *o = Element(x);
+  }
+  return shortest > 0;
+}
+
 struct DecodeSmem {
-  uint16_t luts[kGroupLuts][zc::kLutSize];  // the group's: symbols, then each coded plane's
+  int dmax[kThreads / kWarp];  // each warp's largest class less one among the fast entries (-1: none)
+  union {
+    uint16_t luts[kGroupLuts][zc::kLutSize];  // the group's: symbols, then each coded plane's
+    uint32_t fast[zc::kLutSize];              // or, with no coded plane, its fast entries
+  };
   uint32_t starts[kDecodeBlocks][zc::kLanes + 1];
   int8_t block_status[kDecodeBlocks];
 };
 
-// CUDA block per half group (kDecodeBlocks blocks) of every valid stream:
-// the group's decode tables are copied to shared memory; thread 16 j + k
-// decodes lane k of block j of the half (zc::decode_element through a
-// BufferedReader), so that the 16 lanes of a block store 16 consecutive elements
-// at each step. Raw blocks are copied by their 16 threads, stored-raw
-// streams by all. A block's descriptor and table errors count as its lane
-// 0's.
-__global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride, int64_t row_offset,
-                             int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out, uint32_t* status) {
+// CUDA block per half group (kDecodeBlocks blocks) of every valid stream of
+// dtype DT: the group's decode tables, or its fast entries, in shared memory;
+// thread 16 j + k decodes lane k of block j of the half (FastLane, or
+// zc::decode_element through a BufferedReader), so that the 16 lanes of a block
+// store 16 consecutive elements at each step. Raw blocks are copied by their
+// 16 threads, stored-raw streams by all. A block's descriptor and table errors
+// count as its lane 0's. Eight CUDA blocks an SM (1,024 threads, 32 warps to
+// hide each lane's chain of loads): 64 registers a thread, 25 KB of shared
+// memory a block.
+template <int DT>
+__global__ void __launch_bounds__(kThreads, 8)
+    DecodeKernel(const uint8_t* payload, int64_t cap, int64_t row_stride, int64_t row_offset, int64_t nstreams,
+                 int64_t n, StreamInfo info, uint8_t* out, uint32_t* status) {
   ZC_SHARED(DecodeSmem, sm);
+  constexpr int dtype = DT;
   const zc::Layout lay = zc::layout_of(dtype);
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb), halves = 2 * ng;
   const int j = threadIdx.x / zc::kLanes, k = threadIdx.x % zc::kLanes;
@@ -231,10 +330,22 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
       continue;
     }
     const int mask = in[zc::records_offset(nb) + zc::kRecordBytes * g];
-    const bool table_ok = info.table_ok[gi];
-    for (int t = 0; table_ok && t < info.luts_per_group; ++t)
+    const bool table_ok = info.table_ok[gi], fast = !(mask & 3);  // block-uniform: no coded plane
+    const zc::GroupLayout gl = zc::group_layout(dtype, mask);
+    const uint16_t* group_luts = info.luts + gi * info.luts_per_group * zc::kLutSize;
+    if (table_ok && fast) {
+      int dmax = -1;
+      for (int i = threadIdx.x; i < zc::kLutSize; i += blockDim.x) {
+        int needs;
+        sm.fast[i] = FastEntryOf(group_luts[i], gl, &needs);
+        dmax = Max(dmax, needs);
+      }
+      dmax = WarpMax(dmax);
+      if (Lane() == 0) sm.dmax[WarpId()] = dmax;
+    }
+    for (int t = 0; table_ok && !fast && t < info.luts_per_group; ++t)
       if (t == 0 || ((mask >> (t - 1)) & 1))
-        for (int i = threadIdx.x; i < zc::kLutSize; i += blockDim.x) sm.luts[t][i] = info.luts[(gi * info.luts_per_group + t) * zc::kLutSize + i];
+        for (int i = threadIdx.x; i < zc::kLutSize; i += blockDim.x) sm.luts[t][i] = group_luts[t * zc::kLutSize + i];
     const int count = b < nb ? zc::block_count(n, b) : 0;
     const uint32_t size = b < nb ? zc::load_descriptor(in, b) : 0, raw_size = uint32_t(count) * lay.elem_bytes;
     const uint8_t* body = in + (b < nb ? info.body_at[s * nb + b] : 0);
@@ -250,16 +361,28 @@ __global__ void DecodeKernel(int dtype, const uint8_t* payload, int64_t cap, int
     if (sm.block_status[j] == -1) {  // §2: a raw block, copied as it is
       for (uint32_t i = k; b < nb && i < raw_size; i += zc::kLanes) dst[i] = body[i];
     } else if (sm.block_status[j] == zc::kOk) {
-      const zc::PlaneCodes pc{mask, {}, {}, {sm.luts[1], sm.luts[2]}};
-      const zc::GroupLayout gl = zc::group_layout(dtype, mask);
       const uint32_t ref = info.refs[gi * zc::kGroupBlocks + ((mask & zc::kMaskOwnRefs) ? b % zc::kGroupBlocks : 0)];
-      BufferedReader r(payload, uint64_t(body - payload), uint64_t((row + 1) * cap), sm.starts[j][k],
-                       sm.starts[j][k + 1]);
-      int st = zc::kOk;
-      for (int i = k; st == zc::kOk && i < count; i += zc::kLanes)
-        st = zc::decode_element(dtype, gl, ref, sm.luts[0], pc, r, dst + i * lay.elem_bytes);
-      if (st == zc::kOk) st = zc::lane_end_status(body, k, r.pos, sm.starts[j]);
-      if (st != zc::kOk) ReportError(status, row, b, k, st);
+      const uint64_t at = uint64_t(body - payload), limit = uint64_t((row + 1) * cap);
+      const uint32_t begin = sm.starts[j][k], end = sm.starts[j][k + 1];
+      int dmax = -1;
+      for (int w = 0; fast && w < kThreads / kWarp; ++w) dmax = Max(dmax, sm.dmax[w]);
+      bool done = false;
+      const bool aligned = reinterpret_cast<uintptr_t>(dst) % lay.elem_bytes == 0;
+      if (fast && int(ref) > dmax && ref < (1u << lay.exp_bits) && aligned) {
+        BufferedReader r(payload, at, limit, begin, end);
+        done = ((mask & zc::kMaskSign) ? FastLane<DT, true>(sm.fast, ref, r, k, count, dst)
+                                       : FastLane<DT, false>(sm.fast, ref, r, k, count, dst)) &&
+               zc::lane_end_status(body, k, r.reached(), sm.starts[j]) == zc::kOk;
+      }
+      if (!done) {  // the fields one by one, each checked: the verdict
+        const zc::PlaneCodes pc{mask, {}, {}, {sm.luts[1], sm.luts[2]}};  // fast: no plane table is read
+        BufferedReader r(payload, at, limit, begin, end);
+        int st = zc::kOk;
+        for (int i = k; st == zc::kOk && i < count; i += zc::kLanes)
+          st = zc::decode_element(dtype, gl, ref, fast ? group_luts : sm.luts[0], pc, r, dst + i * lay.elem_bytes);
+        if (st == zc::kOk) st = zc::lane_end_status(body, k, r.pos, sm.starts[j]);
+        if (st != zc::kOk) ReportError(status, row, b, k, st);
+      }
     }
     __syncthreads();  // the shared memory is reused by the next unit
   }

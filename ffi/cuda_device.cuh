@@ -23,6 +23,10 @@ template <typename T>
 __host__ __device__ T Min(T a, T b) {
   return a < b ? a : b;
 }
+template <typename T>
+__host__ __device__ T Max(T a, T b) {
+  return a < b ? b : a;
+}
 
 __device__ int Lane() { return threadIdx.x % kWarp; }
 __device__ int WarpId() { return threadIdx.x / kWarp; }

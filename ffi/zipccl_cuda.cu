@@ -237,8 +237,15 @@ ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* payload, 
             info, status);
   ZC_LAUNCH(TableKernel, (nstreams * ng + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, payload, cap,
             row_stride, row_offset, nstreams, n, info);
-  ZC_LAUNCH(DecodeKernel, nstreams * 2 * ng, kThreads, stream, dtype, payload, cap, row_stride, row_offset, nstreams, n,
-            info, out, status);
+  if (dtype == zc::kBF16)
+    ZC_LAUNCH(DecodeKernel<zc::kBF16>, nstreams * 2 * ng, kThreads, stream, payload, cap, row_stride, row_offset,
+              nstreams, n, info, out, status);
+  else if (dtype == zc::kF16)
+    ZC_LAUNCH(DecodeKernel<zc::kF16>, nstreams * 2 * ng, kThreads, stream, payload, cap, row_stride, row_offset,
+              nstreams, n, info, out, status);
+  else
+    ZC_LAUNCH(DecodeKernel<zc::kF32>, nstreams * 2 * ng, kThreads, stream, payload, cap, row_stride, row_offset,
+              nstreams, n, info, out, status);
   return ffi::Error::Success();
 }
 

@@ -26,7 +26,7 @@ from zipccl_jax import reference as ref  # noqa: E402
 def main(n: int) -> None:
     os.environ["ZIPCCL_EMU_COUNTS"] = "1"
     exe = build(Path(tempfile.mkdtemp()), "undefined")
-    print(f"{'dtype':9} {'kernel':17} {'threads/elem':>12} {'warp ops/elem':>13} {'syncthreads/elem':>16} "
+    print(f"{'dtype':9} {'kernel':25} {'threads/elem':>12} {'warp ops/elem':>13} {'syncthreads/elem':>16} "
           f"{'atomics/elem':>12}")
     for dtype in (ml_dtypes.bfloat16, np.float16, np.float32):
         x = np.random.default_rng(0).standard_normal(n).astype(dtype)
@@ -35,7 +35,7 @@ def main(n: int) -> None:
         assert run.returncode == 0, run.stderr.decode()[-2000:]
         for line in run.stderr.decode().splitlines():
             name, _, threads, warp_ops, barriers, atomics = line.split()
-            print(f"{np.dtype(dtype).name:9} {name:17} {int(threads) / n:12.4f} {int(warp_ops) / n:13.4f} "
+            print(f"{np.dtype(dtype).name:9} {name:25} {int(threads) / n:12.4f} {int(warp_ops) / n:13.4f} "
                   f"{int(barriers) / n:16.4f} {int(atomics) / n:12.4f}")
 
 

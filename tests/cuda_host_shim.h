@@ -40,6 +40,7 @@
 #define __global__
 #define __device__
 #define __host__
+#define __launch_bounds__(...)
 #define __forceinline__ inline
 
 struct dim3 {

@@ -228,6 +228,61 @@ def test_mutated_payloads_get_the_reference_verdict(emulator, dtype, kind, n):
     assert rejected > 5
 
 
+@pytest.mark.parametrize("kind", ["gauss", "sparse"])  # sparse: sign-coded groups with implied zeros
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_a_changed_ref_decodes_as_the_reference_decodes_it(emulator, dtype, kind):
+    """Group 0's first ref (the first byte of its table area, FORMAT.md §5.5) set to 1 makes every
+    class above 1 an exponent under 1: rejected, as the reference rejects it, though every lane still
+    ends where it must (checked once per block by the fast lane decoder, not at a lane's end). The ref
+    raised by one moves every coded exponent up by one, and 255 past float16's exponent field (whose
+    bits then spill as the reference's arithmetic spills them): accepted, the reference's bits."""
+    n = 9000
+    stream = ref.compress(make(kind, n, dtype))
+    table_at = ref.body_offset(stream, n, -(-n // ref.BLOCK))  # the bodies' end: group 0's table area
+    changed = [bytearray(stream) for _ in range(3)]
+    for s, r in zip(changed, (1, stream[table_at] + 1, 255)):
+        s[table_at] = r
+    with pytest.raises(ref.CorruptPayload) as reason:
+        ref.decompress(bytes(changed[0]), dtype, n)
+    expected = [ref.decompress(bytes(s), dtype, n).tobytes() for s in changed[1:]]
+    assert make(kind, n, dtype).tobytes() not in expected
+    (err_low, _), *accepted = emulate(emulator, [decompress_request([bytes(s)], dtype, n) for s in changed])
+    assert err_low == CORRUPT.format(0) + str(reason.value) and "bitstream" in err_low
+    assert accepted == [("", out) for out in expected]
+
+
+def test_a_lane_ending_on_a_window_with_no_code_gets_the_reference_verdict(emulator):
+    """A one-symbol group's code is "0" alone: a window starting with a 1 has no code. Block 0 of 4,095
+    bfloat16 values in [1, 1.2) rebuilt with 2-bit length deviations (a valid body the encoder would
+    not choose, decoded bit-exact) ends lane 15's last bit on the body's last bit; a header saying 4,096
+    then asks lane 15 for one more element, whose window is the table area's ref (127: bits 1...). The
+    reference reads the lane's end as zeros, finds "0" with no bits left: a corrupt bitstream. The
+    fast lane decoder, which reads past a lane's end and checks only where it ends, must still see
+    that the window had no code."""
+    dtype, n = ml_dtypes.bfloat16, 4095
+    x = (1 + np.random.default_rng(5).random(n) * 0.2).astype(dtype)
+    stream = ref.compress(x)
+    body_at, end_at = ref.body_offset(stream, n, 0), ref.body_offset(stream, n, 1)
+    starts = ref.lane_starts(stream[body_at:end_at])
+    per = (starts[1] - starts[0]) // 256  # bits per element, the same for all: one symbol
+    lanes = int.from_bytes(stream[body_at:end_at], "little") >> starts[0]
+    lane_bits = 16 * 256 * per - per
+    head = ref.head_bits(2)
+    size, rest = divmod(head + lane_bits, 8)
+    assert rest == 0 and (8 * size - head) // 16 == 256 * per - 1  # every deviation but lane 15's is +1
+    body = 7 | 2 << 3 | sum(1 << (8 + 2 * k) for k in range(15)) | (lanes & ((1 << lane_bits) - 1)) << head
+    rebuilt = (stream[: ref.HEADER_BYTES] + size.to_bytes(2, "little") + stream[ref.HEADER_BYTES + 2 : body_at] +
+               body.to_bytes(size, "little") + stream[end_at:])
+    assert stream[end_at] & 1 and ref.decompress(rebuilt, dtype, n).tobytes() == x.tobytes()
+    longer = rebuilt[:8] + (n + 1).to_bytes(8, "little") + rebuilt[16:]
+    with pytest.raises(ref.CorruptPayload, match="bitstream") as reason:
+        ref.decompress(longer, dtype, n + 1)
+    (err, out), = emulate(emulator, [decompress_request([rebuilt], dtype, n)])
+    assert err == "" and out == x.tobytes()
+    (err, _), = emulate(emulator, [decompress_request([longer], dtype, n + 1)])
+    assert err == CORRUPT.format(0) + str(reason.value)
+
+
 def test_a_body_size_past_the_end_is_reported_as_truncated(emulator):
     """FORMAT.md §1: every body and table area is bounded before any block is decoded, by the
     reference as by the CUDA decoder."""
