@@ -109,8 +109,10 @@ static_assert(zc::kMaxPlanes < kThreads / kWarp, "ChooseKernel: a warp per plane
 // p). Refs, lengths, canonical codes, the mask and the table area's size go
 // to global scratch. Same choices as choose_group_generic and choose_planes
 // of the CPU codec.
-__global__ void ChooseKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total_groups,
+template <int DT>
+__global__ void ChooseKernel(const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t total_groups,
                              uint32_t* refs, uint8_t* lens, uint16_t* codes, PlaneScratch ps) {
+  constexpr int dtype = DT;
   ZC_SHARED(ChooseSmem, sm);
   const zc::Layout lay = zc::layout_of(dtype);
   ZC_FOR_BLOCKS(gi, total_groups) {
@@ -269,9 +271,11 @@ __device__ bool HalfGroup(int64_t unit, int64_t nb, int64_t ng, int64_t* item, i
 // (element_bits, summed over its elements) into lane_bits, then the block's
 // width and body bytes (choose_width; a raw block's count * elem_bytes) into
 // descs.
-__global__ void SizeKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t batch,
+template <int DT>
+__global__ void SizeKernel(const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t batch,
                            const uint32_t* refs, const uint8_t* lens, const uint16_t* codes, PlaneScratch ps,
                            uint32_t* lane_bits, uint32_t* descs) {
+  constexpr int dtype = DT;
   ZC_SHARED(GroupCodesSmem, sm);
   const zc::Layout lay = zc::layout_of(dtype);
   const int j = threadIdx.x / zc::kLanes, k = threadIdx.x % zc::kLanes;
@@ -405,10 +409,12 @@ struct EdgeWriter {
 // groups, as SizeKernel): lane k writes its elements (put_element) at its
 // bit of the block's body in the payload -- lane 0 first the width field and
 // the length deviations --, straight to their place.
-__global__ void BodyKernel(int dtype, const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t batch,
+template <int DT>
+__global__ void BodyKernel(const uint8_t* x, int64_t n, int64_t nb, int64_t ng, int64_t batch,
                            const uint32_t* refs, const uint8_t* lens, const uint16_t* codes, PlaneScratch ps,
                            const uint32_t* lane_bits, const uint32_t* descs, const int64_t* body_at,
                            const uint8_t* stored_raw, uint8_t* payload, int64_t cap) {
+  constexpr int dtype = DT;
   ZC_SHARED(GroupCodesSmem, sm);
   const zc::Layout lay = zc::layout_of(dtype);
   const int j = threadIdx.x / zc::kLanes, k = threadIdx.x % zc::kLanes;

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // The XLA FFI headers trip nvcc and gcc warnings (no return after an
@@ -227,6 +228,16 @@ AccumulateArrays TakeAccumulateArrays(Workspace& ws, int dtype, int64_t batch, i
 
 // ---- handlers ----
 
+// f(std::integral_constant<int, DT>()) for the dtype code's DT: the kernels
+// that do work per element are compiled for each dtype (their layout folds to
+// constants).
+template <class F>
+ffi::Error ForDtype(int dtype, F&& f) {
+  if (dtype == zc::kBF16) return f(std::integral_constant<int, zc::kBF16>());
+  if (dtype == zc::kF16) return f(std::integral_constant<int, zc::kF16>());
+  return f(std::integral_constant<int, zc::kF32>());
+}
+
 // Validates and decodes streams s = 0.. nstreams - 1 (payload rows s * row_stride + row_offset) into out;
 // errors go to status[row].
 ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride,
@@ -237,16 +248,12 @@ ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* payload, 
             info, status);
   ZC_LAUNCH(TableKernel, (nstreams * ng + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, payload, cap,
             row_stride, row_offset, nstreams, n, info);
-  if (dtype == zc::kBF16)
-    ZC_LAUNCH(DecodeKernel<zc::kBF16>, nstreams * 2 * ng, kThreads, stream, payload, cap, row_stride, row_offset,
-              nstreams, n, info, out, status);
-  else if (dtype == zc::kF16)
-    ZC_LAUNCH(DecodeKernel<zc::kF16>, nstreams * 2 * ng, kThreads, stream, payload, cap, row_stride, row_offset,
-              nstreams, n, info, out, status);
-  else
-    ZC_LAUNCH(DecodeKernel<zc::kF32>, nstreams * 2 * ng, kThreads, stream, payload, cap, row_stride, row_offset,
-              nstreams, n, info, out, status);
-  return ffi::Error::Success();
+  return ForDtype(dtype, [&](auto dt) {
+    constexpr int DT = decltype(dt)::value;
+    ZC_LAUNCH(DecodeKernel<DT>, nstreams * 2 * ng, kThreads, stream, payload, cap, row_stride, row_offset, nstreams,
+              n, info, out, status);
+    return ffi::Error::Success();
+  });
 }
 
 // Compresses `batch` items of n elements at in into rows of `cap` bytes of
@@ -256,23 +263,26 @@ ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* payload, 
 ffi::Error LaunchCompress(cudaStream_t stream, const CompressArrays& a, int dtype, const uint8_t* in, int64_t n,
                           int64_t batch, uint8_t* out, int64_t cap, uint32_t* sizes, bool write) {
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb), total = batch * nb, total_groups = batch * ng;
-  ZC_LAUNCH(EmaxKernel, (total + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, dtype, in, n, nb, total,
-            a.refs);
-  ZC_LAUNCH(ChooseKernel, total_groups, kThreads, stream, dtype, in, n, nb, ng, total_groups, a.refs, a.lens, a.codes,
-            a.ps);
-  ZC_LAUNCH(SizeKernel, batch * 2 * ng, kThreads, stream, dtype, in, n, nb, ng, batch, a.refs, a.lens, a.codes, a.ps,
-            a.lane_bits, a.descs);
-  ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, a.ps.table_bytes, a.descs, a.table_at,
-            a.body_at, a.stored_raw, out, cap, sizes);
-  if (!write) return ffi::Error::Success();
-  const int eb = zc::layout_of(dtype).elem_bytes;
-  ZC_LAUNCH(PrepKernel, (total + kThreads - 1) / kThreads, kThreads, stream, nb, ng, batch, a.lane_bits, a.descs,
-            a.body_at, a.stored_raw, out, cap, eb, n);
-  ZC_LAUNCH(MetaKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.ps, a.descs, a.table_at,
-            a.body_at, a.stored_raw, out, cap);
-  ZC_LAUNCH(BodyKernel, batch * 2 * ng, kThreads, stream, dtype, in, n, nb, ng, batch, a.refs, a.lens, a.codes, a.ps,
-            a.lane_bits, a.descs, a.body_at, a.stored_raw, out, cap);
-  return ffi::Error::Success();
+  return ForDtype(dtype, [&](auto dt) {
+    constexpr int DT = decltype(dt)::value;
+    ZC_LAUNCH(EmaxKernel, (total + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, dtype, in, n, nb,
+              total, a.refs);
+    ZC_LAUNCH(ChooseKernel<DT>, total_groups, kThreads, stream, in, n, nb, ng, total_groups, a.refs, a.lens, a.codes,
+              a.ps);
+    ZC_LAUNCH(SizeKernel<DT>, batch * 2 * ng, kThreads, stream, in, n, nb, ng, batch, a.refs, a.lens, a.codes, a.ps,
+              a.lane_bits, a.descs);
+    ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, a.ps.table_bytes, a.descs, a.table_at,
+              a.body_at, a.stored_raw, out, cap, sizes);
+    if (!write) return ffi::Error::Success();
+    const int eb = zc::layout_of(dtype).elem_bytes;
+    ZC_LAUNCH(PrepKernel, (total + kThreads - 1) / kThreads, kThreads, stream, nb, ng, batch, a.lane_bits, a.descs,
+              a.body_at, a.stored_raw, out, cap, eb, n);
+    ZC_LAUNCH(MetaKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.ps, a.descs,
+              a.table_at, a.body_at, a.stored_raw, out, cap);
+    ZC_LAUNCH(BodyKernel<DT>, batch * 2 * ng, kThreads, stream, in, n, nb, ng, batch, a.refs, a.lens, a.codes, a.ps,
+              a.lane_bits, a.descs, a.body_at, a.stored_raw, out, cap);
+    return ffi::Error::Success();
+  });
 }
 
 ffi::Error Compress(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::Buffer<ffi::U8>> payload,
