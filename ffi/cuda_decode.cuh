@@ -258,8 +258,8 @@ __device__ uint32_t FastEntryOf(uint16_t lut_entry, const zc::GroupLayout& gl, i
 template <int DT, bool SC>
 __device__ bool FastLane(const uint32_t* entries, uint32_t ref, BufferedReader& r, int k, int count, uint8_t* dst) {
   using Element = std::conditional_t<DT == zc::kF32, uint32_t, uint16_t>;
-  constexpr int exp_bits = DT == zc::kF16 ? 5 : 8, e_shift = 15 - exp_bits;
-  constexpr int low_bits = DT == zc::kF16 ? 8 : 5;  // the stored bits under the top bits
+  constexpr int exp_bits = zc::layout_of(DT).exp_bits, e_shift = 15 - exp_bits;  // in the top 16 bits
+  constexpr int low_bits = e_shift - zc::kTopBits;  // the stored bits under the top bits
   constexpr int sb = SC ? 0 : 1;                    // the stored sign's
   Element* o = reinterpret_cast<Element*>(dst) + k;
   const uint32_t ref_bits = ref << e_shift;
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 8)
                  int64_t n, StreamInfo info, uint8_t* out, uint32_t* status) {
   ZC_SHARED(DecodeSmem, sm);
   constexpr int dtype = DT;
-  const zc::Layout lay = zc::layout_of(dtype);
+  constexpr zc::Layout lay = zc::layout_of(dtype);
   const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb), halves = 2 * ng;
   const int j = threadIdx.x / zc::kLanes, k = threadIdx.x % zc::kLanes;
   ZC_FOR_BLOCKS(unit, nstreams * halves) {

@@ -114,7 +114,7 @@ __global__ void ChooseKernel(const uint8_t* x, int64_t n, int64_t nb, int64_t ng
                              uint32_t* refs, uint8_t* lens, uint16_t* codes, PlaneScratch ps) {
   constexpr int dtype = DT;
   ZC_SHARED(ChooseSmem, sm);
-  const zc::Layout lay = zc::layout_of(dtype);
+  constexpr zc::Layout lay = zc::layout_of(dtype);
   ZC_FOR_BLOCKS(gi, total_groups) {
     const int64_t item = gi / ng, b0 = (gi % ng) * zc::kGroupBlocks;
     const int64_t first = b0 * zc::kBlock, count = Min<int64_t>(n - first, zc::kGroupBlocks * zc::kBlock);
@@ -277,7 +277,7 @@ __global__ void SizeKernel(const uint8_t* x, int64_t n, int64_t nb, int64_t ng, 
                            uint32_t* lane_bits, uint32_t* descs) {
   constexpr int dtype = DT;
   ZC_SHARED(GroupCodesSmem, sm);
-  const zc::Layout lay = zc::layout_of(dtype);
+  constexpr zc::Layout lay = zc::layout_of(dtype);
   const int j = threadIdx.x / zc::kLanes, k = threadIdx.x % zc::kLanes;
   ZC_FOR_BLOCKS(unit, batch * 2 * ng) {
     int64_t item, g, b;
@@ -416,7 +416,7 @@ __global__ void BodyKernel(const uint8_t* x, int64_t n, int64_t nb, int64_t ng, 
                            const uint8_t* stored_raw, uint8_t* payload, int64_t cap) {
   constexpr int dtype = DT;
   ZC_SHARED(GroupCodesSmem, sm);
-  const zc::Layout lay = zc::layout_of(dtype);
+  constexpr zc::Layout lay = zc::layout_of(dtype);
   const int j = threadIdx.x / zc::kLanes, k = threadIdx.x % zc::kLanes;
   ZC_FOR_BLOCKS(unit, batch * 2 * ng) {
     int64_t item, g, b;

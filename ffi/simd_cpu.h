@@ -46,7 +46,7 @@ inline bool simd_enabled() {
 // for bf16 and fp32, the five bits under them.
 template <int DT>
 struct Elem {
-  static constexpr Layout lay = DT == kBF16 ? Layout{2, 8, 0, 6} : DT == kF16 ? Layout{2, 5, 1, 1} : Layout{4, 8, 2, 6};
+  static constexpr Layout lay = layout_of(DT);
   static constexpr uint32_t all_ones = (1u << lay.exp_bits) - 1;
   static constexpr int e_shift = 15 - lay.exp_bits;  // exponent position in h
   static constexpr int t_shift = e_shift - kTopBits;  // top bits position in h

@@ -98,7 +98,7 @@ struct Layout {
   int extra_bits;  // raw bits per element in the packed extra area
 };
 
-ZC_HD Layout layout_of(int dtype) {
+ZC_HD constexpr Layout layout_of(int dtype) {
   if (dtype == kBF16) return {2, 8, 0, 6};
   if (dtype == kF16) return {2, 5, 1, 1};
   return {4, 8, 2, 6};
