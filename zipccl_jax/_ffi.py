@@ -46,5 +46,18 @@ def register() -> tuple[str, ...]:
         compatible = getattr(module, "command_buffer_compatible", ())
         for name, capsule in module.registrations().items():
             traits = {"traits": _command_buffer_traits()} if name in compatible else {}
-            jax.ffi.register_ffi_target(name, capsule, platform=platform, **traits)
+            _register_target(name, capsule, platform, traits)
     return tuple(p for p, _ in platforms)
+
+
+def _register_target(name, capsule, platform, traits):
+    """Registers one handler, passing the command-buffer trait where the platform's
+    plugin takes traits. jaxlib 0.10.2's CUDA plugin refuses any ("The plugin does
+    not support custom call traits"); there the handler's own declaration
+    (XLA_FFI_DEFINE_HANDLER's traits) is what XLA reads."""
+    try:
+        jax.ffi.register_ffi_target(name, capsule, platform=platform, **traits)
+    except jax.errors.JaxRuntimeError as e:
+        if not traits or "does not support custom call traits" not in str(e):
+            raise
+        jax.ffi.register_ffi_target(name, capsule, platform=platform)
