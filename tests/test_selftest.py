@@ -72,3 +72,17 @@ def test_on_a_gpu_the_codec_is_timed_by_the_cuda_module_and_reported_in_gb_per_s
         "  measured with CUDA events around 5 back-to-back calls on one stream after a warm-up, device buffers "
         "reused; the copy is cudaMemcpyAsync device to device of the input"]
     assert speed["round_trip"] and not selftest.speed_from_cuda_events({**RAW, "round_trip": False})["round_trip"]
+
+
+def test_on_a_host_with_an_nvidia_driver_where_jax_sees_no_gpu_it_fails_saying_how_to_install_gpu_jax(
+        tmp_path, capsys):
+    """A driver file (/proc/driver/nvidia/version on a real host) and no GPU in JAX: the selftest fails
+    before checking anything, naming the cause and the command; --platform cpu still checks the CPU."""
+    driver = tmp_path / "version"
+    driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06\n")
+    assert selftest.main(elements=1 << 14, repeat=1, driver_file=driver) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"FAIL: this host has an NVIDIA driver ({driver}) but JAX sees no GPU: ")
+    assert f'pip install "jax[cuda13]=={selftest.jax.__version__}"' in out and "codec on" not in out
+    assert selftest.main(elements=1 << 14, repeat=1, platform="cpu", driver_file=driver) == 0
+    assert capsys.readouterr().out.rstrip().endswith("verdict: correct")

@@ -12,6 +12,22 @@ ROW_TARGETS = ("zipccl_stream_sizes", "zipccl_encode_rows", "zipccl_decode_rows"
 TARGETS = ("zipccl_compress", "zipccl_decompress", "zipccl_decompress_accumulate") + ROW_TARGETS
 
 
+REBUILD = ("rebuild it with the CUDA codec: ZIPCCL_CUDA=ON pip install -v --force-reinstall --no-deps "
+           "<zipccl_jax's source> (on Linux x86_64 pip fetches CUDA 13's nvcc from PyPI; elsewhere name an nvcc "
+           "with CUDACXX=/path/to/nvcc; docs/GPU.md, \"Building\")")
+
+
+class NoCudaCodecError(RuntimeError):
+    """A computation that needs the CUDA codec was lowered for a GPU by a build without it."""
+
+
+def no_cuda_codec(platforms, what: str = "the codec") -> NoCudaCodecError:
+    """The error for `what` lowered for `platforms` by a build without _zipccl_cuda: the cause and the fix."""
+    return NoCudaCodecError(
+        f"zipccl: {what} cannot run on {', '.join(platforms)}: this build of zipccl_jax has no CUDA codec "
+        f"(zipccl_jax._zipccl_cuda was not built: no nvcc was found when it was installed); {REBUILD}")
+
+
 @functools.cache
 def cuda_module():
     """The CUDA codec's module, or None when this build has no CUDA codec."""

@@ -86,7 +86,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from . import insitu, ops, strategy
+from . import _ffi, insitu, ops, strategy
 from . import profile as profile_file
 from .collectives._mirror import DEFAULT_BUCKET_BYTES
 from .dtypes import is_compressible
@@ -112,6 +112,9 @@ def autotune(mesh: Mesh | None = None, *, data=None, path=None, refresh: bool = 
     probe. measure_plans: time zip_psum's plans in situ on data's buckets
     (of `bucket_bytes`, as the job's zip_psum calls make them)."""
     mesh = mesh if mesh is not None else Mesh(np.array(jax.devices()), (profile_file.ANY_AXIS,))
+    platforms = sorted({d.platform for d in mesh.devices.flat})
+    if platforms != ["cpu"] and _ffi.cuda_module() is None:  # before measuring or loading anything
+        raise _ffi.no_cuda_codec(platforms, "autotune")
     if link_bytes < SMALL_FRACTION * 64:
         raise ValueError(f"zipccl: link_bytes must be at least {SMALL_FRACTION * 64}, got {link_bytes}")
     timing = data is not None and measure_plans

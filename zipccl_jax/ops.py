@@ -95,10 +95,13 @@ def _per_platform(operand, cpu, cuda):
     """cpu(operand) or, where the computation runs on a GPU, cuda(operand)
     (operand: an array or a list of arrays). Traced, the choice is made when lowering (lax.platform_dependent: one
     platform's branch reaches XLA); eager, by the operand's devices."""
-    if _ffi.cuda_module() is None:
-        return cpu(operand)
     arrays = jax.tree.leaves(operand)  # an array, or a list of them (the row ops)
-    if not any(isinstance(x, jax.core.Tracer) for x in arrays):
+    eager = not any(isinstance(x, jax.core.Tracer) for x in arrays)
+    if _ffi.cuda_module() is None:  # lowered for a GPU, codec_guard raises the error naming the cause and the fix
+        if eager and not _on_gpu(arrays[0]):
+            return cpu(operand)
+        return cpu([codec_guard(operand[0]), *operand[1:]] if isinstance(operand, list) else codec_guard(operand))
+    if eager:
         return (cuda if _on_gpu(arrays[0]) else cpu)(operand)
     return lax.platform_dependent(operand, cpu=cpu, cuda=cuda, default=cpu)
 
@@ -302,16 +305,21 @@ def _row_workspace(target: str, dtype, rows: int, size: int, unit: int, leaves: 
 # A CPU-only option of a row op marks its operand with cpu_only_p: the
 # identity where the computation is lowered for the CPU, a clear error (naming
 # the option and the platform) when it is lowered for any other, before XLA
-# compiles anything -- not the CUDA handler's confusing one at run time.
+# compiles anything -- not the CUDA handler's confusing one at run time. A
+# build without the CUDA codec marks every op's operand the same way
+# (codec_guard: option None), so that lowering one for a GPU names the missing
+# codec and how to rebuild instead of XLA's "no registered implementation".
 cpu_only_p = core.Primitive("zipccl_cpu_only")
 cpu_only_p.def_impl(functools.partial(dispatch.apply_primitive, cpu_only_p))
 cpu_only_p.def_abstract_eval(lambda x, *, option: x)
 
 
 def _refuse_off_cpu(ctx, x, *, option):
-    platforms = ", ".join(ctx.module_context.platforms)
-    raise NotImplementedError(f"zipccl: {option} runs on the CPU only; this computation is lowered for {platforms}: "
-                              "call it without that option there")
+    platforms = tuple(ctx.module_context.platforms)
+    if option is None:
+        raise _ffi.no_cuda_codec(platforms)
+    raise NotImplementedError(f"zipccl: {option} runs on the CPU only; this computation is lowered for "
+                              f"{', '.join(platforms)}: call it without that option there")
 
 
 mlir.register_lowering(cpu_only_p, _refuse_off_cpu)
@@ -322,6 +330,12 @@ def cpu_only(x: jax.Array, option: str) -> jax.Array:
     """x, in a computation lowered for the CPU alone; lowering it for another
     platform raises NotImplementedError naming `option` and the platform."""
     return cpu_only_p.bind(x, option=option)
+
+
+def codec_guard(x: jax.Array) -> jax.Array:
+    """x, in a computation lowered for the CPU; lowering it for another
+    platform raises _ffi.NoCudaCodecError (used by builds without the CUDA codec)."""
+    return cpu_only_p.bind(x, option=None)
 
 
 def stream_sizes(leaves, rows: int, *, unit: int = 0, plans: bool = False):

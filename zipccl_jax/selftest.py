@@ -22,7 +22,9 @@ was wrong.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -208,11 +210,30 @@ def _local_devices(platform: str) -> list:
         return []
 
 
-def main(elements: int = 1 << 24, repeat: int = 5, platform: str | None = None) -> int:
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")  # present where an NVIDIA driver is loaded
+
+
+def no_gpu_seen(driver_file: Path) -> str | None:
+    """Why JAX sees no GPU on a host with an NVIDIA driver (driver_file exists), and the fix; else None."""
+    if not Path(driver_file).exists():
+        return None
+    plugin = importlib.util.find_spec("jax_plugins.xla_cuda13") or importlib.util.find_spec("jax_plugins.xla_cuda12")
+    why = ("jax's CUDA plugin is installed but did not start (its warning above says why; is JAX_PLATFORMS set?)"
+           if plugin else "the installed jax is CPU-only")
+    return (f"this host has an NVIDIA driver ({driver_file}) but JAX sees no GPU: {why}. Install GPU jax: "
+            f'pip install "jax[cuda13]=={jax.__version__}" (or pip install ".[cuda13]" from zipccl_jax\'s source)')
+
+
+def main(elements: int = 1 << 24, repeat: int = 5, platform: str | None = None,
+         driver_file: Path = NVIDIA_DRIVER) -> int:
     """Runs every check, prints the report; returns 0 if all were correct, else 1. platform: check
-    that platform's local devices ("cpu" or "gpu"); by default the GPUs, else the CPU's."""
+    that platform's local devices ("cpu" or "gpu"); by default the GPUs, else the CPU's, unless the
+    host has an NVIDIA driver (driver_file): then JAX not seeing its GPUs is a failure."""
     platforms = _ffi.register()
     gpus = _local_devices("gpu") if platform in (None, "gpu") else []
+    if platform is None and not gpus and (why := no_gpu_seen(driver_file)):
+        print(f"FAIL: {why}")
+        return 1
     devices = gpus if platform == "gpu" or gpus else _local_devices("cpu")
     if not devices:
         print(f"FAIL: JAX sees no {platform} device here")

@@ -33,6 +33,7 @@ from jax._src import config, core, dispatch
 from jax._src.interpreters import ad, batching, mlir
 from jax.sharding import PartitionSpec as P
 
+from .. import _ffi
 from .. import strategy as strategy_lib
 
 DEFAULT_BUCKET_BYTES = 32 << 20
@@ -178,6 +179,7 @@ def _batch(lax_prim, axis_data, vals, dims, **params):
 
 def _lower(lower, collective_dims, ctx, *xs, zip: Options, **params):
     platforms = tuple(ctx.module_context.platforms or ()) or (jax.default_backend(),)
+    _check_codec(platforms, zip)
     info = Lowering(zip, platforms[0], tuple((a.shape, a.dtype) for a in ctx.avals_out[:len(xs)]), platforms)
 
     def algorithm(*operands):
@@ -187,6 +189,18 @@ def _lower(lower, collective_dims, ctx, *xs, zip: Options, **params):
     body, in_avals = _in_local_region(algorithm, ctx.avals_in, ctx.avals_out, collective_dims(params))
     with config._check_vma(False):
         return mlir.lower_fun(body, multiple_results=True)(ctx.replace(avals_in=in_avals), *xs)
+
+
+def _check_codec(platforms, options: Options):
+    """Lowered for a GPU by a build without the CUDA codec, every strategy but an explicit raw one (XLA's own
+    collective, no codec) raises the error naming the cause and the fix, before XLA compiles anything: the
+    default strategy does not quietly send raw because the codec is missing."""
+    if set(platforms) <= {"cpu"} or _ffi.cuda_module() is not None:
+        return
+    forced, _ = strategy_lib._forced(options.strategy)
+    if forced is not None and forced.split()[0] == "raw":
+        return
+    raise _ffi.no_cuda_codec(platforms, "a zip collective (any strategy but 'raw', XLA's own collective)")
 
 
 def _plain(aval):
