@@ -1,7 +1,14 @@
 import os
 
-# Multi-device tests run on 8 virtual CPU devices; must be set before jax starts.
+# Set before jax starts, inherited by the suite's subprocesses:
+# - multi-device tests run on 8 virtual CPU devices;
+# - on a GPU host the parent and its subprocesses share the GPUs: XLA must not take 75% of each at start;
+# - where no NVIDIA driver is loaded, jax's CUDA plugin (installed by .[cuda13], or by CI for
+#   test_cuda_aot.py) would print a traceback at every start-up: there the suite runs on the CPU platform.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+if not os.path.exists("/proc/driver/nvidia/version"):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 if os.environ.get("ZIPCCL_TEST_ONE_DEVICE_DEFAULT") == "1":  # as on a host with one GPU: one_device_default.py

@@ -85,7 +85,9 @@ def custom_calls(hlo: str) -> list[str]:
 
 def register(mesh) -> dict:
     """Registers the targets with the CUDA plugin and compiles an op and two collectives for 8 H100s."""
-    result = {"jax": jax.__version__, "platforms": list(_ffi.register()), "hlo": {}}
+    result = {"jax": jax.__version__, "platforms": list(_ffi.register()), "hlo": {},
+              "traits": sorted(name for platform, name in _ffi.WITH_TRAITS if platform == "CUDA"),
+              "compatible": sorted(_ffi.cuda_module().command_buffer_compatible)}
     every = programs(mesh)
     for name in ("compress", "decompress_accumulate", "zip_psum strategy=compressed",
                  "zip_all_to_all strategy=compressed"):
@@ -100,9 +102,11 @@ def no_cuda(mesh) -> dict:
     result = {"platforms": list(_ffi.register()), "lowered": {}}
     for name, (fn, specs) in programs(mesh).items():
         try:
-            result["lowered"][name] = {"ok": custom_calls(jax.jit(fn).lower(*specs).as_text())}
+            lowered = jax.jit(fn).lower(*specs)  # the error comes here, before XLA compiles anything
         except Exception as e:  # noqa: BLE001 -- reported to the test
             result["lowered"][name] = {"error": type(e).__name__, "message": str(e)}
+        else:
+            result["lowered"][name] = {"ok": custom_calls(lowered.compile().as_text())}
     try:
         zc.autotune(mesh)
         result["autotune"] = {"ok": []}

@@ -28,6 +28,8 @@ def install() -> None:
 
     xla_bridge.register_backend_factory("one_device_default", lambda: xla_client.make_cpu_client(num_devices=1),
                                         priority=500)
+    if jax.config.jax_platforms:  # JAX_PLATFORMS (tests/conftest.py sets cpu where there is no GPU)
+        jax.config.update("jax_platforms", "one_device_default," + jax.config.jax_platforms)
     jax.default_backend = lambda: "gpu"
 
 

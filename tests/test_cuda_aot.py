@@ -49,10 +49,12 @@ def test_cuda_targets_register_and_compile_for_h100s():
     hlo = got["hlo"]
     assert hlo["compress"] == ["zipccl_compress"]
     assert hlo["decompress_accumulate"] == ["zipccl_decompress_accumulate"]
-    assert {"zipccl_stream_sizes", "zipccl_encode_rows", "zipccl_decode_accumulate_rows"} <= set(
-        hlo["zip_psum strategy=compressed"])
-    assert {"zipccl_stream_sizes", "zipccl_encode_rows", "zipccl_decode_rows"} <= set(
-        hlo["zip_all_to_all strategy=compressed"])
+    assert hlo["zip_psum strategy=compressed"] == [
+        "zipccl_decode_accumulate_rows", "zipccl_encode_rows", "zipccl_stream_sizes"]
+    assert hlo["zip_all_to_all strategy=compressed"] == ["zipccl_compress", "zipccl_decode_rows"]  # ragged on CUDA
+    # the command-buffer trait goes with the registration where the plugin takes traits (not 0.10.2's)
+    assert len(got["compatible"]) == 7
+    assert got["traits"] == ([] if jax.__version__ == "0.10.2" else got["compatible"])
 
 
 def test_without_the_cuda_codec_lowering_for_gpus_says_what_is_missing():

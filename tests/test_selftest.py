@@ -86,3 +86,17 @@ def test_on_a_host_with_an_nvidia_driver_where_jax_sees_no_gpu_it_fails_saying_h
     assert f'pip install "jax[cuda13]=={selftest.jax.__version__}"' in out and "codec on" not in out
     assert selftest.main(elements=1 << 14, repeat=1, platform="cpu", driver_file=driver) == 0
     assert capsys.readouterr().out.rstrip().endswith("verdict: correct")
+
+
+def test_the_suite_keeps_xla_from_preallocating_gpu_memory_for_itself_and_its_subprocesses():
+    """tests/conftest.py: on a multi-GPU host the suite's subprocesses share the GPUs with the parent."""
+    import os
+    import subprocess
+    import sys
+
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"],
+                           capture_output=True, text=True)
+    assert child.stdout.strip() == "false"
+    if not os.path.exists("/proc/driver/nvidia/version"):  # no GPU: the CPU platform, quiet beside a CUDA plugin
+        assert os.environ["JAX_PLATFORMS"] == "cpu" and selftest.jax.default_backend() == "cpu"

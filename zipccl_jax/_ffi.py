@@ -66,6 +66,9 @@ def register() -> tuple[str, ...]:
     return tuple(p for p, _ in platforms)
 
 
+WITH_TRAITS: set = set()  # (platform, target) registered with the command-buffer trait
+
+
 def _register_target(name, capsule, platform, traits):
     """Registers one handler, passing the command-buffer trait where the platform's
     plugin takes traits. jaxlib 0.10.2's CUDA plugin refuses any ("The plugin does
@@ -73,6 +76,8 @@ def _register_target(name, capsule, platform, traits):
     (XLA_FFI_DEFINE_HANDLER's traits) is what XLA reads."""
     try:
         jax.ffi.register_ffi_target(name, capsule, platform=platform, **traits)
+        if traits:
+            WITH_TRAITS.add((platform, name))
     except jax.errors.JaxRuntimeError as e:
         if not traits or "does not support custom call traits" not in str(e):
             raise

@@ -95,13 +95,10 @@ def _per_platform(operand, cpu, cuda):
     """cpu(operand) or, where the computation runs on a GPU, cuda(operand)
     (operand: an array or a list of arrays). Traced, the choice is made when lowering (lax.platform_dependent: one
     platform's branch reaches XLA); eager, by the operand's devices."""
-    arrays = jax.tree.leaves(operand)  # an array, or a list of them (the row ops)
-    eager = not any(isinstance(x, jax.core.Tracer) for x in arrays)
     if _ffi.cuda_module() is None:  # lowered for a GPU, codec_guard raises the error naming the cause and the fix
-        if eager and not _on_gpu(arrays[0]):
-            return cpu(operand)
-        return cpu([codec_guard(operand[0]), *operand[1:]] if isinstance(operand, list) else codec_guard(operand))
-    if eager:
+        return cpu([_guarded(operand[0]), *operand[1:]] if isinstance(operand, list) else _guarded(operand))
+    arrays = jax.tree.leaves(operand)  # an array, or a list of them (the row ops)
+    if not any(isinstance(x, jax.core.Tracer) for x in arrays):
         return (cuda if _on_gpu(arrays[0]) else cpu)(operand)
     return lax.platform_dependent(operand, cpu=cpu, cuda=cuda, default=cpu)
 
@@ -182,10 +179,24 @@ def _decompress_accumulate(payload: jax.Array, m: int, dtype, out_dtype=None) ->
                        item_elems=np.int64(m), dtype=np.int32(DTYPE_CODES[dtype.name]))
 
 
-compress_items = partitioning.rowwise(_compress_items, 1, (1, 0))
+def _guarded(x):
+    """x, marked by codec_guard where this build has no CUDA codec and x is traced or on a GPU."""
+    if _ffi.cuda_module() is None and (isinstance(x, jax.core.Tracer) or hasattr(x, "devices") and _on_gpu(x)):
+        return codec_guard(x)
+    return x
+
+
+def _rowwise(fn, item_rank_in: int, item_ranks_out: tuple[int, ...]):
+    """partitioning.rowwise(fn, ...), its operand guarded first: custom partitioning lowers fn inside XLA's
+    partitioner, where the missing CUDA codec would surface as XLA's INTERNAL error."""
+    op = partitioning.rowwise(fn, item_rank_in, item_ranks_out)
+    return lambda x, **static: op(_guarded(x), **static)
+
+
+compress_items = _rowwise(_compress_items, 1, (1, 0))
 compress_rows = _compress_items  # within a collective's per-device program: no partitioning rule needed
-_decode_items = partitioning.rowwise(_decompress_items, 1, (1, 0))
-_decode_accumulate = partitioning.rowwise(_decompress_accumulate, 2, (1, 1))
+_decode_items = _rowwise(_decompress_items, 1, (1, 0))
+_decode_accumulate = _rowwise(_decompress_accumulate, 2, (1, 1))
 
 
 def corrupt_payload_error(status, rows_per_item: int = 1) -> str | None:
