@@ -112,8 +112,11 @@ def no_cuda(mesh) -> dict:
         result["autotune"] = {"ok": []}
     except Exception as e:  # noqa: BLE001
         result["autotune"] = {"error": type(e).__name__, "message": str(e)}
-    cpu = jax.jit(zc.compress)(jnp.ones((M,), jnp.bfloat16))  # the CPU codec still runs
-    result["cpu_round_trip"] = bool((zc.decompress(cpu) == 1).all())
+    cpu = jax.jit(zc.compress)(jnp.ones((M,), jnp.bfloat16))  # the CPU codec still runs, and the collectives
+    cpus = jax.make_mesh((8,), ("d",), devices=jax.devices("cpu")[:8])
+    psum = jax.jit(jax.shard_map(collective("zip_psum", strategy="compressed"), mesh=cpus, in_specs=P("d"),
+                                 out_specs=P("d"), check_vma=False))
+    result["cpu_round_trip"] = bool((zc.decompress(cpu) == 1).all() and (psum(jax.device_put(jnp.ones((8, M), jnp.bfloat16), NamedSharding(cpus, P("d")))) == 8).all())
     return result
 
 
