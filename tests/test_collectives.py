@@ -251,11 +251,11 @@ def test_all_to_all_equals_lax_bitwise(dtype, split, concat, tiled):
 def emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *,
                                axis_name, axis_index_groups=None):
     """lax.ragged_all_to_all's semantics from a dense all_to_all (XLA:CPU has no
-    ragged one), for slices of at most operand.size / n elements: each
-    destination's slice travels padded, and only its recv_sizes elements are
-    written into the output, at the offset its sender chose."""
+    ragged one): each destination's slice travels padded to the operand's
+    size, and only its recv_sizes elements are written into the output, at
+    the offset its sender chose."""
     n = send_sizes.shape[0]
-    width = operand.shape[0] // n
+    width = operand.shape[0]
     kw = {"axis_index_groups": axis_index_groups} if axis_index_groups else {}
     padded = jnp.concatenate([operand, jnp.zeros(width, operand.dtype)])
     rows = jnp.stack([lax.dynamic_slice(padded, (input_offsets[j],), (width,)) for j in range(n)])
