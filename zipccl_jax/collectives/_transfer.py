@@ -121,10 +121,16 @@ class Sizing:
     model: strategy.CostModel | None = None
 
     def capacity(self, rows: Rows) -> int:
-        """static_transfer's bytes per stream (8-byte aligned, at most the full capacity)."""
-        fraction = strategy.static_fraction(self.model, rows.dtype)
-        raw = rows.capacity - reference.HEADER_BYTES
-        return min(rows.capacity, -(-int(reference.HEADER_BYTES + fraction * raw) // 8) * 8)
+        return static_capacity(self.model, rows.dtype, rows.m)
+
+
+def static_capacity(model: strategy.CostModel, dtype, elems: int) -> int:
+    """static_transfer's bytes per stream of `elems` values: the header and
+    strategy.static_fraction of the raw bytes, 8-byte aligned, at most the
+    full capacity (raw plus the header)."""
+    full = ops.stream_capacity(elems, dtype)
+    raw = full - reference.HEADER_BYTES
+    return min(full, -(-int(reference.HEADER_BYTES + strategy.static_fraction(model, dtype) * raw) // 8) * 8)
 
 
 def ladder(axes: Axes, info) -> Sizing:

@@ -17,7 +17,7 @@ from jax._src.lax import parallel as lax_parallel
 from .. import ops
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Rows, Stats, bitwise, f32, ladder, move, plan
+from ._transfer import Axes, Rows, Stats, bitwise, f32, ladder, move, plan, relayout
 
 
 def _lower(info, x, *, axis_name, perm):
@@ -31,7 +31,8 @@ def _lower(info, x, *, axis_name, perm):
     send = lambda outs: [jnp.where(receives, lax.ppermute(outs[0], axes.names, perm), outs[0])]  # noqa: E731
     bits = (lambda a: [bitwise(lambda b: lax.ppermute(b, axes.names, perm), a).reshape(-1)], x.size * x.dtype.itemsize)
     (out,), sent = move(Rows((x,), 1), axes, perm, decode, True, ladder(axes, info), send=send, raw=bits)
-    return [jnp.where(receives, out, jnp.zeros_like(out)).reshape(x.shape)], sent, raw
+    # zeros where no one sends, selected on the bits: XLA:CPU computes a bf16 select in float32 (NaN payloads lost)
+    return [relayout(lambda o: jnp.where(receives, o, jnp.zeros_like(o)).reshape(x.shape), out)], sent, raw
 
 
 mirror(lax_parallel.ppermute_p, _lower)
