@@ -180,7 +180,6 @@ def _decompress_accumulate(payload: jax.Array, m: int, dtype, out_dtype=None) ->
 
 
 compress_items = partitioning.rowwise(_compress_items, 1, (1, 0))
-compress_rows = _compress_items  # within a collective's per-device program: no partitioning rule needed
 _decode_items = partitioning.rowwise(_decompress_items, 1, (1, 0))
 _decode_accumulate = partitioning.rowwise(_decompress_accumulate, 2, (1, 1))
 
