@@ -291,6 +291,9 @@ def static_transfer(rows: Rows, axes: Axes, route, decode, sizing: Sizing):
     device) or a ppermute perm (one row to the perm's destination).
     Returns (decoded, the bytes this device sent to the others)."""
     n, k, cap = axes.size, rows.k, rows.capacity
+    if k * cap >= 2**31:  # ragged_all_to_all's offsets are int32 here (int64 needs jax_enable_x64)
+        raise ValueError(f"zipccl: a compressed transfer of {k} streams of up to {cap} bytes on CUDA needs offsets "
+                         "past 2**31 bytes: split the operand, or use strategy='raw' for it")
     c = sizing.capacity(rows)
     *_, payload, lengths = ops.encode_rows(rows.leaves, k, cap, unit=rows.unit, lengths=True)  # [k, cap], [k]
     spill = jnp.maximum(lengths.astype(jnp.int32) - c, 0)
