@@ -172,3 +172,16 @@ def test_a_cuda_lowering_moves_streams_with_no_branch_loop_or_size_consensus(mon
     assert len(re.findall(r"custom_call @zipccl_encode_rows\(.*-> \(tensor<\d+x\d+xui8>, tensor<\d+xui32>", cuda)) \
         == phases
     assert "ragged_all_to_all" not in cpu and "zipccl_stream_sizes" in cpu and "stablehlo.all_reduce" in cpu
+
+
+def test_a_cuda_transfer_past_int32_offsets_is_refused_by_name(monkeypatch):
+    """ragged_all_to_all's offsets are int32 without jax_enable_x64: a transfer whose streams span
+    2**31 bytes or more is refused when lowering, naming the sizes and what to do."""
+    _ffi.register()
+    monkeypatch.setattr(_ffi, "cuda_module", lambda: FakeCudaModule())
+    mesh = jax.make_mesh((8,), ("d",), devices=jax.devices("cpu")[:8])
+    f = jax.jit(jax.shard_map(lambda a: COLLECTIVES["all_to_all"](a[0])[None], mesh=mesh, in_specs=P("d"),
+                              out_specs=P("d"), check_vma=False))
+    x = jax.ShapeDtypeStruct((8, 8, 1 << 27), jnp.bfloat16, sharding=NamedSharding(mesh, P("d")))
+    with pytest.raises(ValueError, match=r"8 streams of up to 268435472 bytes on CUDA needs offsets past 2\*\*31"):
+        f.trace(x).lower(lowering_platforms=("cuda",))
