@@ -33,11 +33,8 @@ _CALLS = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_co
 def shape_bytes(shape: str) -> int:
     """Bytes of an HLO shape, tuples summed: "(u8[8,16]{1,0}, f32[])" -> 132."""
     total = 0.0
-    for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", shape):
-        if dtype.startswith("f8"):
-            size = 1
-        else:
-            size = _BYTES.get(dtype, 0)
+    for dtype, dims in re.findall(r"\b([a-z]+\d*\w*)\[([\d,]*)\]", shape):
+        size = _BYTES.get(dtype, 1 if dtype.startswith("f8") else 0)  # f8e4m3fn, f8e5m2, ...; token[]: 0
         total += size * int(np.prod([int(d) for d in dims.split(",") if d] or [1]))
     return int(total)
 
