@@ -108,7 +108,16 @@ def parse(hlo_text: str) -> tuple[str, dict[str, list[Instruction]]]:
 
 def replica_groups(attributes: str) -> list[list[int]]:
     """The device groups of a collective: explicit {{0,1},{2,3}}, the iota form [2,8]<=[16] or
-    [2,8]<=[8,2]T(1,0), or source_target_pairs (one group per pair)."""
+    [2,8]<=[8,2]T(1,0), the mesh form of newer XLA (mesh['x'=2,'d'=8] {'d'}: groups along the named
+    axes of an iota mesh), or source_target_pairs (one group per pair)."""
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attributes)
+    if m:
+        axes = re.findall(r"'(\w+)'=(\d+)", m.group(1))
+        names, sizes = [a for a, _ in axes], [int(n) for _, n in axes]
+        grouped = [names.index(a) for a in re.findall(r"'(\w+)'", m.group(2))]
+        order = [i for i in range(len(names)) if i not in grouped] + grouped
+        ids = np.arange(int(np.prod(sizes))).reshape(sizes).transpose(order)
+        return ids.reshape(-1, int(np.prod([sizes[i] for i in grouped] or [1]))).tolist()
     m = re.search(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", attributes)
     if m:
         dims = [int(d) for d in m.group(2).split(",")]
@@ -171,7 +180,8 @@ def _scheduled(entry: str, computations: dict[str, list[Instruction]]) -> dict[s
     while todo:
         for ins in computations.get(todo.pop(), []):
             for how, callee in ins.called():
-                if ins.opcode in ("fusion", "async-start") or how == "to_apply" and ins.opcode != "call":
+                wrapped = ins.opcode in ("fusion", "fusion-start", "async-start")
+                if wrapped or how == "to_apply" and ins.opcode != "call":
                     continue
                 if callee not in contexts:
                     where = {"branch": "branch", "true_computation": "branch", "false_computation": "branch",
@@ -181,15 +191,15 @@ def _scheduled(entry: str, computations: dict[str, list[Instruction]]) -> dict[s
     return contexts
 
 
-def _collective_op(ins: Instruction, computations) -> str | None:
-    """The collective an instruction starts or is: "all-reduce" for all-reduce-start and
-    all-reduce, the wrapped op for an async-start around a collective, else None."""
-    op = ins.opcode.removesuffix("-start")
-    if op in COLLECTIVES:
-        return op
-    if ins.opcode == "async-start":
-        for how, callee in ins.called():
-            inner = [i.opcode for i in computations.get(callee, []) if i.opcode in COLLECTIVES]
+def _collective(ins: Instruction, computations) -> Instruction | None:
+    """The collective an instruction starts or is: itself for all-reduce-start or all-reduce, the
+    wrapped one for an async-start or a fusion around a collective (jax 0.11.2's XLA makes some
+    all-reduces Triton collective fusions: fusion-start/fusion-done), else None."""
+    if ins.opcode.removesuffix("-start") in COLLECTIVES:
+        return ins
+    if ins.opcode in ("async-start", "fusion-start", "fusion"):
+        for _, callee in ins.called():
+            inner = [i for i in computations.get(callee, []) if i.opcode in COLLECTIVES]
             if inner:
                 return inner[0]
     return None
@@ -214,21 +224,24 @@ def analyze(hlo_text: str, devices_per_host: int | None = None) -> Schedule:
                 if n is None:
                     trips.append(f"while %{ins.name} ({context}): unknown trip count, the host reads the "
                                  "condition every iteration")
-            op = _collective_op(ins, computations)
-            if op is None:
+            inner = _collective(ins, computations)
+            if inner is None:
                 continue
+            op = inner.opcode.removesuffix("-start")
             done = next((j for j in range(pos + 1, len(seq)) if ins.name in seq[j].operands
                          and seq[j].opcode.endswith("-done")), None)
             between = seq[pos + 1:done] if done is not None else []
-            config = ins.backend_config().get("collective_backend_config", {})
-            groups = replica_groups(ins.attributes)
+            config = (ins.backend_config().get("collective_backend_config")
+                      or inner.backend_config().get("collective_backend_config", {}))
+            groups = replica_groups(inner.attributes)
             collectives.append(Collective(
                 op=op, name=ins.name, computation=comp, context=context,
                 bytes=sum(shape_bytes(shapes.get(o, "")) for o in ins.operands),
                 has_done=done is not None, is_sync=bool(config.get("is_sync", False)),
                 overlaps=[i.label() for i in between if i.opcode not in NOT_COMPUTE
-                          and _collective_op(i, computations) is None and not i.opcode.endswith("-done")],
-                in_flight_with=[i.name for i in between if _collective_op(i, computations) or i.opcode.endswith("-done")],
+                          and _collective(i, computations) is None and not i.opcode.endswith("-done")],
+                in_flight_with=[i.name for i in between
+                                if _collective(i, computations) or i.opcode.endswith("-done")],
                 groups=groups))
             if op == "ragged-all-to-all" and devices_per_host and any(
                     len({d // devices_per_host for d in g}) > 1 for g in groups):
