@@ -90,7 +90,8 @@ def test_lone_psum_is_one_start_done_pair_marked_sync(compiled):
     s = compiled["lone_psum"]
     (c,) = hlo.payload_transfers(s)
     assert (c.op, c.bytes, c.top_level, c.overlaps) == ("all-reduce", 1024 * 1024 * 2, True, [])
-    # alone, nothing to overlap: jax 0.10.2 marks the start/done pair is_sync, 0.11.2 makes it a Triton collective fusion
+    # alone, nothing to overlap: jax 0.10.2 marks the start/done pair is_sync,
+    # 0.11.2 makes it a Triton collective fusion
     assert c.groups == [list(range(8))]
     hlo.assert_no_host_round_trip(s)
 
