@@ -535,7 +535,8 @@ ffi::Error StreamSizes(cudaStream_t stream, ffi::RemainingArgs args, ffi::Result
                         sizes->typed_data(), false);
 }
 
-// Results: the row buffers, then the workspace.
+// Results: the row buffers, optionally each stream's length (uint32 [rows]: the
+// static transfer's split into a bulk and a spill), then the workspace.
 ffi::Error EncodeRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t rows, int64_t unit,
                       bool raw) {
   auto leaves = ArgLeaves(args);
@@ -544,8 +545,16 @@ ffi::Error EncodeRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaini
   const auto l = zc::RowLayout::of(leaves->total, rows, unit);
   if (auto e = CheckRows(l, dtype); e.failure()) return e;
   if (outs.size() < 2) return Invalid("encode_rows: row buffers and a workspace expected");
+  uint32_t* lengths = nullptr;
+  size_t buffers = outs.size() - 1;
+  if (auto b = RetAt<ffi::DataType::U32>(outs, buffers - 1); buffers > 1 && !b.has_error()) {
+    if (int64_t((*b)->element_count()) != rows) return Invalid("encode_rows: one length per row expected");
+    if (raw) return Invalid("encode_rows: raw streams have no lengths to return");
+    lengths = (*b)->typed_data();
+    --buffers;
+  }
   RowBuffers out;
-  for (size_t i = 0; i + 1 < outs.size(); ++i) {
+  for (size_t i = 0; i < buffers; ++i) {
     auto b = outs.get<ffi::Buffer<ffi::U8>>(i);
     if (b.has_error()) return b.error();
     if (!out.Add((*b)->typed_data(), (*b)->dimensions(), int64_t((*b)->element_count())))
@@ -567,6 +576,8 @@ ffi::Error EncodeRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaini
                                             true);
         e.failure())
       return e;
+  if (lengths) ZC_CUDA(cudaMemcpyAsync(lengths, a.lengths, size_t(rows) * sizeof(uint32_t), cudaMemcpyDeviceToDevice,
+                                       stream));
   for (size_t o = 0; o < out.data.size(); ++o) {
     const int64_t first = out.first[o], n = out.rows[o];
     if (raw)

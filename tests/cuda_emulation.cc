@@ -35,6 +35,7 @@
 //   op 4 stream_sizes: input n elements. Output: a uint32 sizes.
 //   op 5 encode_rows, op 6 the same with raw: input n elements. Output: the
 //                     buffers' bytes, a * cap in all.
+//   op 10 encode_rows with its lengths result: as op 5; status: a uint32 lengths.
 //   op 7 decode_rows: input the [a, cap] payload. Output: n elements;
 //                     status: a words.
 //   op 8 decode_accumulate_rows: n = elements per row, b = the output dtype
@@ -160,7 +161,7 @@ ffi::Error ServeRows(const int64_t* req, std::vector<uint8_t>* out, std::vector<
   };
   cudaStream_t stream = nullptr;
   BufferList in, res;
-  if (op == 4 || op == 5 || op == 6) {
+  if (op == 4 || op == 5 || op == 6 || op == 10) {
     const auto data = Read(size_t(n * int64_t(ffi::ByteWidth(type))));
     AddLeaves(&in, type, n, c, &data);
     in.Finish();
@@ -173,11 +174,13 @@ ffi::Error ServeRows(const int64_t* req, std::vector<uint8_t>* out, std::vector<
       return err;
     }
     AddRowBuffers(&res, a, cap, parts, nullptr);
+    if (op == 10) res.buffers.emplace_back(ffi::DataType::U32, std::vector<int64_t>{a});  // the lengths
     res.buffers.push_back(WorkspaceBuffer(workspace(op == 6 ? "zipccl_encode_rows_raw" : "zipccl_encode_rows", a, n, b, 0)));
     res.Finish();
     const ffi::Error err = EncodeRows(stream, ffi::RemainingArgs(&in.args, 0), ffi::RemainingRets(&res.rets, 0), a, b,
                                       op == 6);
     *out = res.Bytes(0, size_t(parts));
+    if (op == 10) *status = res.buffers[size_t(parts)].bytes;
     return err;
   }
   const auto data = Read(size_t(a * cap));

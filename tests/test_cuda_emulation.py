@@ -469,7 +469,7 @@ def test_sums_of_nans_carry_the_reference_bits_although_the_gpu_add_canonicalise
 
 # ---------------------------------------------------------------------------- the collectives' row ops
 
-SIZES_OP, ENCODE_OP, ENCODE_RAW_OP, DECODE_ROWS_OP, ACCUMULATE_ROWS_OP = 4, 5, 6, 7, 8
+SIZES_OP, ENCODE_OP, ENCODE_RAW_OP, DECODE_ROWS_OP, ACCUMULATE_ROWS_OP, ENCODE_LENGTHS_OP = 4, 5, 6, 7, 8, 10
 # (elements, rows, unit, leaves, buffers): contiguous rows in one leaf and in 20 leaves (more than a kernel
 # takes at once), interleaved blocks with padding, a row shorter than its unit
 ROW_LAYOUTS = [(4 * 4100, 4, 0, 1, 2), (4 * 4100, 4, 0, 20, 4), (2 * 4 * ref.BLOCK + 4 * 300 + 3, 4, ref.BLOCK, 3, 1),
@@ -545,3 +545,21 @@ def test_row_ops_report_and_poison_the_corrupt_row_and_refuse_bad_arguments(emul
     assert re.fullmatch(r"zipccl: stream_sizes: workspace of \d+ bytes, \d+ needed", replies[0][0])
     assert [err for err, _ in replies[1:]] == ["zipccl: encode_rows: raw streams need their full capacity",
                                                "zipccl: the row ops need at least one row"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_encode_rows_returns_the_lengths_of_the_streams_it_writes(emulator, dtype):
+    """The static transfer's encode (ops.encode_rows(lengths=True)): the streams at the full capacity,
+    byte-identical to the reference, and each one's length in the extra uint32 result, with no
+    host sync; a raw encode asked for lengths is refused by name."""
+    requests, expected = [], []
+    for i, (size, rows, unit, leaves, buffers) in enumerate(ROW_LAYOUTS):
+        x = flat_of(dtype, size, seed=i)
+        streams = [ref.compress(r) for r in ref.cut_rows(x, rows, unit)]
+        full = ref.max_stream_bytes(-(-size // rows), dtype)
+        requests.append(row_request(ENCODE_LENGTHS_OP, dtype, size, rows, unit, leaves, buffers, full, x.tobytes()))
+        expected.append((b"".join(s + bytes(full - len(s)) for s in streams),
+                         np.array([len(s) for s in streams], np.uint32).tobytes()))
+    for (err, out, lengths, syncs), (payload, want) in zip(replies_of(run_emulator(emulator, requests, LAUNCHES[-1]),
+                                                                      len(requests)), expected):
+        assert (err, syncs) == ("", 0) and out == payload and lengths.tobytes() == want

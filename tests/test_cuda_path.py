@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import zipccl_jax as zc
 from zipccl_jax import _ffi, ops
@@ -27,6 +29,9 @@ class FakeCudaModule:
     def workspace_bytes(self, target, dtype, batch, n, rows=1):
         self.asked.append((target, dtype, batch, n, rows))
         return 1000 + 7 * batch + n
+
+    def row_workspace_bytes(self, target, dtype, rows, size, unit, leaves, part_rows):
+        return 1000 + rows + size
 
 
 def custom_call_results(fn, *args, platform):
@@ -131,3 +136,52 @@ def test_the_cuda_modules_workspaces_cover_a_vmapped_call():
             for batch, n in [(1, 0), (1, 1), (3, 4097), (2, 65537), (8, 1 << 20)]:
                 one = module.workspace_bytes(target, dtype, batch, n, 3)
                 assert all(module.workspace_bytes(target, dtype, b * batch, n, 3) <= b * one for b in (2, 3, 8))
+
+
+COLLECTIVES = {
+    "psum": lambda a: zc.zip_psum(a, "d", strategy=zc.strategy.Pinned("compressed reduce_scatter+all_gather")),
+    "psum all_gather+local_reduce": lambda a: zc.zip_psum(
+        a, "d", strategy=zc.strategy.Pinned("compressed all_gather+local_reduce")),
+    "all_gather": lambda a: zc.zip_all_gather(a, "d", strategy="compressed"),
+    "psum_scatter": lambda a: zc.zip_psum_scatter(a, "d", strategy="compressed"),
+    "all_to_all": lambda a: zc.zip_all_to_all(a, "d", 0, 0, strategy="compressed"),
+    "ppermute": lambda a: zc.zip_ppermute(a, "d", [(0, 3), (3, 5), (6, 0)], strategy="compressed"),
+}
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_a_cuda_lowering_moves_streams_with_no_branch_loop_or_size_consensus(monkeypatch, name):
+    """Lowered for CUDA alone, every compressed collective is straight-line code: one encode that
+    returns its streams' lengths (no size pass), a static-size collective for the bulk, the spill
+    lengths and one ragged_all_to_all, no pmax; lowered for the CPU it keeps the capacity ladder
+    (a case over the rungs, after a size pass and a pmax). The compiled schedule on 8 x H100 is
+    tests/test_schedule.py's."""
+    _ffi.register()
+    monkeypatch.setattr(_ffi, "cuda_module", lambda: FakeCudaModule())
+    mesh = jax.make_mesh((8,), ("d",), devices=jax.devices("cpu")[:8])
+    f = jax.jit(jax.shard_map(lambda a: COLLECTIVES[name](a[0])[None], mesh=mesh, in_specs=P("d"),
+                              out_specs=P("d"), check_vma=False))
+    x = jax.device_put(np.zeros((8, 8, 3000), jnp.bfloat16), NamedSharding(mesh, P("d")))
+    cuda, cpu = (f.trace(x).lower(lowering_platforms=(p,)).as_text() for p in ("cuda", "cpu"))
+    # (the cases left in the CUDA text are lax.platform_dependent's, on a constant: XLA folds them; the
+    # compiled program has no conditional at all: test_schedule.py)
+    for construct in ("stablehlo.if", "stablehlo.while", "zipccl_stream_sizes", "stablehlo.all_reduce"):
+        assert construct not in cuda, construct
+    phases = 2 if name == "psum" else 1
+    assert cuda.count("@ragged_all_to_all(") == phases
+    assert len(re.findall(r"custom_call @zipccl_encode_rows\(.*-> \(tensor<\d+x\d+xui8>, tensor<\d+xui32>", cuda)) \
+        == phases
+    assert "ragged_all_to_all" not in cpu and "zipccl_stream_sizes" in cpu and "stablehlo.all_reduce" in cpu
+
+
+def test_a_cuda_transfer_past_int32_offsets_is_refused_by_name(monkeypatch):
+    """ragged_all_to_all's offsets are int32 without jax_enable_x64: a transfer whose streams span
+    2**31 bytes or more is refused when lowering, naming the sizes and what to do."""
+    _ffi.register()
+    monkeypatch.setattr(_ffi, "cuda_module", lambda: FakeCudaModule())
+    mesh = jax.make_mesh((8,), ("d",), devices=jax.devices("cpu")[:8])
+    f = jax.jit(jax.shard_map(lambda a: COLLECTIVES["all_to_all"](a[0])[None], mesh=mesh, in_specs=P("d"),
+                              out_specs=P("d"), check_vma=False))
+    x = jax.ShapeDtypeStruct((8, 8, 1 << 27), jnp.bfloat16, sharding=NamedSharding(mesh, P("d")))
+    with pytest.raises(ValueError, match=r"8 streams of up to 268435472 bytes on CUDA needs offsets past 2\*\*31"):
+        f.trace(x).lower(lowering_platforms=("cuda",))

@@ -1,4 +1,4 @@
-"""Command line: python -m zipccl_jax {selftest, bench codec|collectives|train|net|wire|gpu, calibrate} [options]."""
+"""Command line: python -m zipccl_jax {selftest, bench codec|collectives|train|net|wire|gpu|schedule, calibrate} [options]."""
 
 import argparse
 
@@ -15,15 +15,17 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m zipccl_jax")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="benchmarks: progress on stderr, a summary table on stdout")
-    b.add_argument("what", choices=["codec", "collectives", "train", "net", "wire", "gpu"],
+    b.add_argument("what", choices=["codec", "collectives", "train", "net", "wire", "gpu", "schedule"],
                    help="codec: ratios and single-core speeds vs baselines; collectives: wire bytes and time vs "
                         "lax; train: LM step and sync time, lax.psum vs zip_psum, on the local devices; net: the "
                         "same over a shaped network of namespaces, one process per host (root); wire: wire bytes "
                         "against the codec's on real traffic, today's transfer and alternatives; gpu: the CUDA "
                         "codec, a psum bucket's row ops and other GPU codecs with CUDA events, and the modelled psum "
-                        "they give")
+                        "they give; schedule: a training step compiled for N x H100 without a GPU (jax's CUDA plugin), "
+                        "its collectives, what overlaps them and the host round trips, ours beside lax's")
     b.add_argument("--repeat", type=int, default=7, help="timed runs per measurement (median)")
-    b.add_argument("--json", default=None, metavar="OUT.json", help="also write the results as JSON")
+    b.add_argument("--json", default=None, metavar="OUT.json",
+                   help="also write the results as JSON (schedule: '-' writes them to stdout instead of tables)")
     b.add_argument("--plot", default=None, metavar="OUT.png", help="also draw the results (needs matplotlib)")
     g = b.add_argument_group("codec")
     g.add_argument("--elements", type=int, default=1 << 24, help="Gaussian values per dtype")
@@ -64,6 +66,19 @@ def parser() -> argparse.ArgumentParser:
                    help="psum bucket sizes in bytes of bfloat16, comma-separated, cut into 8 and 64 rows")
     g.add_argument("--df11-data", default=None, metavar="DATA.npz",
                    help="data encoded DFloat11's way, to time its decoder (zipccl_jax/bench/gpu_anchors.py)")
+    g = b.add_argument_group("schedule")
+    g.add_argument("--topology", default="1x1x8", help="slices x hosts x GPUs per host (1x2x8: two hosts of 8)")
+    g.add_argument("--step", choices=["mlp", "lm"], default="mlp",
+                   help="mlp: 4 layers, one collective per layer's gradient; lm: bench/lm.py's step")
+    g.add_argument("--collective", default="psum",
+                   choices=["psum", "all_gather", "psum_scatter", "all_to_all", "ppermute"],
+                   help="mlp: the collective each layer's gradient crosses")
+    g.add_argument("--command-buffer", default=None, metavar="FUSION,CUSTOM_CALL,...",
+                   help="XLA's xla_gpu_enable_command_buffer for the compile ('' : none; default: XLA's)")
+    g.add_argument("--thunks", action="store_true",
+                   help="also dump the thunk sequence and count the thunks command buffers captured")
+    g.add_argument("--fn", default=None, metavar="MODULE:FUNCTION",
+                   help="compile a user's step: FUNCTION(mesh, sync) -> (jitted fn, arg specs), sync 'lax'/'zip'")
     t = sub.add_parser("selftest", help="check the codec and every collective against the reference on the local "
                                          "devices (the GPUs if any), time the codec, run autotune; a verdict")
     t.add_argument("--elements", type=int, default=1 << 24, help="bfloat16 values for the timing")
@@ -109,6 +124,10 @@ def main(argv=None) -> None:
         from .bench import wire
 
         wire.run(args)
+    elif args.what == "schedule":
+        from .bench import schedule
+
+        schedule.run(args)
     elif args.what == "gpu":
         from .bench import gpu
 

@@ -194,7 +194,6 @@ def _rowwise(fn, item_rank_in: int, item_ranks_out: tuple[int, ...]):
 
 
 compress_items = _rowwise(_compress_items, 1, (1, 0))
-compress_rows = _compress_items  # within a collective's per-device program: no partitioning rule needed
 _decode_items = _rowwise(_decompress_items, 1, (1, 0))
 _decode_accumulate = _rowwise(_decompress_accumulate, 2, (1, 1))
 
@@ -369,14 +368,16 @@ def stream_sizes(leaves, rows: int, *, unit: int = 0, plans: bool = False):
 
 
 def encode_rows(leaves, rows: int, capacity: int, *, outputs: int = 1, unit: int = 0,
-                raw: bool = False, plans=None) -> list[jax.Array]:
+                raw: bool = False, plans=None, lengths: bool = False) -> list[jax.Array]:
     """Each row's stream in a row of `capacity` bytes (zero past its end),
     the rows split over `outputs` uint8 arrays [rows / outputs, capacity].
     Every stream must fit (stream_sizes, agreed before): a longer one is an
     error. raw=True writes STORED_RAW streams (capacity: the full one).
     plans (CPU only): stream_sizes(..., plans=True)'s plans of these leaves
     and rows; a plan of other data is checked only for memory safety (its
-    streams would not decode to these leaves)."""
+    streams would not decode to these leaves). lengths=True appends each
+    stream's length (uint32 [rows]): the CUDA encoder returns the lengths it
+    wrote, the CPU counts them first (stream_sizes)."""
     _ffi.register()
     leaves = _check_leaves(leaves, rows)
     if rows % outputs:
@@ -384,6 +385,10 @@ def encode_rows(leaves, rows: int, capacity: int, *, outputs: int = 1, unit: int
     shape = (rows // outputs, capacity)
     results = [_result(leaves[0], shape, jnp.uint8)] * outputs
     attrs = dict(rows=np.int64(rows), unit=np.int64(unit), raw=np.bool_(raw))
+    if lengths:
+        if raw or plans is not None:
+            raise ValueError("zipccl: encode_rows(lengths=True) takes neither raw nor plans")
+        return _encode_rows_with_lengths(leaves, results, attrs)
     if plans is not None:
         plans = cpu_only(plans, "encode_rows(plans=...)")
         return list(jax.ffi.ffi_call("zipccl_encode_rows", results)(*leaves, plans, planned=np.bool_(True), **attrs))
@@ -392,6 +397,23 @@ def encode_rows(leaves, rows: int, capacity: int, *, outputs: int = 1, unit: int
                                unit, len(leaves))
     return _rows_call("zipccl_encode_rows", leaves, results, workspace, cpu_attrs=dict(planned=np.bool_(False)),
                       **attrs)
+
+
+def _encode_rows_with_lengths(leaves, results, attrs) -> list[jax.Array]:
+    rows, unit = int(attrs["rows"]), int(attrs["unit"])
+    lengths = _result(leaves[0], (rows,), jnp.uint32)
+
+    def cpu(xs):
+        sizes = jax.ffi.ffi_call("zipccl_stream_sizes", [lengths])(*xs, unit=attrs["unit"])[0]
+        return [*jax.ffi.ffi_call("zipccl_encode_rows", results)(*xs, planned=np.bool_(False), **attrs), sizes]
+
+    def cuda(xs):
+        size = sum(x.size for x in xs)
+        workspace = _row_workspace("zipccl_encode_rows", xs[0].dtype, rows, size, unit, len(xs))()
+        return list(jax.ffi.ffi_call("zipccl_encode_rows", [*results, lengths, _result(xs[0], (workspace,), jnp.uint8)])(
+            *xs, **attrs))[:-1]
+
+    return _per_platform(list(leaves), cpu, cuda)
 
 
 def decode_rows(parts, sizes, dtype, *, unit: int = 0) -> list[jax.Array]:

@@ -434,6 +434,18 @@ def wire_fraction(model: CostModel, dtype) -> float:
     return min((f for f in model.ladder if f >= need), default=1.0)
 
 
+# The static transfer's capacity (GPUs: collectives/_transfer.py) sits this far above the bytes the
+# expected ratio gives: data that compress as expected fill it and spill nothing; a margin sends up to
+# this much more than the codec's bytes, a stream over it spills its excess by a synchronous transfer.
+STATIC_MARGIN = 0.02
+
+
+def static_fraction(model: CostModel, dtype) -> float:
+    """The fraction of the raw bytes a static transfer sends at a fixed size
+    (the rest of a longer stream spills): 1 / the expected ratio, plus STATIC_MARGIN."""
+    return min(1.0, (1.0 + STATIC_MARGIN) / model.ratio(dtype))
+
+
 def widens(collective: str, dtype, platform: str | None = None) -> bool:
     """Whether the raw plan of `collective` moves a 16-bit float as float32:
     XLA:CPU's all-reduce and reduce-scatter (the raw psum / psum_scatter)."""

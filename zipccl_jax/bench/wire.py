@@ -21,9 +21,11 @@ denser ladder) and of alternatives:
 - the split transfer: a head of F bytes per stream (F: the sign and low
   mantissa bits the format stores raw) sent without sizing, only the tail
   laddered. In bytes that is a ladder whose rungs all lie above F;
-- sizing: one consensus per phase (the library's), or one per shift of a square phase
-  sent as n - 1 ppermutes, or each stream at its exact length plus a 4-byte
-  length (ragged_all_to_all: zip_all_to_all's transfer on CUDA).
+- sizing: one consensus per phase (the library's on the CPU), or one per shift
+  of a square phase sent as n - 1 ppermutes, or each stream at its exact length
+  plus a 4-byte length (ragged_all_to_all), or the CUDA transfer: each stream at
+  a capacity fixed when tracing (the GPU model's expected ratio and a margin)
+  plus the excess of a longer one and its 4-byte length (static + spill).
 
 wire_data.py gathers the real tensors and checks the simulation of the
 library's scheme against the library's own Stats, byte for byte.
@@ -38,6 +40,7 @@ import os
 import numpy as np
 
 from .. import reference, strategy
+from ..collectives._transfer import static_capacity
 from ..collectives.psum import interleave_unit
 from ..dtypes import DTYPE_CODES
 from .codec import zipccl_bytes
@@ -271,8 +274,9 @@ class Scheme:
     largest stream exactly, a bound), the interleaved layout where the
     collective chooses its chunks, one consensus per phase ("phase") or per
     shift of a square phase ("shift": n - 1 ppermutes), or each stream at its
-    own length ("ragged": ragged_all_to_all, what zip_all_to_all does in a
-    module lowered for CUDA)."""
+    own length ("ragged": ragged_all_to_all), or at the static capacity with
+    the excess spilled at its length ("static": every collective in a module
+    lowered for CUDA, collectives/_transfer.py static_transfer)."""
 
     name: str
     ladder: Ladder | None
@@ -285,6 +289,8 @@ class Scheme:
             return f"{case.devices - 1} ppermutes"
         if self.sizing == "ragged":
             return "2 (lengths, then ragged_all_to_all)"
+        if self.sizing == "static":
+            return "3 (static bulk, spill lengths, ragged spill; no consensus)"
         return "2 (head unsized)" if self.ladder is not None and self.ladder.head else "1"
 
 
@@ -295,6 +301,9 @@ def phase_wire(phase: Phase, scheme: Scheme) -> np.ndarray:
     n, streams = sizes.shape
     if scheme.sizing == "ragged":  # ragged_all_to_all: every stream at its length, plus its int32 length
         return ((sizes + 4) * copies).sum(1).astype(float)
+    if scheme.sizing == "static":  # the CUDA transfer: at least the static capacity, the spill's length exchanged
+        c = static_capacity(strategy.PLATFORM_DEFAULTS["gpu"], phase.dtype, phase.elems)
+        return ((np.maximum(sizes, c) + 4) * copies).sum(1).astype(float)
     if scheme.sizing == "shift" and streams > 1:
         d, wire = np.arange(n), np.zeros(n)
         for k in range(1, n):
@@ -377,7 +386,8 @@ def schemes(case: Case, cases: list[Case], rungs: list[int]) -> list[Scheme]:
     out.append(Scheme("largest stream (bound)", None, best))
     if case.given[0].sizes.shape[1] > 1:
         out.append(Scheme("largest per shift (bound)", None, best, "shift"))
-        out.append(Scheme("ragged: each stream exact + 4 B (zip_all_to_all on CUDA)", None, best, "ragged"))
+        out.append(Scheme("ragged: each stream exact + 4 B", None, best, "ragged"))
+    out.append(Scheme("static + spill (every collective on CUDA)", None, best, "static"))
     for k in rungs:
         for family in FAMILIES:
             ladder = family_ladder(family, k, case, cases)

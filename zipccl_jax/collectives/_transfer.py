@@ -102,28 +102,41 @@ def plan(collective, x, axes: Axes, info):
                          info.options.strategy, platform=info.platform, raw_because=uneven)
 
 
-RAGGED_PLATFORMS = frozenset({"cuda"})  # where XLA implements ragged_all_to_all (XLA:CPU does not)
+STATIC_PLATFORMS = frozenset({"cuda"})  # where transfers go static + spill (XLA:CPU has no ragged_all_to_all)
 ragged_all_to_all = lax.ragged_all_to_all  # module-level: tests stand in for it on the CPU
 
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """How a transfer sizes its streams: the capacity ladder (fractions of
-    raw); whether the codec runs on the CPU, where the size pass hands
-    the encoder its choices (ops.stream_sizes' plans) and all_gather+
-    local_reduce sums a device's own row from its data instead of decoding
-    it (the CUDA handlers take neither); and whether all_to_all sends each
-    stream at its exact length (ragged_transfer) instead of at a rung."""
+    """How a transfer sizes its streams. On the CPU: the capacity ladder
+    (fractions of raw), a size pass that hands the encoder its choices
+    (ops.stream_sizes' plans), and all_gather+local_reduce summing a device's
+    own row from its data instead of decoding it. Where the module is lowered
+    for CUDA alone (`model` set): static_transfer, each stream's first bytes at
+    a capacity fixed when tracing (the model's expected ratio and a margin),
+    the rest spilled at its exact length."""
 
     rungs: tuple
     cpu: bool
-    ragged: bool = False
+    model: strategy.CostModel | None = None
+
+    def capacity(self, rows: Rows) -> int:
+        return static_capacity(self.model, rows.dtype, rows.m)
+
+
+def static_capacity(model: strategy.CostModel, dtype, elems: int) -> int:
+    """static_transfer's bytes per stream of `elems` values: the header and
+    strategy.static_fraction of the raw bytes, 8-byte aligned, at most the
+    full capacity (raw plus the header)."""
+    full = ops.stream_capacity(elems, dtype)
+    raw = full - reference.HEADER_BYTES
+    return min(full, -(-int(reference.HEADER_BYTES + strategy.static_fraction(model, dtype) * raw) // 8) * 8)
 
 
 def ladder(axes: Axes, info) -> Sizing:
     model = strategy.model_for(axes.names, info.options.strategy, platform=info.platform)
     platforms = set(info.platforms)
-    return Sizing(model.ladder, platforms == {"cpu"}, platforms <= RAGGED_PLATFORMS)
+    return Sizing(model.ladder, platforms == {"cpu"}, model if platforms <= STATIC_PLATFORMS else None)
 
 
 def bitwise(collective, x):
@@ -227,18 +240,33 @@ def sized_transfer(rows: Rows, axes: Axes, send, decode, compress: bool, sizing:
     return lax.switch(index, branches, *operands), jnp.asarray(sent, jnp.float32)[index]
 
 
+def move(rows: Rows, axes: Axes, route, decode, compress: bool, sizing: Sizing, *, send, raw=None):
+    """The rows' streams moved by `route` and decoded: where the module is
+    lowered for CUDA alone, static_transfer; elsewhere (and for compress=False)
+    sized_transfer with `send` and `raw`. Returns (decoded, the bytes this
+    device sent to the others)."""
+    if compress and sizing.model is not None:
+        return static_transfer(rows, axes, route, decode, sizing)
+    out, per_stream = sized_transfer(rows, axes, send, decode, compress, sizing, raw=raw)
+    return out, per_stream * (axes.size - 1 if route in ("all_to_all", "all_gather") else 1)
+
+
 def gather_rows(part, axes: Axes, compress: bool, sizing: Sizing, *, sizes=None, unit=0, raw=True):
     """part [m] on each device -> the devices' parts in rank order, as the
     rows of a flat array: leaves of `sizes` elements (default one of n m:
     [n, m] flattened; reference.row_order with `unit` places the rows,
-    dropping padding). Returns (the leaves, bytes per stream sent). raw: the
-    top rung gathers part's bits as they are (else STORED_RAW streams)."""
+    dropping padding). Returns (the leaves, bytes sent to the others). raw:
+    the ladder's top rung gathers part's bits as they are (else STORED_RAW streams)."""
     sizes = (axes.size * part.size,) if sizes is None else sizes
-    send = lambda outs: [lax.all_gather(outs[0][0], axes.names, axis=0, tiled=False, **axes.kw())]  # noqa: E731
     decode = lambda parts: ops.decode_rows(parts, sizes, part.dtype, unit=unit)  # noqa: E731
     gather = lambda p: [bitwise(lambda a: lax.all_gather(a, axes.names, axis=0, tiled=True, **axes.kw()), p)]  # noqa: E731
-    top = (gather, part.size * part.dtype.itemsize) if raw else None
-    return sized_transfer(Rows((part,), 1), axes, send, decode, compress, sizing, raw=top)
+    return move(Rows((part,), 1), axes, "all_gather", decode, compress, sizing, send=lambda outs: gather_streams(outs, axes),
+                raw=(gather, part.size * part.dtype.itemsize) if raw else None)
+
+
+def gather_streams(outs, axes: Axes):
+    """all_gather of one one-row buffer -> [the n rows] in rank order."""
+    return [lax.all_gather(outs[0][0], axes.names, axis=0, tiled=False, **axes.kw())]
 
 
 def exchange(outs, axes: Axes):
@@ -249,32 +277,61 @@ def exchange(outs, axes: Axes):
     return [received[j:j + 1] for j in range(len(outs))]
 
 
-def ragged_transfer(rows: Rows, axes: Axes, decode):
-    """all_to_all of the rows' streams (row j to device j) at their exact
-    lengths: one codec call writes each stream at full capacity and returns
-    its length (the public compress's, no separate size pass), the lengths
-    are exchanged (one all_to_all of n int32), and ragged_all_to_all sends
-    each stream's bytes only, into the receiver's row of its source. No
-    ladder, no consensus: the wire carries the codec's bytes plus 4 per
-    destination. Rows: one leaf cut into n contiguous rows (unit 0).
-    Returns (decoded, bytes this device sent to the others)."""
-    n, cap = rows.k, rows.capacity
-    (leaf,) = rows.leaves
-    assert rows.unit == 0 and leaf.size == n * rows.m, (rows.unit, leaf.size, n)
-    payload, sizes = ops.compress_rows(leaf.reshape(n, rows.m))  # [n, cap], [n]
-    sizes = sizes.astype(jnp.int32)
-    recv = lax.all_to_all(sizes, axes.names, 0, 0, tiled=True, **axes.kw())
-    me = axes.position()
-    received = ragged_all_to_all(payload.reshape(-1), jnp.zeros(n * cap, jnp.uint8),
-                                 jnp.arange(n, dtype=jnp.int32) * cap, sizes,
-                                 jnp.full((n,), me * cap, jnp.int32), recv,
-                                 axis_name=axes.names, **axes.kw())
-    others = jnp.where(jnp.arange(n) == me, 0, sizes)
-    return decode([received.reshape(n, cap)]), jnp.sum(others).astype(jnp.float32) + 4.0 * (n - 1)
+def static_transfer(rows: Rows, axes: Axes, route, decode, sizing: Sizing):
+    """Moves the rows' streams with no branch and no size consensus (GPUs:
+    docs/DESIGN.md, "Static transfers"): one encode writes each stream whole
+    and returns its length; its first `c` bytes (sizing.capacity: fixed when
+    tracing) go by one static-size collective, which XLA runs asynchronously
+    and overlaps with compute; the bytes past c (the spill: none when the
+    data compress as expected, all but c of a STORED_RAW stream) go by
+    ragged_all_to_all at their exact lengths, after one exchange of int32
+    spill lengths. The receiver joins each stream's two parts and decodes.
+
+    route: "all_to_all" (row j to device j), "all_gather" (one row to every
+    device) or a ppermute perm (one row to the perm's destination).
+    Returns (decoded, the bytes this device sent to the others)."""
+    n, k, cap = axes.size, rows.k, rows.capacity
+    if k * cap >= 2**31:  # ragged_all_to_all's offsets are int32 here (int64 needs jax_enable_x64)
+        raise ValueError(f"zipccl: a compressed transfer of {k} streams of up to {cap} bytes on CUDA needs offsets "
+                         "past 2**31 bytes: split the operand, or use strategy='raw' for it")
+    c = sizing.capacity(rows)
+    *_, payload, lengths = ops.encode_rows(rows.leaves, k, cap, unit=rows.unit, lengths=True)  # [k, cap], [k]
+    spill = jnp.maximum(lengths.astype(jnp.int32) - c, 0)
+    me, rest = axes.position(), cap - c
+    at = jnp.arange(n, dtype=jnp.int32)
+    per_copy = jnp.float32(c + 4)  # the bulk and the spill's int32 length, per destination
+    if route == "all_to_all":
+        bulk = lax.all_to_all(payload[:, :c], axes.names, 0, 0, tiled=True, **axes.kw())
+        sends, offsets = spill, at * cap + c
+        recv = lax.all_to_all(spill, axes.names, 0, 0, tiled=True, **axes.kw())
+        sent = (n - 1) * per_copy + (jnp.sum(spill) - spill[me]).astype(jnp.float32)
+    elif route == "all_gather":
+        bulk = lax.all_gather(payload[0, :c], axes.names, axis=0, tiled=False, **axes.kw())
+        sends, offsets = jnp.broadcast_to(spill, (n,)), jnp.full((n,), c, jnp.int32)
+        recv = lax.all_gather(spill[0], axes.names, axis=0, tiled=False, **axes.kw())
+        sent = (n - 1) * (per_copy + spill[0].astype(jnp.float32))
+    else:  # a ppermute perm: (source, destination) pairs
+        dest, source = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
+        for s, d in route:
+            dest[s], source[d] = d, s
+        bulk = lax.ppermute(payload[:, :c], axes.names, route)
+        sends, offsets = jnp.where(at == jnp.asarray(dest)[me], spill[0], 0), jnp.full((n,), c, jnp.int32)
+        recv = jnp.where(at == jnp.asarray(source)[me], lax.ppermute(spill, axes.names, route), 0)
+        sent = per_copy + spill[0].astype(jnp.float32)
+    r = bulk.shape[0]
+    if rest:
+        into = (me if r > 1 else 0) * rest  # where this device's spill lands in each receiver's buffer
+        spilled = ragged_all_to_all(payload.reshape(-1), jnp.zeros(r * rest, jnp.uint8), offsets, sends,
+                                    jnp.broadcast_to(jnp.asarray(into, jnp.int32), (n,)), recv,
+                                    axis_name=axes.names, **axes.kw())
+        bulk = jnp.concatenate([bulk, spilled.reshape(r, rest)], axis=1)
+    if route not in ("all_to_all", "all_gather"):  # a device no one sends to decodes its own stream (then zeroed)
+        bulk = jnp.where(jnp.asarray(source)[me] >= 0, bulk, payload)
+    return decode([bulk]), sent
 
 
 def reduce_scatter_rows(rows: Rows, axes: Axes, compress: bool, sizing: Sizing):
     """rows (k = n) on each device -> ([this device's row of the rank-ordered
-    sum], bytes per stream sent)."""
+    sum], bytes sent to the others)."""
     decode = lambda parts: ops.decode_accumulate_rows(parts, (rows.m,), rows.dtype)  # noqa: E731
-    return sized_transfer(rows, axes, lambda outs: exchange(outs, axes), decode, compress, sizing)
+    return move(rows, axes, "all_to_all", decode, compress, sizing, send=lambda outs: exchange(outs, axes))

@@ -30,7 +30,7 @@ def _lower(info, x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_i
     (rows,), sent = gather_rows(x.reshape(-1), axes, True, ladder(axes, info))  # [n * x.size]
     shape = (*x.shape[:dim], n * x.shape[dim], *x.shape[dim + 1:]) if tiled else (*x.shape[:dim], n, *x.shape[dim:])
     out = relayout(lambda r: jnp.moveaxis(r.reshape(n, *x.shape), 0, dim).reshape(shape), rows)
-    return [out], sent * (n - 1), raw
+    return [out], sent, raw
 
 
 def _gathered_dims(params):

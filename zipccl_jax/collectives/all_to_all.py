@@ -17,7 +17,7 @@ from jax._src.lax import parallel as lax_parallel
 from .. import ops
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Rows, Stats, bitwise, exchange, f32, ladder, plan, ragged_transfer, relayout, sized_transfer
+from ._transfer import Axes, Rows, Stats, bitwise, exchange, f32, ladder, move, plan, relayout
 
 
 def _lower(info, x, *, split_axis, concat_axis, axis_name, tiled, axis_index_groups=None):
@@ -33,13 +33,9 @@ def _lower(info, x, *, split_axis, concat_axis, axis_name, tiled, axis_index_gro
     decode = lambda parts: ops.decode_rows(parts, (x.size,), x.dtype)  # noqa: E731
     bits = lambda a: [bitwise(lambda b: lax.all_to_all(b, axes.names, 0, 0, tiled=True, **axes.kw()),  # noqa: E731
                               a.reshape(n, -1)).reshape(-1)]
-    sizing = ladder(axes, info)
-    if sizing.ragged:  # each stream at its exact length (docs/DESIGN.md, "Per-destination sizes")
-        (rows,), sent = ragged_transfer(Rows((moved,), n), axes, decode)
-    else:
-        (rows,), per_stream = sized_transfer(Rows((moved,), n), axes, lambda outs: exchange(outs, axes), decode,
-                                             True, sizing, raw=(bits, x.size * x.dtype.itemsize // n))
-        sent = per_stream * (n - 1)
+    raw_rung = (bits, x.size * x.dtype.itemsize // n)
+    (rows,), sent = move(Rows((moved,), n), axes, "all_to_all", decode, True, ladder(axes, info),
+                         send=lambda outs: exchange(outs, axes), raw=raw_rung)
     # rows[j]: source j's chunk for this device, shaped like x with split_axis cut
     shape = list(x.shape)
     shape[split_axis] //= n

@@ -2,9 +2,10 @@
 
 Mirrors lax's ppermute_p: types, batching, the transpose (ppermute with the
 inverse permutation, compressed too) and errors are lax's. The lowering
-compresses the operand into one stream, agrees on the largest stream of all
-devices, permutes that many bytes and decodes; a device no one sends to gets
-zeros, as with lax.ppermute. The result is the sources' exact bits.
+compresses the operand into one stream, permutes it (_transfer.move: at a
+ladder rung all devices agree on, or on CUDA at a static size plus a spill)
+and decodes; a device no one sends to gets zeros, as with lax.ppermute. The
+result is the sources' exact bits.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from jax._src.lax import parallel as lax_parallel
 from .. import ops
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Rows, Stats, bitwise, f32, ladder, plan, sized_transfer
+from ._transfer import Axes, Rows, Stats, bitwise, f32, ladder, move, plan, relayout
 
 
 def _lower(info, x, *, axis_name, perm):
@@ -25,15 +26,13 @@ def _lower(info, x, *, axis_name, perm):
     if not plan("ppermute", x, axes, info).compress or not info.options.compress:
         return [bitwise(lambda a: lax.ppermute(a, axes.names, perm), x)], raw, raw
     receives = jnp.isin(lax.axis_index(axes.names), jnp.asarray([d for _, d in perm] or [-1]))
-
-    def decode(parts):
-        return lax.cond(receives, lambda p: ops.decode_rows([p], (x.size,), x.dtype),
-                        lambda p: [jnp.zeros((x.size,), x.dtype)], parts[0])
-
-    send = lambda outs: [lax.ppermute(outs[0], axes.names, perm)]  # noqa: E731
+    decode = lambda parts: ops.decode_rows(parts, (x.size,), x.dtype)  # noqa: E731
+    # a device no one sends to decodes its own stream, then returns zeros: a select, no branch
+    send = lambda outs: [jnp.where(receives, lax.ppermute(outs[0], axes.names, perm), outs[0])]  # noqa: E731
     bits = (lambda a: [bitwise(lambda b: lax.ppermute(b, axes.names, perm), a).reshape(-1)], x.size * x.dtype.itemsize)
-    (out,), sent = sized_transfer(Rows((x,), 1), axes, send, decode, True, ladder(axes, info), raw=bits)
-    return [out.reshape(x.shape)], sent, raw
+    (out,), sent = move(Rows((x,), 1), axes, perm, decode, True, ladder(axes, info), send=send, raw=bits)
+    # zeros where no one sends, selected on the bits: XLA:CPU computes a bf16 select in float32 (NaN payloads lost)
+    return [relayout(lambda o: jnp.where(receives, o, jnp.zeros_like(o)).reshape(x.shape), out)], sent, raw
 
 
 mirror(lax_parallel.ppermute_p, _lower)

@@ -39,7 +39,7 @@ from .. import ops, reference
 from ..dtypes import is_compressible
 from . import _rewrite
 from ._mirror import Options, mirror
-from ._transfer import Axes, Rows, Stats, f32, gather_rows, ladder, plan, reduce_scatter_rows, sized_transfer
+from ._transfer import Axes, Rows, Stats, f32, gather_rows, gather_streams, ladder, move, plan, reduce_scatter_rows
 
 INTERLEAVE_GROUPS = 4  # code-table groups per chunk from which the layout interleaves whole groups
 
@@ -103,16 +103,16 @@ def _psum_bucket(leaves: tuple, group: Axes, info):
     compress, rungs = info.options.compress and decision.compress, ladder(group, info)
     sizes = tuple(x.size for x in leaves)
     if decision.algorithm == "all_gather+local_reduce":
-        send = lambda outs: [lax.all_gather(outs[0][0], group.names, axis=0, tiled=False, **group.kw())]  # noqa: E731
         # the own row is summed from the leaves where the codec runs on the CPU (the same bits, one decode fewer)
         local = (group.position(), leaves) if rungs.cpu else None
         decode = lambda parts: ops.decode_accumulate_rows(parts, sizes, dtype, local=local)  # noqa: E731
-        totals, per_stream = sized_transfer(Rows(leaves, 1), group, send, decode, compress, rungs)
-        return totals, per_stream * (n - 1), f32(nbytes * (n - 1))
+        totals, sent = move(Rows(leaves, 1), group, "all_gather", decode, compress, rungs,
+                            send=lambda outs: gather_streams(outs, group))
+        return totals, sent, f32(nbytes * (n - 1))
     rows = Rows(leaves, n, interleave_unit(n * ops.row_elems(size, n), n))
     (part,), sent_rs = reduce_scatter_rows(rows, group, compress, rungs)
     totals, sent_ag = gather_rows(part, group, compress, rungs, sizes=sizes, unit=rows.unit, raw=False)
-    return totals, (sent_rs + sent_ag) * (n - 1), f32(2 * rows.m * dtype.itemsize * (n - 1))
+    return totals, sent_rs + sent_ag, f32(2 * rows.m * dtype.itemsize * (n - 1))
 
 
 def _all_reduce(leaves: tuple, group: Axes, platform: str):

@@ -36,7 +36,7 @@ def _lower(info, x, *, scatter_dimension, axis_name, axis_size, tiled, axis_inde
     (part,), sent = reduce_scatter_rows(Rows((moved,), n), axes, info.options.compress, ladder(axes, info))
     shape = (*x.shape[:dim], x.shape[dim] // n, *x.shape[dim + 1:]) if tiled else (*x.shape[:dim], *x.shape[dim + 1:])
     part = relayout(lambda p: jnp.moveaxis(p.reshape(x.shape[dim] // n, *moved.shape[1:]), 0, dim).reshape(shape), part)
-    return [part], sent * (n - 1), raw
+    return [part], sent, raw
 
 
 def _scattered_dims(params):

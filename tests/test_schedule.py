@@ -1,0 +1,178 @@
+"""bench/hlo.py and bench/schedule.py: programs compiled for 8 and 2 x 8 H100s on the CPU machine.
+
+The compiles run in a subprocess whose JAX platform is the CPU (this process's backend, with its 8
+virtual devices, is already up), with jax's CUDA PJRT plugin, which a GPU-less machine can compile
+with. Without the plugin these tests skip, except where ZIPCCL_REQUIRE_CUDA_PLUGIN=1 (CI) makes
+that a failure. The parser's own tests need no plugin.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zipccl_jax
+from zipccl_jax.bench import hlo, schedule
+
+REPO = Path(zipccl_jax.__file__).parent.parent
+
+# Each program: name -> (topology, code defining f and specs on `mesh`); compiled in one subprocess.
+PROGRAMS = {
+    "lone_psum": ("1x1x8", """
+f = jax.jit(jax.shard_map(lambda a: lax.psum(a, "d"), mesh=mesh, in_specs=P("d"), out_specs=P()))
+specs = (jax.ShapeDtypeStruct((8 * 1024, 1024), jnp.bfloat16, sharding=NamedSharding(mesh, P("d"))),)
+"""),
+    "cond_psum": ("1x1x8", """
+def body(a):
+    return lax.cond(a[0, 0] > 0, lambda b: lax.psum(b, "d"), lambda b: 2 * b, a)
+f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))
+specs = (jax.ShapeDtypeStruct((8 * 1024, 1024), jnp.bfloat16, sharding=NamedSharding(mesh, P("d"))),)
+"""),
+    "mlp_lax": ("1x1x8", "f, specs = schedule.mlp_step(mesh, 'lax')"),
+    "mlp_lax_2hosts": ("1x2x8", "f, specs = schedule.mlp_step(mesh, 'lax')"),
+    "ragged_2hosts": ("1x2x8", """
+def body(a):
+    n = 16
+    sizes = jnp.full((n,), a.shape[0] // n, jnp.int32)
+    offsets = jnp.arange(n, dtype=jnp.int32) * (a.shape[0] // n)
+    return lax.ragged_all_to_all(a, jnp.zeros_like(a), offsets, sizes, offsets, sizes, axis_name="d")
+f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False))
+specs = (jax.ShapeDtypeStruct((16 * 1024, 1024), jnp.bfloat16, sharding=NamedSharding(mesh, P("d"))),)
+"""),
+}
+
+COMPILE = """
+import json, sys
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
+from zipccl_jax.bench import schedule
+out, programs = sys.argv[1], json.loads(sys.argv[2])
+meshes = {}
+for name, (topology, code) in programs.items():
+    mesh = meshes.setdefault(topology, schedule.gpu_mesh(topology))
+    scope = dict(globals(), mesh=mesh)
+    exec(code, scope)
+    open(f"{out}/{name}.hlo", "w").write(schedule.compile_for_gpus(scope["f"], *scope["specs"]).hlo)
+"""
+
+
+def _env():
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def _require_plugin():
+    if not schedule.plugin_installed():
+        message = ("jax's CUDA PJRT plugin is not installed "
+                   "(pip install --no-deps jax-cuda13-pjrt==$JAX jax-cuda13-plugin==$JAX)")
+        if os.environ.get("ZIPCCL_REQUIRE_CUDA_PLUGIN") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """{program: its analyzed Schedule}, all compiled in one subprocess."""
+    _require_plugin()
+    out = tmp_path_factory.mktemp("hlo")
+    subprocess.run([sys.executable, "-c", COMPILE, str(out), json.dumps(PROGRAMS)], env=_env(), check=True,
+                   timeout=240)
+    return {name: hlo.analyze((out / f"{name}.hlo").read_text(), devices_per_host=8) for name in PROGRAMS}
+
+
+def test_lone_psum_is_one_start_done_pair_marked_sync(compiled):
+    s = compiled["lone_psum"]
+    (c,) = hlo.payload_transfers(s)
+    assert (c.op, c.bytes, c.top_level, c.overlaps) == ("all-reduce", 1024 * 1024 * 2, True, [])
+    # alone, nothing to overlap: jax 0.10.2 marks the start/done pair is_sync,
+    # 0.11.2 makes it a Triton collective fusion
+    assert c.groups == [list(range(8))]
+    hlo.assert_no_host_round_trip(s)
+
+
+def test_lax_train_step_overlaps_every_layers_transfer(compiled):
+    s = compiled["mlp_lax"]
+    transfers = hlo.payload_transfers(s, 64 << 10)
+    assert [c.bytes for c in transfers] == [16 << 20] * 4  # one all-reduce per layer, not combined
+    assert all(c.op == "all-reduce" and c.asynchronous and c.top_level for c in transfers)
+    assert sum(bool(c.overlaps) for c in transfers) == 4  # jax 0.10.2: 4 of 4, gemms of the next layers' backward
+    assert any("gemm" in name for c in transfers for name in c.overlaps)
+    assert s.summary()["overlapped"] == 4 and s.summary()["conditionals"] == 0
+    hlo.assert_no_host_round_trip(s)
+    hlo.assert_payload_async_at_top_level(s)
+
+
+def test_collective_inside_a_cond_is_found_synchronous_in_its_branch(compiled):
+    s = compiled["cond_psum"]
+    assert len(s.conditionals) == 1 and s.whiles == {}
+    (c,) = hlo.payload_transfers(s)
+    assert c.op == "all-reduce" and c.context == f"branch of %{s.conditionals[0]}" and not c.overlaps
+    with pytest.raises(AssertionError, match="conditional"):
+        hlo.assert_no_host_round_trip(s)
+    with pytest.raises(AssertionError, match="not asynchronous at the top level"):
+        hlo.assert_payload_async_at_top_level(s)
+
+
+def test_two_hosts_of_eight(compiled):
+    s = compiled["mlp_lax_2hosts"]
+    transfers = hlo.payload_transfers(s)
+    assert len(transfers) == 4 and all(c.asynchronous and c.groups == [list(range(16))] for c in transfers)
+    ragged = compiled["ragged_2hosts"]
+    assert [c.op for c in ragged.collectives] == ["ragged-all-to-all"]
+    assert len(ragged.host_round_trips) == 1 and "span hosts" in ragged.host_round_trips[0]
+
+
+def test_cli_json_compares_zip_with_lax(tmp_path):
+    _require_plugin()
+    run = subprocess.run([sys.executable, "-m", "zipccl_jax", "bench", "schedule", "--json", "-"], env=_env(),
+                         capture_output=True, text=True, check=True, timeout=240)
+    result = json.loads(run.stdout)
+    assert result["setup"]["topology"] == "1x1x8" and result["setup"]["step"] == "mlp"
+    lax_run, zip_run = result["results"]
+    assert (lax_run["sync"], zip_run["sync"]) == ("lax", "zip")
+    assert lax_run["summary"] == {"conditionals": 0, "whiles": 0, "collectives": 4, "payload transfers": 4,
+                                  "asynchronous": 4, "overlapped": 4, "inside a branch or loop": 0,
+                                  "host round trips": 0}
+    assert set(zip_run["summary"]) == set(lax_run["summary"]) and zip_run["summary"]["payload transfers"] > 0
+    row = lax_run["transfers"][0]
+    assert set(row) == {"op", "count", "largest bytes", "where", "start/done", "is_sync", "overlapping ops",
+                        "overlaps"}
+    assert {c["name"] for c in lax_run["collectives"]} and all(c["asynchronous"] for c in lax_run["collectives"])
+    assert "[2/2] schedule mlp sync=zip on 1x1x8" in run.stderr
+
+
+# ---------------------------------------------------------------------------
+# the parser alone (no plugin needed)
+
+
+def test_shape_bytes_and_replica_groups():
+    assert hlo.shape_bytes("(u8[1,622872]{1,0}, /*index=5*/bf16[8,4]{1,0}, f32[])") == 622872 + 64 + 4
+    assert hlo.replica_groups("replica_groups={{0,1},{2,3}}, dimensions={0}") == [[0, 1], [2, 3]]
+    assert hlo.replica_groups("replica_groups=[2,4]<=[8]") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert hlo.replica_groups("replica_groups=[4,2]<=[2,4]T(1,0)") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert hlo.replica_groups("source_target_pairs={{0,1},{1,0}}") == [[0, 1], [1, 0]]
+    assert hlo.replica_groups("replica_groups=mesh['d'=4] {'d'}, use_global_device_ids=true") == [[0, 1, 2, 3]]
+    assert hlo.replica_groups("replica_groups=mesh['h'=2,'g'=3] {'h'}") == [[0, 3], [1, 4], [2, 5]]
+
+
+def test_thunks_in_command_buffers():
+    sequence = """001: kCustomCall   [source       | next=002 (1) ] kCustomCall
+870: kConditional  [prev=005 (1) | next=871 (1) ]
+  branch_0:
+    008: kAllToAll      [prev=007 (1) | next=000 (1)] kAllToAll
+    000: kCommandBuffer [prev=008 (1) | sink        ]
+        009: kCopy       [source       | next=017 (8)] kCopy
+        017: kCustomCall [prev=016 (1) | sink        ] kCustomCall
+    018: kCustomCall    [source       | next=019 (1)] kCustomCall
+"""
+    metadata = 'thunk_info {\n    profile_annotation: "ffi_call.18"\n    thunk_id: 17\n  }'
+    thunks = hlo.read_thunks(sequence, metadata)
+    assert [(t.id, t.in_command_buffer) for t in thunks] == [
+        (1, False), (870, False), (8, False), (0, False), (9, True), (17, True), (18, False)]
+    assert thunks[5].name == "ffi_call.18"
