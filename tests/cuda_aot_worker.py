@@ -9,27 +9,20 @@ import json
 import os
 import re
 import sys
-from pathlib import Path
 
 os.environ["JAX_PLATFORMS"] = "cpu"  # the plugin answers topology requests without a GPU (AOT.md)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
-from jax.experimental import topologies  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import zipccl_jax as zc  # noqa: E402
 from zipccl_jax import _ffi, strategy  # noqa: E402
+from zipccl_jax.bench.schedule import gpu_mesh  # noqa: E402  (8 compile-only H100s)
 
 M = 8 * 4096  # bf16 elements per device
-
-
-def gpu_mesh():
-    config = (Path(zc.__file__).parent / "bench" / "h100_sxm.txtpb").read_text()
-    topo = topologies.get_topology_desc(platform="cuda", target_config=config, topology="1x1x8")
-    return topologies.make_mesh(topo, (8,), ("d",))
 
 
 def collective(name, **options):
