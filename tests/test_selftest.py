@@ -75,9 +75,11 @@ def test_on_a_gpu_the_codec_is_timed_by_the_cuda_module_and_reported_in_gb_per_s
 
 
 def test_on_a_host_with_an_nvidia_driver_where_jax_sees_no_gpu_it_fails_saying_how_to_install_gpu_jax(
-        tmp_path, capsys):
+        tmp_path, capsys, monkeypatch):
     """A driver file (/proc/driver/nvidia/version on a real host) and no GPU in JAX: the selftest fails
     before checking anything, naming the cause and the command; --platform cpu still checks the CPU."""
+    local = selftest._local_devices
+    monkeypatch.setattr(selftest, "_local_devices", lambda platform: [] if platform == "gpu" else local(platform))
     driver = tmp_path / "version"
     driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06\n")
     assert selftest.main(elements=1 << 14, repeat=1, driver_file=driver) == 1
