@@ -7,6 +7,7 @@ building blocks of the compressed collectives. The byte format is in
 docs/FORMAT.md and `zipccl_jax.reference` is its numpy oracle.
 """
 
+from ._ffi import NoCudaCodecError
 from .autotune import autotune
 from .collectives import Stats, compressed, zip_all_gather, zip_all_to_all, zip_ppermute, zip_psum, zip_psum_scatter
 from .dtypes import is_compressible
@@ -33,6 +34,7 @@ __all__ = [
     "decompress_accumulate",
     "decompress_items",
     "is_compressible",
+    "NoCudaCodecError",
     "stream_capacity",
     "Stats",
     "zip_all_gather",
