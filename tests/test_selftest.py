@@ -102,3 +102,15 @@ def test_the_suite_keeps_xla_from_preallocating_gpu_memory_for_itself_and_its_su
     assert child.stdout.strip() == "false"
     if not os.path.exists("/proc/driver/nvidia/version"):  # no GPU: the CPU platform, quiet beside a CUDA plugin
         assert os.environ["JAX_PLATFORMS"] == "cpu" and {d.platform for d in selftest.jax.devices()} == {"cpu"}
+
+
+def test_where_jax_sees_gpus_but_the_build_has_no_cuda_codec_it_fails_saying_how_to_rebuild(monkeypatch, capsys):
+    gpu = type("Gpu", (FakeGpu,), {"device_kind": "NVIDIA H100 80GB HBM3"})()
+    monkeypatch.setattr(selftest, "_local_devices", lambda platform: [gpu] if platform == "gpu" else [])
+    monkeypatch.setattr(selftest._ffi, "register", lambda: ("cpu",))
+    assert selftest.main(elements=1 << 14, repeat=1) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == ("FAIL: JAX sees GPUs but this build of zipccl_jax has no CUDA codec; rebuild it with the CUDA "
+                       "codec: ZIPCCL_CUDA=ON pip install -v --force-reinstall --no-deps <zipccl_jax's source> (on "
+                       "Linux x86_64 pip fetches CUDA 13's nvcc from PyPI; elsewhere name an nvcc with "
+                       "CUDACXX=/path/to/nvcc; docs/GPU.md, \"Building\")")

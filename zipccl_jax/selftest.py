@@ -245,7 +245,7 @@ def main(elements: int = 1 << 24, repeat: int = 5, platform: str | None = None,
         not_checked.append("the CUDA codec: " + ("JAX sees no GPU here, so only the CPU half ran" if platform is None
                                                  else "--platform cpu"))
     elif "CUDA" not in platforms:
-        print("FAIL: JAX sees GPUs but zipccl_jax was built without its CUDA codec (no nvcc at install time?)")
+        print(f"FAIL: JAX sees GPUs but this build of zipccl_jax has no CUDA codec; {_ffi.REBUILD}")
         return 1
     wrong = []
     for d in gpus or devices[:1]:  # every GPU; one CPU device stands for all (the same code, the same cores)
