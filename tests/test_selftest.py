@@ -114,3 +114,14 @@ def test_where_jax_sees_gpus_but_the_build_has_no_cuda_codec_it_fails_saying_how
                        "codec: ZIPCCL_CUDA=ON pip install -v --force-reinstall --no-deps <zipccl_jax's source> (on "
                        "Linux x86_64 pip fetches CUDA 13's nvcc from PyPI; elsewhere name an nvcc with "
                        "CUDACXX=/path/to/nvcc; docs/GPU.md, \"Building\")")
+
+
+def test_with_cpu_only_jax_the_driver_host_message_says_so(tmp_path, monkeypatch):
+    """CPU-only jax has no jax_plugins package at all: find_spec of a submodule raises, which must not."""
+    def no_jax_plugins(name, *args):
+        raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
+    monkeypatch.setattr(selftest.importlib.util, "find_spec", no_jax_plugins)
+    (tmp_path / "version").write_text("NVRM version: 580.65.06\n")
+    assert not selftest.cuda_plugin_installed()
+    assert ": the installed jax is CPU-only. Install GPU jax: pip install" in selftest.no_gpu_seen(tmp_path / "version")
+    assert selftest.no_gpu_seen(tmp_path / "absent") is None

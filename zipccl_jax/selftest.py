@@ -213,13 +213,20 @@ def _local_devices(platform: str) -> list:
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")  # present where an NVIDIA driver is loaded
 
 
+def cuda_plugin_installed() -> bool:
+    """Whether jax's CUDA 13 or 12 plugin is installed (importable; not necessarily working)."""
+    try:
+        return any(importlib.util.find_spec(f"jax_plugins.xla_cuda{v}") for v in (13, 12))
+    except ModuleNotFoundError:  # no jax_plugins package at all: CPU-only jax
+        return False
+
+
 def no_gpu_seen(driver_file: Path) -> str | None:
     """Why JAX sees no GPU on a host with an NVIDIA driver (driver_file exists), and the fix; else None."""
     if not Path(driver_file).exists():
         return None
-    plugin = importlib.util.find_spec("jax_plugins.xla_cuda13") or importlib.util.find_spec("jax_plugins.xla_cuda12")
     why = ("jax's CUDA plugin is installed but did not start (its warning above says why; is JAX_PLATFORMS set?)"
-           if plugin else "the installed jax is CPU-only")
+           if cuda_plugin_installed() else "the installed jax is CPU-only")
     return (f"this host has an NVIDIA driver ({driver_file}) but JAX sees no GPU: {why}. Install GPU jax: "
             f'pip install "jax[cuda13]=={jax.__version__}" (or pip install ".[cuda13]" from zipccl_jax\'s source)')
 

@@ -40,7 +40,10 @@ PAYLOAD_BYTES = 64 << 10
 
 
 def plugin_installed() -> bool:
-    return any(importlib.util.find_spec(f"jax_plugins.xla_cuda{v}") for v in (13, 12))
+    try:
+        return any(importlib.util.find_spec(f"jax_plugins.xla_cuda{v}") for v in (13, 12))
+    except ModuleNotFoundError:  # no jax_plugins package at all
+        return False
 
 
 def _require_setup() -> None:
