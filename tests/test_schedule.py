@@ -173,7 +173,7 @@ def test_compressed_collectives_compiled_for_gpus_have_no_branch_loop_or_host_wa
     ops = {"psum": {"all-to-all", "all-gather"}, "all_gather": {"all-gather"}, "psum_scatter": {"all-to-all"},
            "all_to_all": {"all-to-all"}, "ppermute": {"collective-permute"}}[name]
     assert {c.op for c in bulk} == ops
-    assert all(c.bytes < (16 << 20) * 0.72 for c in bulk if c.op == "all-to-all")  # 1.02 / 1.5 of the raw rows
+    assert all(c.bytes < (16 << 20) * 0.68 for c in bulk if c.op == "all-to-all")  # 1.01 / 1.5 of the raw rows
     two = compiled[f"zip_{name}_1x2x8"]
     assert two.conditionals == [] and two.whiles == {}
     assert len(two.host_round_trips) == phases and all("ragged" in t for t in two.host_round_trips)
