@@ -44,6 +44,28 @@ specs = (jax.ShapeDtypeStruct((16 * 1024, 1024), jnp.bfloat16, sharding=NamedSha
 """),
 }
 
+# XLA's own behaviour behind docs/GPU.md's finding: 4 layers, each a static all_to_all of its
+# activations; with a ragged_all_to_all in each layer's chain ("ragged") or without ("static")
+_LAYERS = """
+def layers(ws, x):
+    outs, h = [], x
+    for w in ws:
+        h = jnp.tanh(h @ w)
+        b = lax.all_to_all(h.reshape(8, -1), "d", 0, 0, tiled=True)
+        if RAGGED:
+            src, off = h.reshape(-1)[:8 * 1024], jnp.arange(8, dtype=jnp.int32) * 1024
+            sizes = jnp.full((8,), 100, jnp.int32) + (b[0, 0] > 0).astype(jnp.int32)
+            b = b + lax.ragged_all_to_all(src, jnp.zeros_like(src), off, sizes, off, sizes,
+                                          axis_name="d").reshape(8, -1)[:, :1]
+        outs.append(jnp.sum(b))
+    return jnp.stack(outs)[None]
+f = jax.jit(jax.shard_map(layers, mesh=mesh, in_specs=(P(), P("d")), out_specs=P("d"), check_vma=False))
+specs = ([jax.ShapeDtypeStruct((2048, 2048), jnp.float32, sharding=NamedSharding(mesh, P()))] * 4,
+         jax.ShapeDtypeStruct((8 * 256, 2048), jnp.float32, sharding=NamedSharding(mesh, P("d"))))
+"""
+PROGRAMS["layers_static"] = ("1x1x8", "RAGGED = False" + _LAYERS)
+PROGRAMS["layers_ragged"] = ("1x1x8", "RAGGED = True" + _LAYERS)
+
 # zipccl's collectives alone, 16 MiB of bf16 per device, strategy="compressed" (the CUDA lowering)
 ZIP_CALLS = {
     "psum": "zc.zip_psum(a, 'd', strategy='compressed')",
@@ -150,6 +172,12 @@ def test_two_hosts_of_eight(compiled):
     assert len(ragged.host_round_trips) == 1 and "span hosts" in ragged.host_round_trips[0]
 
 
+def top_level_pair(c) -> bool:
+    """At the top level, as a start/done pair, or synchronous where nothing could overlap it (jax
+    0.10.2 keeps such a pair and marks it is_sync; 0.11.2 leaves it unsplit), as XLA does lax's."""
+    return c.top_level and (c.has_done or c.is_sync)
+
+
 def bulk_and_spill(s):
     """A compressed collective's payload transfers: the bulk (static sizes) and the spill (ragged)."""
     transfers = hlo.payload_transfers(s)
@@ -169,7 +197,7 @@ def test_compressed_collectives_compiled_for_gpus_have_no_branch_loop_or_host_wa
     bulk, spill = bulk_and_spill(s)
     phases = 2 if name == "psum" else 1
     assert len(bulk) == phases and len(spill) == phases
-    assert all(c.top_level and c.has_done for c in bulk + spill)
+    assert all(top_level_pair(c) for c in bulk) and all(c.top_level for c in spill)
     ops = {"psum": {"all-to-all", "all-gather"}, "all_gather": {"all-gather"}, "psum_scatter": {"all-to-all"},
            "all_to_all": {"all-to-all"}, "ppermute": {"collective-permute"}}[name]
     assert {c.op for c in bulk} == ops
@@ -177,7 +205,7 @@ def test_compressed_collectives_compiled_for_gpus_have_no_branch_loop_or_host_wa
     two = compiled[f"zip_{name}_1x2x8"]
     assert two.conditionals == [] and two.whiles == {}
     assert len(two.host_round_trips) == phases and all("ragged" in t for t in two.host_round_trips)
-    assert all(c.top_level and c.has_done for c in bulk_and_spill(two)[0])
+    assert all(top_level_pair(c) for c in bulk_and_spill(two)[0])
 
 
 def test_a_zip_train_step_overlaps_as_many_transfers_as_lax(compiled):
@@ -192,7 +220,19 @@ def test_a_zip_train_step_overlaps_as_many_transfers_as_lax(compiled):
     bulk, spill = bulk_and_spill(ours)
     # 4 reduce-scatter bulks; XLA may combine the all-gather phases' bulks (their buffers are small)
     assert [c.op for c in bulk].count("all-to-all") == 4 and "all-gather" in {c.op for c in bulk}
-    assert len(spill) == 8 and all(c.top_level and c.has_done for c in bulk)
+    assert len(spill) == 8 and all(top_level_pair(c) for c in bulk)
+
+
+def test_xla_overlaps_no_static_transfer_whose_chain_holds_a_ragged_all_to_all(compiled):
+    """The XLA behaviour docs/GPU.md reports (jaxlib 0.10.2 and 0.11.2): static all_to_alls overlap
+    the next layers' compute, 4 of 4, until each layer's chain also holds a ragged_all_to_all.
+    When XLA changes this, this test says so and the docs' finding needs revisiting."""
+    alone, ragged = compiled["layers_static"], compiled["layers_ragged"]
+    assert [c.op for c in hlo.payload_transfers(alone)] == ["all-to-all"] * 4
+    assert alone.summary()["overlapped"] == 4
+    assert any("gemm" in name for c in hlo.payload_transfers(alone) for name in c.overlaps)
+    static = [c for c in hlo.payload_transfers(ragged) if c.op == "all-to-all"]
+    assert len(static) == 4 and not any(c.overlaps for c in static)
 
 
 def test_cli_json_compares_zip_with_lax(tmp_path):
