@@ -437,7 +437,7 @@ def wire_fraction(model: CostModel, dtype) -> float:
 # The static transfer's capacity (GPUs: collectives/_transfer.py) sits this far above the bytes the
 # expected ratio gives: data that compress as expected fill it and spill nothing; a margin sends up to
 # this much more than the codec's bytes, a stream over it spills its excess by a synchronous transfer.
-STATIC_MARGIN = 0.02
+STATIC_MARGIN = 0.01
 
 
 def static_fraction(model: CostModel, dtype) -> float:

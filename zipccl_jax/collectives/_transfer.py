@@ -281,8 +281,9 @@ def static_transfer(rows: Rows, axes: Axes, route, decode, sizing: Sizing):
     """Moves the rows' streams with no branch and no size consensus (GPUs:
     docs/DESIGN.md, "Static transfers"): one encode writes each stream whole
     and returns its length; its first `c` bytes (sizing.capacity: fixed when
-    tracing) go by one static-size collective, which XLA runs asynchronously
-    and overlaps with compute; the bytes past c (the spill: none when the
+    tracing) go by one static-size collective, a start/done pair XLA may
+    overlap with compute (docs/GPU.md, "The compiled program", says when its
+    scheduler does); the bytes past c (the spill: none when the
     data compress as expected, all but c of a STORED_RAW stream) go by
     ragged_all_to_all at their exact lengths, after one exchange of int32
     spill lengths. The receiver joins each stream's two parts and decodes.
