@@ -79,6 +79,7 @@ class Compiled:
     hlo: str                               # the optimised, scheduled HLO
     thunks: list[hlo.Thunk] | None = None  # after XLA's thunk passes (command buffers), when dumped
     dump_dir: Path | None = None
+    temp_bytes: int = 0                    # XLA's temporaries per device (memory_analysis)
 
 
 def compile_for_gpus(fn, *arg_specs, command_buffer=None, dump=False, options=None) -> Compiled:
@@ -94,7 +95,7 @@ def compile_for_gpus(fn, *arg_specs, command_buffer=None, dump=False, options=No
     if dump:
         options["xla_dump_to"] = str(dump_dir)
     compiled = fn.lower(*arg_specs).compile(compiler_options=options)
-    result = Compiled(compiled.as_text(), dump_dir=dump_dir)
+    result = Compiled(compiled.as_text(), dump_dir=dump_dir, temp_bytes=compiled.memory_analysis().temp_size_in_bytes)
     if dump:
         result.thunks = read_dumped_thunks(dump_dir)
     return result
