@@ -34,10 +34,10 @@ from . import baselines, report
 from . import data as bench_data
 
 BLOCK, LANES = reference.BLOCK, reference.LANES
-MAX_D = 29  # d = 0..29 are classes 1..30, as in version 5
-CLASS_ZERO, CLASS_ESC = 0, 31
-NSYM = 256
-VALID = np.array([(s >> 2) & 31 != CLASS_ZERO or s & 3 == 0 for s in range(NSYM)])  # symbols with a code
+MAX_D = 119  # d = 0..119 (30 binades) are classes 1..120
+CLASS_ZERO, CLASS_ESC = 0, 121
+NSYM = 256  # sign << 7 | class
+VALID = np.arange(NSYM) & 127 <= CLASS_ESC  # symbols with a code
 FLIP = np.arange(NSYM) ^ 128  # a symbol with its sign inverted
 DESC_BYTES = 6  # per block: u32 body offset, u8 ref, u8 member << 1 | flip (255: raw)
 CHUNK_BLOCKS = 256  # blocks whose lane histograms are held at once
@@ -59,13 +59,14 @@ def block_stats(x: np.ndarray):
         e, t, raw, extra = reference.split(code, xs)
         blk = np.arange(xs.size) // BLOCK
         normal = (e >= 1) & (e < (1 << exp_bits) - 1)
+        q = 4 * e + t  # the exponent and top mantissa bits: a quarter-binade scale
         ref = np.zeros(blk[-1] + 1, np.int64)
-        np.maximum.at(ref, blk[normal], e[normal])
-        d = ref[blk] - e
+        np.maximum.at(ref, blk[normal], q[normal])
+        d = ref[blk] - q
         zero = (e == 0) & (t == 0) & (extra >> 1 == 0) & ~raw.any(axis=1)
         cls = np.where(zero, CLASS_ZERO, np.where(normal & (d <= MAX_D), d + 1, CLASS_ESC))
-        sym = (extra & 1) << 7 | cls << 2 | t
-        bits = np.where(zero, 0, extra_bits - 1 + 8 * raw_bytes) + np.where(cls == CLASS_ESC, exp_bits, 0)
+        sym = (extra & 1) << 7 | cls
+        bits = np.where(zero, 0, extra_bits - 1 + 8 * raw_bytes) + np.where(cls == CLASS_ESC, exp_bits + 2, 0)
         cell = blk * LANES + np.arange(xs.size) % LANES
         n = (blk[-1] + 1) * LANES
         hist[b0 : b0 + blk[-1] + 1] = np.bincount(cell * NSYM + sym, minlength=n * NSYM).reshape(-1, LANES, NSYM)
