@@ -124,9 +124,11 @@ def block_histograms(tensors) -> np.ndarray:
 def synthetic_tensors(blocks: int = 64, seed: int = 26) -> list[np.ndarray]:
     """The model shapes, one tensor each of `blocks` blocks, bf16, every block at its own scale (the
     exponents relative to the block max do not depend on it, but the max's place in its binade does):
-    Gaussian, Laplace (gradients), Student-t with 3 degrees of freedom (heavier tails), uniform (flat)."""
+    Gaussian, Laplace (gradients), Student-t with 3 degrees of freedom (heavier tails), uniform (flat),
+    and norm weights (1 + N(0, 0.1^2): narrow, one sign)."""
     rng = np.random.default_rng(seed)
-    shapes = (rng.standard_normal, rng.laplace, lambda n: rng.standard_t(3, n), lambda n: rng.uniform(-1, 1, n))
+    shapes = (rng.standard_normal, rng.laplace, lambda n: rng.standard_t(3, n), lambda n: rng.uniform(-1, 1, n),
+              lambda n: 1 + 0.1 * rng.standard_normal(n))
     out = []
     for draw in shapes:
         scale = np.exp2(rng.uniform(-20, 4, blocks)).repeat(BLOCK)
@@ -241,6 +243,8 @@ def _cells(rows):
 
 
 def run(family_sizes, json_path=None, lm_steps: int = 200, gaussian_values: int = 1 << 22) -> None:
+    if not set(family_sizes) <= set(SIZES):
+        raise SystemExit(f"--family: sizes of {SIZES}")
     zipnn = importlib.util.find_spec("zipnn") is not None
     progress = report.Progress(3)
     progress.start("corpora: MiniLM, the LM's traffic")
