@@ -1,4 +1,4 @@
-"""Command line: python -m zipccl_jax {selftest, bench codec|collectives|train|net|wire|gpu|schedule, calibrate} [options]."""
+"""Command line: python -m zipccl_jax {selftest, bench codec|collectives|train|net|wire|gpu|schedule|static-codes, calibrate} [options]."""
 
 import argparse
 
@@ -15,14 +15,15 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m zipccl_jax")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="benchmarks: progress on stderr, a summary table on stdout")
-    b.add_argument("what", choices=["codec", "collectives", "train", "net", "wire", "gpu", "schedule"],
+    b.add_argument("what", choices=["codec", "collectives", "train", "net", "wire", "gpu", "schedule", "static-codes"],
                    help="codec: ratios and single-core speeds vs baselines; collectives: wire bytes and time vs "
                         "lax; train: LM step and sync time, lax.psum vs zip_psum, on the local devices; net: the "
                         "same over a shaped network of namespaces, one process per host (root); wire: wire bytes "
                         "against the codec's on real traffic, today's transfer and alternatives; gpu: the CUDA "
                         "codec, a psum bucket's row ops and other GPU codecs with CUDA events, and the modelled psum "
                         "they give; schedule: a training step compiled for N x H100 without a GPU (jax's CUDA plugin), "
-                        "its collectives, what overlaps them and the host round trips, ours beside lax's")
+                        "its collectives, what overlaps them and the host round trips, ours beside lax's; static-codes: "
+                        "a study (issue 26) of exponent codes fixed ahead of time against format version 5's ratios")
     b.add_argument("--repeat", type=int, default=7, help="timed runs per measurement (median)")
     b.add_argument("--json", default=None, metavar="OUT.json",
                    help="also write the results as JSON (schedule: '-' writes them to stdout instead of tables)")
@@ -66,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
                    help="psum bucket sizes in bytes of bfloat16, comma-separated, cut into 8 and 64 rows")
     g.add_argument("--df11-data", default=None, metavar="DATA.npz",
                    help="data encoded DFloat11's way, to time its decoder (zipccl_jax/bench/gpu_anchors.py)")
+    g = b.add_argument_group("static-codes")
+    g.add_argument("--family", type=_ints, default=[4, 8, 16], metavar="K[,K...]",
+                   help="family sizes to report, of 4, 8, 16")
     g = b.add_argument_group("schedule")
     g.add_argument("--topology", default="1x1x8", help="slices x hosts x GPUs per host (1x2x8: two hosts of 8)")
     g.add_argument("--step", choices=["mlp", "lm"], default="mlp",
@@ -128,6 +132,10 @@ def main(argv=None) -> None:
         from .bench import schedule
 
         schedule.run(args)
+    elif args.what == "static-codes":
+        from .bench import static_codes
+
+        static_codes.run(args.family, args.json, args.lm_steps)
     elif args.what == "gpu":
         from .bench import gpu
 

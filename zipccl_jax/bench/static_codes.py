@@ -1,0 +1,272 @@
+"""Study for issue 26: exponent codes fixed ahead of time, against format version 5's adaptive ones.
+
+    python -m zipccl_jax bench static-codes [--family K] [--json OUT]
+
+Tooling, not the format: it sizes a candidate version-6 stream exactly, writes no bytes.
+
+Symbols are version 5's sign-coded ones (FORMAT.md §4.1): `sign << 7 | class << 2 | t`, with `t`
+the two top mantissa bits and the class taken against the block's max exponent `ref` (§7 step 1):
+0 an exact zero (magnitude bits all 0; nothing else stored), `d + 1` for `d = ref - e` in 0..29,
+31 an escape (subnormals, Inf/NaN, `d > 29`) followed by `e` raw. The low mantissa bits are stored
+as version 5 stores them, and every block is cut into version 5's 16 lanes with their width field
+and 15 length deviations (§2).
+
+A *family* is K prefix codes over these 256 symbols (250 used: a zero has t = 0), lengths 1..12,
+derived once from a fitting corpus; nothing about a code is in the stream. Per block the encoder
+takes the member and *sign flip* (the sign read inverted, so an all-negative block uses the member
+of an all-positive one) of the smallest exact body, ties to the lowest (member, flip), or stores
+the block raw when the body would not be smaller. A block's descriptor is 6 bytes: its u32 body
+offset, its ref (u8) and `member << 1 | flip` (u8, 255 for a raw block); the stream has version 5's
+16-byte header.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+
+import numpy as np
+
+from .. import reference
+from ..dtypes import DTYPE_CODES
+from . import baselines, report
+from . import data as bench_data
+
+BLOCK, LANES = reference.BLOCK, reference.LANES
+MAX_D = 119  # d = 0..119 (30 binades) are classes 1..120
+CLASS_ZERO, CLASS_ESC = 0, 121
+NSYM = 256  # sign << 7 | class
+VALID = np.arange(NSYM) & 127 <= CLASS_ESC  # symbols with a code
+FLIP = np.arange(NSYM) ^ 128  # a symbol with its sign inverted
+DESC_BYTES = 6  # per block: u32 body offset, u8 ref, u8 member << 1 | flip (255: raw)
+CHUNK_BLOCKS = 256  # blocks whose lane histograms are held at once
+SIZES = (4, 8, 16)
+
+
+def block_stats(x: np.ndarray):
+    """Per block and lane of x (any shape, bf16/fp16/fp32): the symbol histogram [nb, 16, 256], the
+    bits stored beside the codes (escaped exponents, mantissa bits) [nb, 16], refs [nb], counts [nb]."""
+    code = DTYPE_CODES[x.dtype.name]
+    _, exp_bits, raw_bytes, extra_bits = reference.LAYOUTS[code]
+    x = np.ascontiguousarray(x).ravel()
+    nb = -(-x.size // BLOCK)
+    hist = np.zeros((nb, LANES, NSYM), np.int32)
+    fixed = np.zeros((nb, LANES), np.int64)
+    refs = np.zeros(nb, np.int64)
+    for b0 in range(0, nb, CHUNK_BLOCKS):
+        xs = x[b0 * BLOCK : (b0 + CHUNK_BLOCKS) * BLOCK]
+        e, t, raw, extra = reference.split(code, xs)
+        blk = np.arange(xs.size) // BLOCK
+        normal = (e >= 1) & (e < (1 << exp_bits) - 1)
+        q = 4 * e + t  # the exponent and top mantissa bits: a quarter-binade scale
+        ref = np.zeros(blk[-1] + 1, np.int64)
+        np.maximum.at(ref, blk[normal], q[normal])
+        d = ref[blk] - q
+        zero = (e == 0) & (t == 0) & (extra >> 1 == 0) & ~raw.any(axis=1)
+        cls = np.where(zero, CLASS_ZERO, np.where(normal & (d <= MAX_D), d + 1, CLASS_ESC))
+        sym = (extra & 1) << 7 | cls
+        bits = np.where(zero, 0, extra_bits - 1 + 8 * raw_bytes) + np.where(cls == CLASS_ESC, exp_bits + 2, 0)
+        cell = blk * LANES + np.arange(xs.size) % LANES
+        n = (blk[-1] + 1) * LANES
+        hist[b0 : b0 + blk[-1] + 1] = np.bincount(cell * NSYM + sym, minlength=n * NSYM).reshape(-1, LANES, NSYM)
+        fixed[b0 : b0 + blk[-1] + 1] = np.bincount(cell, bits, minlength=n).reshape(-1, LANES)
+        refs[b0 : b0 + blk[-1] + 1] = ref
+    counts = np.minimum(BLOCK, x.size - np.arange(nb) * BLOCK)
+    return hist, fixed, refs, counts
+
+
+def body_bytes(lane_bits: np.ndarray) -> np.ndarray:
+    """Version 5's coded body size (§2, §7 step 4) for lane bit counts [..., 16]: the narrowest width
+    whose 15 deviations fit, its field, the lanes, padded to a byte."""
+    total = lane_bits.sum(-1)
+    out = np.zeros(total.shape, np.int64)
+    for width in range(reference.MAX_WIDTH, 0, -1):  # narrowest last, so it wins
+        head = reference.head_bits(width)
+        size = (head + total + 7) // 8
+        base = np.maximum(0, 8 * size - head) // LANES
+        dev = lane_bits[..., : LANES - 1] - base[..., None]
+        fits = ((dev >= -(1 << (width - 1))) & (dev < 1 << (width - 1))).all(-1)
+        out = np.where(fits, size, out)
+    return out
+
+
+def plan(x: np.ndarray, family: np.ndarray) -> dict:
+    """Each block's choice under `family` [K, 256] and the stream's exact size: refs, `choice`
+    (member << 1 | flip, -1 raw), body bytes, total bytes."""
+    elem_bytes = x.dtype.itemsize
+    hist, fixed, refs, counts = block_stats(x)
+    table = np.stack([family, family[:, FLIP]], 1).reshape(-1, NSYM)  # [2K, 256]: (member, flip)
+    lane_bits = np.einsum("bls,ms->bml", hist, table) + fixed[:, None, :]
+    sizes = body_bytes(lane_bits)  # [nb, 2K]
+    choice = sizes.argmin(1)  # ties: the lowest member, then no flip
+    body = sizes[np.arange(len(choice)), choice]
+    raw = body >= counts * elem_bytes
+    body = np.where(raw, counts * elem_bytes, body)
+    total = reference.HEADER_BYTES + DESC_BYTES * len(body) + int(body.sum()) if x.size else reference.HEADER_BYTES
+    return {"refs": refs, "choice": np.where(raw, -1, choice), "body": body, "bytes": total}
+
+
+# The family ------------------------------------------------------------------
+
+
+def fit_code(counts: np.ndarray) -> np.ndarray:
+    """Length-limited Huffman lengths (version 5's §5.1) of counts + 1 on every used symbol, so that
+    every symbol a block can hold has a code."""
+    return reference.code_lengths(np.where(VALID, counts + 1, 0))
+
+
+def block_histograms(tensors) -> np.ndarray:
+    """The corpus' blocks, each as a symbol histogram [N, 256] (lanes summed)."""
+    return np.concatenate([block_stats(t)[0].sum(1) for t in tensors])
+
+
+def synthetic_tensors(blocks: int = 64, seed: int = 26) -> list[np.ndarray]:
+    """The model shapes, one tensor each of `blocks` blocks, bf16, every block at its own scale (the
+    exponents relative to the block max do not depend on it, but the max's place in its binade does):
+    Gaussian, Laplace (gradients), Student-t with 3 degrees of freedom (heavier tails), uniform (flat),
+    and norm weights (1 + N(0, 0.1^2): narrow, one sign)."""
+    rng = np.random.default_rng(seed)
+    shapes = (rng.standard_normal, rng.laplace, lambda n: rng.standard_t(3, n), lambda n: rng.uniform(-1, 1, n),
+              lambda n: 1 + 0.1 * rng.standard_normal(n))
+    out = []
+    for draw in shapes:
+        scale = np.exp2(rng.uniform(-20, 4, blocks)).repeat(BLOCK)
+        out.append((draw(blocks * BLOCK) * scale).astype(np.float32).astype(bench_data._dtype("bfloat16")))
+    return out
+
+
+def _costs(hist: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
+    """Bits of each block [N] under each (member, flip) [N, 2K]."""
+    table = np.stack([np.stack([m, m[FLIP]]) for m in members]).reshape(-1, NSYM)
+    return hist @ table.T
+
+
+def _refit(hist: np.ndarray, members: list[np.ndarray]) -> list[np.ndarray]:
+    """Lloyd steps until no block changes member: assign each block to its cheapest (member, flip),
+    refit each member on its blocks (flipped ones read flipped); a member left with no block stays."""
+    assign = None
+    for _ in range(50):
+        new = _costs(hist, members).argmin(1)
+        if assign is not None and np.array_equal(new, assign):
+            break
+        assign = new
+        for k in range(len(members)):
+            mine = hist[assign == 2 * k].sum(0) + hist[assign == 2 * k + 1][:, FLIP].sum(0)
+            if mine.any():
+                members[k] = fit_code(mine)
+    return members
+
+
+def derive_families(hist: np.ndarray, sizes=SIZES) -> dict[int, np.ndarray]:
+    """K -> lengths [K, 256], deterministic in the corpus: start from one code fitted on every block;
+    then, until there are K members, add the code of the block that the family codes worst against
+    its own code (most bits over), and refit (Lloyd). The members of K are those of the smaller K,
+    moved by the refits."""
+    own = np.array([h @ fit_code(h) for h in hist])
+    members = _refit(hist, [fit_code(hist.sum(0))])
+    out = {}
+    while len(members) < max(sizes):
+        members = _refit(hist, members + [fit_code(hist[int(np.argmax(_costs(hist, members).min(1) - own))])])
+        if len(members) in sizes:
+            out[len(members)] = np.array(members)
+    return out
+
+
+# The data --------------------------------------------------------------------
+
+
+def _fits(name: str) -> bool:
+    """The fitting half: MiniLM's even encoder layers, the LM's layer 0; the rest is the test half."""
+    layer = re.search(r"layer\.(\d+)\.|\[(\d+)\]|^L(\d+)", name)
+    return layer is not None and int(next(g for g in layer.groups() if g)) % 2 == 0
+
+
+def corpora(lm_steps: int):
+    """(fit tensors in bf16, test classes {(class, dtype): {name: array}})."""
+    bf16 = bench_data._dtype("bfloat16")
+    minilm = bench_data.minilm_tensors()
+    lm = bench_data.lm_traffic(lm_steps)
+    fit = synthetic_tensors() + [t.astype(bf16) for n, t in sorted(minilm.items()) if _fits(n)]
+    fit += [t.astype(bf16) for c in sorted(lm) for n, t in sorted(lm[c].items()) if _fits(n)]
+    test = {}
+    for dt in ("bfloat16", "float32"):
+        held = {n: t.astype(dt) for n, t in minilm.items() if not _fits(n)}
+        test[("MiniLM", dt)] = held
+        for n, t in held.items():
+            test.setdefault((f"MiniLM {bench_data.weight_kind(n, t.shape)}", dt), {})[n] = t
+    for c in sorted(lm):
+        for dt in ("bfloat16", "float32") if c == "gradients" else ("bfloat16",):
+            test[(f"LM {c}", dt)] = {n: t.astype(dt) for n, t in lm[c].items() if not _fits(n)}
+    return fit, test
+
+
+# The report ------------------------------------------------------------------
+
+
+def _flat(tensors: dict) -> np.ndarray:
+    return np.concatenate([tensors[k].ravel() for k in sorted(tensors)])
+
+
+def _v5_bytes(x: np.ndarray) -> int:
+    from .codec import zipccl_bytes  # the C++ codec: byte-identical to reference.compress, and fast
+
+    return zipccl_bytes(x)
+
+
+def measure(name: str, x: np.ndarray, families: dict, zipnn: bool) -> dict:
+    raw = x.nbytes
+    row = {"data": name, "dtype": x.dtype.name, "values": x.size, "v5": raw / _v5_bytes(x)}
+    if zipnn:
+        row["zipnn"] = raw / len(baselines.zipnn_compress(x))
+    for k, fam in families.items():
+        size = plan(x, fam)["bytes"]
+        row[f"K={k}"] = raw / size
+        row[f"K={k} bits/value"] = 8 * size / x.size
+        row[f"K={k} / v5"] = row[f"K={k}"] / row["v5"]
+    return row
+
+
+def summary(rows: list[dict], families: dict) -> list[dict]:
+    """Per K: the geometric mean of (static / v5) over the real classes and the worst class."""
+    out = []
+    for k in families:
+        rel = {f"{r['data']} {r['dtype']}": r[f"K={k} / v5"] for r in rows}
+        worst = min(rel, key=rel.get)
+        out.append({"K": k, "geomean static / v5": math.exp(np.mean(np.log(list(rel.values())))),
+                    "worst class": worst, "its static / v5": rel[worst]})
+    return out
+
+
+def _cells(rows):
+    return [{k: f"{v:.4f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows]
+
+
+def run(family_sizes, json_path=None, lm_steps: int = 200, gaussian_values: int = 1 << 22) -> None:
+    if not set(family_sizes) <= set(SIZES):
+        raise SystemExit(f"--family: sizes of {SIZES}")
+    zipnn = importlib.util.find_spec("zipnn") is not None
+    progress = report.Progress(3)
+    progress.start("corpora: MiniLM, the LM's traffic")
+    fit, test = corpora(lm_steps)
+    progress.finish(f"{len(fit)} fitting tensors, {len(test)} test classes")
+    progress.start("deriving the families")
+    families = {k: v for k, v in derive_families(block_histograms(fit), SIZES).items() if k in family_sizes}
+    progress.finish()
+    progress.start("sizing every class and tensor")
+    gauss = measure("gaussian", bench_data.gaussian(gaussian_values, "bfloat16"), families, zipnn)
+    classes = [measure(c, _flat(t), families, zipnn) for (c, dt), t in test.items()]
+    tensors = [measure(f"{c}: {n}", t, families, False) for (c, dt), ts in test.items()
+               if not c.startswith("MiniLM ") for n, t in sorted(ts.items())]
+    progress.finish()
+    print("## Gaussian bfloat16\n\n" + report.table(_cells([gauss])))
+    print("\n## Per tensor class (test half)\n\n" + report.table(_cells(classes)))
+    print("\n## Against version 5\n\n" + report.table(_cells(summary(classes, families))))
+    print("\n## Per tensor (test half)\n\n" + report.table(_cells(
+        [{k: v for k, v in r.items() if "bits" not in k} for r in tensors])))
+    if not zipnn:
+        print("\n(ZipNN columns skipped: pip install zipnn)")
+    if json_path:
+        report.save_json(json_path, gaussian=gauss, classes=classes, tensors=tensors,
+                         summary=summary(classes, families),
+                         families={k: ["".join(f"{v:x}" for v in m) for m in f] for k, f in families.items()})
