@@ -106,7 +106,7 @@ for name, (topology, code) in programs.items():
 """
 
 
-def _env():
+def _env():  # the subprocesses run in a temporary directory: `-c` and `-m` would import a source tree there
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
         [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     env.pop("XLA_FLAGS", None)
@@ -127,8 +127,9 @@ def compiled(tmp_path_factory):
     """{program: its analyzed Schedule}, all compiled in one subprocess."""
     _require_plugin()
     out = tmp_path_factory.mktemp("hlo")
-    subprocess.run([sys.executable, "-c", COMPILE, str(out), json.dumps(PROGRAMS)], env=_env(), check=True,
-                   timeout=240)
+    done = subprocess.run([sys.executable, "-c", COMPILE, str(out), json.dumps(PROGRAMS)], env=_env(), cwd=out,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
     schedules = {name: hlo.analyze((out / f"{name}.hlo").read_text(), devices_per_host=8) for name in PROGRAMS}
     for name, s in schedules.items():
         s.temp_bytes = int((out / f"{name}.temp").read_text())
@@ -254,7 +255,8 @@ def test_xla_overlaps_no_static_transfer_whose_chain_holds_a_ragged_all_to_all(c
 def test_cli_json_compares_zip_with_lax(tmp_path):
     _require_plugin()
     run = subprocess.run([sys.executable, "-m", "zipccl_jax", "bench", "schedule", "--json", "-"], env=_env(),
-                         capture_output=True, text=True, check=True, timeout=240)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout)
     assert result["setup"]["topology"] == "1x1x8" and result["setup"]["step"] == "mlp"
     lax_run, zip_run = result["results"]
