@@ -158,3 +158,23 @@ def test_transformations_give_the_ladders_bits():
         ladder, static = ladder_and_static(lambda: np.asarray(fn(arg)))
         assert bits(ladder) == bits(static)
     assert bits(ladder_and_static(lambda: np.asarray(pmapped(y)))[1]) == bits(np.swapaxes(y, 0, 1))
+
+
+def test_index_groups_and_tuples_of_axes_give_the_ladders_bits():
+    """Within axis_index_groups, and over a tuple of axes of a 2-D mesh (rank order row-major), the
+    static transfer's positions, spill offsets and receive rows are the ladder's."""
+    groups = [[3, 1, 2, 0], [4, 5, 7, 6]]
+    x = per_device((8, 700), jnp.bfloat16, seed=6)
+    x[:, 1, :] = np.asarray(random_bits(700, jnp.bfloat16, seed=7))  # a row that spills
+    calls = [lambda a: zc.zip_psum(a, "d", axis_index_groups=groups, strategy="compressed"),
+             lambda a: zc.zip_all_gather(a, "d", axis_index_groups=groups, strategy="compressed"),
+             lambda a: zc.zip_psum_scatter(a.reshape(4, -1), "d", axis_index_groups=groups, strategy="compressed")]
+    for call in calls:
+        ladder, static = ladder_and_static(lambda: run(call, x, check_vma=False))
+        assert bits(ladder) == bits(static)
+    mesh2 = jax.make_mesh((2, 4), ("a", "b"), devices=cpu_devices())
+    y = jax.device_put(per_device((8, 700), jnp.float32, seed=8), NamedSharding(mesh2, P(("a", "b"))))
+    gather = jax.jit(jax.shard_map(lambda a: zc.zip_all_gather(a[0], ("a", "b"), strategy="compressed")[None],
+                                   mesh=mesh2, in_specs=P(("a", "b")), out_specs=P(("a", "b"))))
+    ladder, static = ladder_and_static(lambda: np.asarray(gather(y)))
+    assert bits(ladder) == bits(static) == bits(np.broadcast_to(np.asarray(y)[None], (8, 8, 8, 700)))
