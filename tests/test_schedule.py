@@ -187,7 +187,8 @@ def top_level_pair(c) -> bool:
 def bulk_and_spill(s):
     """A compressed collective's payload transfers: the bulk (static sizes) and the spill (ragged)."""
     transfers = hlo.payload_transfers(s)
-    return ([c for c in transfers if c.op != "ragged-all-to-all"], [c for c in transfers if c.op == "ragged-all-to-all"])
+    spill = [c for c in transfers if c.op == "ragged-all-to-all"]
+    return [c for c in transfers if c not in spill], spill
 
 
 @pytest.mark.parametrize("name", list(ZIP_CALLS))

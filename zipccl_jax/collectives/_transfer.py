@@ -260,8 +260,9 @@ def gather_rows(part, axes: Axes, compress: bool, sizing: Sizing, *, sizes=None,
     sizes = (axes.size * part.size,) if sizes is None else sizes
     decode = lambda parts: ops.decode_rows(parts, sizes, part.dtype, unit=unit)  # noqa: E731
     gather = lambda p: [bitwise(lambda a: lax.all_gather(a, axes.names, axis=0, tiled=True, **axes.kw()), p)]  # noqa: E731
-    return move(Rows((part,), 1), axes, "all_gather", decode, compress, sizing, send=lambda outs: gather_streams(outs, axes),
-                raw=(gather, part.size * part.dtype.itemsize) if raw else None)
+    top = (gather, part.size * part.dtype.itemsize) if raw else None
+    return move(Rows((part,), 1), axes, "all_gather", decode, compress, sizing,
+                send=lambda outs: gather_streams(outs, axes), raw=top)
 
 
 def gather_streams(outs, axes: Axes):
