@@ -317,6 +317,12 @@ def test_ppermute_equals_lax_bitwise_including_devices_nobody_sends_to(perm):
     ours = run(lambda a: zc.zip_ppermute(a, "d", perm, strategy="compressed"), x)
     theirs = run(lambda a: lax.ppermute(a, "d", perm), x)
     assert bits(ours) == bits(theirs)
+    # random bits (NaN payloads: the raw rung) arrive as sent; the zeros where no one sends are selected on bits
+    r = np.stack([random_bits(5000, jnp.bfloat16, seed=i) for i in range(N)])
+    expected = np.zeros_like(r)
+    for s, d in perm:
+        expected[d] = r[s]
+    assert bits(run(lambda a: zc.zip_ppermute(a, "d", perm, strategy="compressed"), r)) == bits(expected)
 
 
 # ---------------------------------------------------------------------------- the capacity ladder

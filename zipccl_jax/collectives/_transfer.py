@@ -120,9 +120,6 @@ class Sizing:
     cpu: bool
     model: strategy.CostModel | None = None
 
-    def capacity(self, rows: Rows) -> int:
-        return static_capacity(self.model, rows.dtype, rows.m)
-
 
 def static_capacity(model: strategy.CostModel, dtype, elems: int) -> int:
     """static_transfer's bytes per stream of `elems` values: the header and
@@ -280,8 +277,8 @@ def exchange(outs, axes: Axes):
 
 def static_transfer(rows: Rows, axes: Axes, route, decode, sizing: Sizing):
     """Moves the rows' streams with no branch and no size consensus (GPUs:
-    docs/DESIGN.md, "Static transfers"): one encode writes each stream whole
-    and returns its length; its first `c` bytes (sizing.capacity: fixed when
+    docs/DESIGN.md, "Static transfers on GPUs"): one encode writes each stream
+    whole and returns its length; its first `c` bytes (static_capacity: fixed when
     tracing) go by one static-size collective, a start/done pair XLA may
     overlap with compute (docs/GPU.md, "The compiled program", says when its
     scheduler does); the bytes past c (the spill: none when the
@@ -296,7 +293,7 @@ def static_transfer(rows: Rows, axes: Axes, route, decode, sizing: Sizing):
     if k * cap >= 2**31:  # ragged_all_to_all's offsets are int32 here (int64 needs jax_enable_x64)
         raise ValueError(f"zipccl: a compressed transfer of {k} streams of up to {cap} bytes on CUDA needs offsets "
                          "past 2**31 bytes: split the operand, or use strategy='raw' for it")
-    c = sizing.capacity(rows)
+    c = static_capacity(sizing.model, rows.dtype, rows.m)
     *_, payload, lengths = ops.encode_rows(rows.leaves, k, cap, unit=rows.unit, lengths=True)  # [k, cap], [k]
     spill = jnp.maximum(lengths.astype(jnp.int32) - c, 0)
     me, rest = axes.position(), cap - c
