@@ -153,15 +153,19 @@ def test_a_codec_rate_is_the_fastest_run_of_a_span_not_of_three(monkeypatch):
 
 
 def test_load_installs_a_profile_as_it_is(tmp_path):
+    """load() takes a profile of the job's platform (the default device's: the CPU here, a GPU on a
+    GPU host) as it is, and refuses one of another platform, naming both."""
+    here = strategy.platform_family(jax.devices()[0].platform)
+    other = "gpu" if here == "cpu" else "cpu"
     path = tmp_path / "given.json"
-    profile.write(profile.Profile("cpu", "any", 1e9, 2e9, (), (("*", profile.Link(2, 1e-3, 25e6)),)), path)
+    profile.write(profile.Profile(here, "any", 1e9, 2e9, (), (("*", profile.Link(2, 1e-3, 25e6)),)), path)
     assert tuning.load(path).links[0][1].bandwidth == 25e6
-    p = plan("psum", 16 << 20, jnp.bfloat16, ("data",), 2)
+    p = strategy.plan("psum", 16 << 20, jnp.bfloat16, ("data",), 2, platform=here)
     assert p.compress and p.source == f"profile {path}" and p.link_bandwidth == 25e6
     with pytest.raises(ValueError, match="no profile at"):
         tuning.load(tmp_path / "missing.json")
-    profile.write(profile.Profile("gpu", "H100", 1e9, 2e9, (), ()), path)
-    with pytest.raises(ValueError, match="is for platform gpu, this job runs on cpu"):
+    profile.write(profile.Profile(other, "H100", 1e9, 2e9, (), ()), path)
+    with pytest.raises(ValueError, match=f"is for platform {other}, this job runs on {here}"):
         tuning.load(path)
 
 

@@ -181,7 +181,8 @@ def test_plain_paths_give_the_same_bytes_as_the_simd_paths(tmp_path):
     digests = []
     for no_simd in (False, True):
         env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
-        env["PYTHONPATH"] = os.path.dirname(__file__)  # test_reference's data kinds
+        # test_reference's data kinds, ahead of where the installed package may be found
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         if no_simd:
             env["ZIPCCL_NO_SIMD"] = "1"
         # cwd away from the repo root, whose zipccl_jax/ has no compiled modules
