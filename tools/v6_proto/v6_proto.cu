@@ -172,26 +172,37 @@ __global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS) CompressKernel
     s.body[blk] = best, s.combo[blk] = int(combo);
   }
   __syncthreads();
-  if (tid == 0) {
+  // The CTA's place: warp 0 looks back over 32 predecessors at a time (each lane one status word),
+  // summing aggregates up to the nearest inclusive prefix.
+  if (tid < 32) {
     uint64_t agg = 0;
-    for (int i = 0; i < kBlocksPerCta; ++i) s.offset[i] = uint32_t(agg), agg += s.body[i];
+    for (int i = 0; i < kBlocksPerCta; ++i) agg += s.body[i];
     uint64_t excl = 0;
     if (t == 0) {
-      atomicAdd(&status[0], (unsigned long long)(agg << 2 | 2));
+      if (tid == 0) atomicAdd(&status[0], (unsigned long long)(agg << 2 | 2));
     } else {
-      atomicAdd(&status[t], (unsigned long long)(agg << 2 | 1));
-      for (int64_t p = int64_t(t) - 1; p >= 0;) {
-        const uint64_t st = atomicOr(&status[p], 0ull);
-        if ((st & 3) == 0) continue;
-        excl += st >> 2;
-        if ((st & 3) == 2) break;
-        --p;
+      if (tid == 0) atomicAdd(&status[t], (unsigned long long)(agg << 2 | 1));
+      for (int64_t p = int64_t(t) - 1;;) {
+        const int64_t q = p - tid;
+        const uint64_t st = q >= 0 ? atomicOr(&status[q], 0ull) : 2ull;  // before the first: inclusive 0
+        if (__ballot_sync(0xFFFFFFFFu, (st & 3) == 0)) continue;  // a predecessor not yet sized
+        const unsigned incl = __ballot_sync(0xFFFFFFFFu, (st & 3) == 2);
+        const int stop = incl ? __popc((incl & (0u - incl)) - 1) : 32;  // the nearest inclusive lane
+        uint64_t sum = tid <= stop ? st >> 2 : 0;
+        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+        excl += sum;
+        if (incl) break;
+        p -= 32;
       }
       ZC_FENCE();
-      atomicAdd(&status[t], (unsigned long long)(excl << 2 | 1));
+      if (tid == 0) atomicAdd(&status[t], (unsigned long long)(excl << 2 | 1));
     }
-    s.base = excl;
-    if (int64_t(t) == (nb + kBlocksPerCta - 1) / kBlocksPerCta - 1) *total = excl + agg;
+    if (tid == 0) {
+      uint64_t at = 0;
+      for (int i = 0; i < kBlocksPerCta; ++i) s.offset[i] = uint32_t(at), at += s.body[i];
+      s.base = excl;
+      if (int64_t(t) == (nb + kBlocksPerCta - 1) / kBlocksPerCta - 1) *total = excl + agg;
+    }
   }
   __syncthreads();
   const int combo = s.combo[blk];
