@@ -21,6 +21,7 @@
 #ifdef ZIPCCL_HOST_EMULATION
 #include "../../tests/cuda_host_shim.h"
 #define ZC_FENCE() std::atomic_thread_fence(std::memory_order_seq_cst)
+#define __noinline__ __attribute__((noinline))
 #else
 #include <cuda_runtime.h>
 #define ZC_SHARED(Type, name) __shared__ Type name
@@ -36,7 +37,7 @@ constexpr int kBlock = 4096, kLanes = 64, kPerLane = kBlock / kLanes, kMembers =
 #define V6_PEEK 10  // bits of the decoder's first lookup
 #endif
 #ifndef V6_COMPRESS_MIN_CTAS
-#define V6_COMPRESS_MIN_CTAS 1  // __launch_bounds__'s minimum resident CTAs for CompressKernel
+#define V6_COMPRESS_MIN_CTAS 4  // __launch_bounds__'s minimum resident CTAs for CompressKernel
 #endif
 constexpr int kBlocksPerCta = 4, kThreads = kBlocksPerCta * kLanes;
 constexpr int kPeek = V6_PEEK, kMaxLen = 12, kHeadBytes = 2 * kLanes;
@@ -44,24 +45,20 @@ constexpr int kMaxD = 119, kEsc = 121;
 
 struct Tables {
   uint64_t packed[256];            // nibble c: the symbol's code length under combo c
-  uint32_t enc[kMembers][256];     // code << 4 | length
-  uint16_t dec[kMembers][1 << kPeek];  // length << 8 | symbol; 0: a code longer than kPeek
+  uint32_t enc[kMembers][256];     // the bits a value of the symbol takes << 27 | its code, shifted to
+                                   // leave room for an escape's q and the low mantissa bits
+  uint32_t dec[kMembers][1 << kPeek];  // DecodeEntry of the code that starts with these bits; 0: longer
   uint16_t first[kMembers][kMaxLen + 1], count[kMembers][kMaxLen + 1], base[kMembers][kMaxLen + 1];
   uint8_t order[kMembers][256];
 };
 
-__device__ __forceinline__ uint32_t Symbol(uint32_t x, uint32_t qref, uint32_t* fixed, uint32_t* q) {
-  const uint32_t e = (x >> 7) & 0xFF, mag = x & 0x7FFF;
-  *q = (x >> 5) & 0x3FF;
-  uint32_t cls;
-  if (mag == 0) {
-    cls = 0, *fixed = 0;
-  } else if (e - 1 < 254 && qref - *q <= kMaxD) {
-    cls = qref - *q + 1, *fixed = 5;
-  } else {
-    cls = kEsc, *fixed = 15;
-  }
-  return (x >> 15) << 7 | cls;
+// A value's symbol (sign << 7 | class) against q_ref, and the bits stored beside its code. q in
+// [4, 1019] is exactly a normal exponent (1..254). Selects, no branches.
+__device__ __forceinline__ uint32_t Symbol(uint32_t x, uint32_t qref, uint32_t* fixed) {
+  const uint32_t q = (x >> 5) & 0x3FF, d = qref - q;
+  const bool zero = (x & 0x7FFF) == 0, near = q - 4 < 1016 && d <= kMaxD;
+  *fixed = zero ? 0 : near ? 5 : 15;
+  return (x >> 15) << 7 | (zero ? 0 : near ? d + 1 : kEsc);
 }
 
 template <typename T>
@@ -69,7 +66,94 @@ __device__ __forceinline__ T Max(T a, T b) { return a > b ? a : b; }
 template <typename T>
 __device__ __forceinline__ T Min(T a, T b) { return a < b ? a : b; }
 
-__device__ __forceinline__ bool Normal(uint32_t x) { return ((x >> 7) & 0xFF) - 1 < 254; }
+// The per-value passes of a lane, compiled twice: kFull (all 64 values present, no tests) and not.
+#ifndef V6_COMPRESS_REREAD
+#define V6_COMPRESS_REREAD 1  // 1: each pass reads the lane's values again (L1 hits); 0: held in registers
+#endif
+template <bool kFull>
+__device__ __forceinline__ uint32_t LoadLane(const uint16_t* xb, int mine, uint32_t (&v)[kPerLane / 2]) {
+  uint32_t qm = 0;  // the largest q of the lane's normal values
+#pragma unroll
+  for (int k = 0; k < kPerLane / 2; ++k) {
+    const uint32_t lo = kFull || 2 * k < mine ? xb[2 * k * kLanes] : 0;
+    const uint32_t hi = kFull || 2 * k + 1 < mine ? xb[(2 * k + 1) * kLanes] : 0;
+    if (!V6_COMPRESS_REREAD) v[k] = lo | hi << 16;
+    const uint32_t ql = (lo >> 5) & 0x3FF, qh = (hi >> 5) & 0x3FF;
+    qm = Max(qm, ql - 4 < 1016 ? ql : 0u);
+    qm = Max(qm, qh - 4 < 1016 ? qh : 0u);
+  }
+  return qm;
+}
+
+// Exact sizes under all 16 combos: each symbol's 16 nibble lengths summed in bytes, widened to u16
+// every 16 values. Keeps the symbols, a byte each, for the coding pass.
+template <bool kFull>
+__device__ __forceinline__ uint32_t SizeLane(const uint16_t* xb, const uint32_t (&v)[kPerLane / 2], int mine, uint32_t qref,
+                                             const uint64_t* packed, uint64_t (&wide)[4],
+                                             uint32_t (&syms)[kPerLane / 4]) {
+  constexpr uint64_t kNib = 0x0F0F0F0F0F0F0F0Full, kByte = 0x00FF00FF00FF00FFull;
+  uint32_t fixed_bits = 0;
+#pragma unroll
+  for (int k0 = 0; k0 < kPerLane / 2; k0 += 8) {
+    uint64_t even = 0, odd = 0;
+#pragma unroll
+    for (int k = k0; k < k0 + 8; ++k) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * k + h;
+        uint32_t f;
+        const uint32_t x = V6_COMPRESS_REREAD ? (kFull || j < mine ? uint32_t(xb[j * kLanes]) : 0u)
+                                              : h ? v[k] >> 16 : v[k] & 0xFFFF;
+        const uint32_t sym = Symbol(x, qref, &f);
+        syms[j / 4] = j % 4 ? syms[j / 4] | sym << (8 * (j % 4)) : sym;
+        const uint64_t e = kFull || j < mine ? packed[sym] : 0;
+        even += e & kNib, odd += (e >> 4) & kNib, fixed_bits += kFull || j < mine ? f : 0;
+      }
+    }
+    wide[0] += even & kByte, wide[1] += (even >> 8) & kByte, wide[2] += odd & kByte, wide[3] += (odd >> 8) & kByte;
+  }
+  return fixed_bits;
+}
+
+// A lane's bits into the staged body from bit `bit`, MSB first in u32 words: plain stores but for the
+// two words it may share with the lanes beside it (atomicOr; the stage starts zeroed).
+struct BitWriter {
+  uint32_t* out;
+  uint32_t word;
+  uint64_t acc = 0;
+  int held;  // bits in acc, from its top; the first `held` at the start are the previous lane's
+  bool first = true;
+  __device__ BitWriter(uint32_t* o, uint32_t bit) : out(o), word(bit / 32), held(int(bit % 32)) {}
+  __device__ __forceinline__ void Put(uint32_t code, int len) {
+    acc |= uint64_t(code) << (64 - held - len);
+    held += len;
+    if (held >= 32) {
+      const uint32_t w = uint32_t(acc >> 32);
+      if (first) atomicOr(&out[word], w), first = false;
+      else out[word] = w;
+      ++word, acc <<= 32, held -= 32;
+    }
+  }
+  __device__ __forceinline__ void Finish() {
+    if (held > 0) atomicOr(&out[word], uint32_t(acc >> 32));
+  }
+};
+
+// One put a value: its code, an escape's q, the low mantissa bits, joined in a register. The values
+// are read again (L1 hits): holding all 64 beside the symbols would cost occupancy.
+template <bool kFull>
+__device__ __forceinline__ void CodeLane(const uint16_t* xb, int mine, const uint32_t (&syms)[kPerLane / 4],
+                                         const uint32_t* enc, uint32_t flip, BitWriter& w) {
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (kFull || j < mine) {
+      const uint32_t xv = xb[j * kLanes], sym = (syms[j / 4] >> (8 * (j % 4))) & 0xFF;
+      const uint32_t e = enc[sym ^ flip];
+      const uint32_t esc = (sym & 127) == kEsc ? ((xv >> 5) & 0x3FF) << 5 : 0;
+      w.Put((e & 0x7FFFFFF) | esc | (xv & 31), int(e >> 27));
+    }
+  }
+}
 
 struct CompressSmem {
   uint64_t packed[256];
@@ -101,44 +185,17 @@ __global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS) CompressKernel
   const int count = int(Min<int64_t>(kBlock, Max<int64_t>(0, n - b * kBlock)));
   const int mine = count > lane ? (count - lane + kLanes - 1) / kLanes : 0;  // values in this lane
   const uint16_t* xb = x + b * kBlock + lane;
+  const bool full = mine == kPerLane;
   uint32_t v[kPerLane / 2];
-#pragma unroll
-  for (int k = 0; k < kPerLane / 2; ++k) {
-    const uint32_t lo = 2 * k < mine ? xb[2 * k * kLanes] : 0, hi = 2 * k + 1 < mine ? xb[(2 * k + 1) * kLanes] : 0;
-    v[k] = lo | hi << 16;
-  }
-  // q_ref
-  uint32_t qm = 0;
-#pragma unroll
-  for (int k = 0; k < kPerLane / 2; ++k) {
-    const uint32_t lo = v[k] & 0xFFFF, hi = v[k] >> 16;
-    if (2 * k < mine && Normal(lo)) qm = Max(qm, (lo >> 5) & 0x3FF);
-    if (2 * k + 1 < mine && Normal(hi)) qm = Max(qm, (hi >> 5) & 0x3FF);
-  }
+  uint32_t qm = full ? LoadLane<true>(xb, mine, v) : LoadLane<false>(xb, mine, v);
   for (int o = 16; o; o >>= 1) qm = Max(qm, __shfl_xor_sync(0xFFFFFFFFu, qm, o));
   if (lane % 32 == 0) s.qmax[blk][warp] = qm;
   __syncthreads();
   const uint32_t qref = Max(s.qmax[blk][0], s.qmax[blk][1]);
-  // exact sizes under all 16 combos: nibble lengths summed in bytes, widened every 16 values
   uint64_t wide[4] = {0, 0, 0, 0};
-  uint32_t fixed_bits = 0;
-  constexpr uint64_t kNib = 0x0F0F0F0F0F0F0F0Full, kByte = 0x00FF00FF00FF00FFull;
-#pragma unroll
-  for (int k0 = 0; k0 < kPerLane / 2; k0 += 8) {
-    uint64_t even = 0, odd = 0;
-#pragma unroll
-    for (int k = k0; k < k0 + 8; ++k) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (2 * k + h < mine) {
-          uint32_t f, q;
-          const uint64_t e = s.packed[Symbol(h ? v[k] >> 16 : v[k] & 0xFFFF, qref, &f, &q)];
-          even += e & kNib, odd += (e >> 4) & kNib, fixed_bits += f;
-        }
-      }
-    }
-    wide[0] += even & kByte, wide[1] += (even >> 8) & kByte, wide[2] += odd & kByte, wide[3] += (odd >> 8) & kByte;
-  }
+  uint32_t syms[kPerLane / 4];
+  const uint32_t fixed_bits = full ? SizeLane<true>(xb, v, mine, qref, s.packed, wide, syms)
+                                   : SizeLane<false>(xb, v, mine, qref, s.packed, wide, syms);
   // combo c = 2 m + f: even bytes hold f = 0 (m = byte), odd bytes f = 1; wide[0] m = 0,2,4,6 ...
   auto lane_bits = [&](int c) -> uint32_t {  // selects, not an indexed array: wide[] stays in registers
     const int f = c & 1, m = c >> 1, w = 2 * f + (m & 1);
@@ -221,39 +278,12 @@ __global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS) CompressKernel
   if (combo >= 0) {
     reinterpret_cast<uint16_t*>(s.stage[blk])[lane] = uint16_t(mybits);
     const uint32_t bit = 8 * kHeadBytes + inc - mybits + (warp ? s.warp_bits[blk] : 0);
-    const int m = combo >> 1;
+    const uint32_t* enc = s.enc[combo >> 1];
     const uint32_t flip = uint32_t(combo & 1) << 7;
-    uint32_t* out = s.stage[blk];
-    uint32_t word = bit / 32;
-    uint64_t acc = 0;
-    int held = int(bit % 32);  // bits in acc, from its top; the first `held` are the previous lane's
-    bool first = true;
-    auto put = [&](uint32_t code, int len) {
-      acc |= uint64_t(code) << (64 - held - len);
-      held += len;
-      if (held >= 32) {
-        const uint32_t w = uint32_t(acc >> 32);
-        if (first) atomicOr(&out[word], w), first = false;
-        else out[word] = w;
-        ++word, acc <<= 32, held -= 32;
-      }
-    };
-#pragma unroll
-    for (int k = 0; k < kPerLane / 2; ++k) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (2 * k + h < mine) {
-          const uint32_t xv = h ? v[k] >> 16 : v[k] & 0xFFFF;
-          uint32_t f, q;
-          const uint32_t sym = Symbol(xv, qref, &f, &q);
-          const uint32_t e = s.enc[m][sym ^ flip];
-          put(e >> 4, int(e & 15));
-          if (f) put(xv & 31, 5);
-          if (f == 15) put(q, 10);
-        }
-      }
-    }
-    if (held > 0) atomicOr(&out[word], uint32_t(acc >> 32));
+    BitWriter w(s.stage[blk], bit);
+    if (full) CodeLane<true>(xb, mine, syms, enc, flip, w);
+    else CodeLane<false>(xb, mine, syms, enc, flip, w);
+    w.Finish();
   }
   __syncthreads();
   if (count > 0) {
@@ -267,28 +297,87 @@ __global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS) CompressKernel
   }
 }
 
+// A decode table entry: what a symbol's code decodes to, so that the common path is a lookup and a
+// few integer operations. Bits 0-15: the output bits the symbol fixes, to which q_ref << 5 and the 5
+// low mantissa bits are added (modulo 2^16): sign << 15 minus d << 5 for a distance d; sign << 15
+// for a zero or an escape. Bit 16: a zero (no mantissa bits follow). Bit 17: the slow path (an
+// escape, or with nothing else set a code longer than kPeek bits). Bits 22-26: the code's length;
+// 27-31: the bits the value takes in all (code, an escape's 10, the 5 low mantissa bits).
+constexpr uint32_t kZeroBit = 1u << 16, kSlowBit = 1u << 17;
+__host__ __device__ inline uint32_t DecodeEntry(uint32_t sym, uint32_t code_len) {
+  const uint32_t cls = sym & 127, sign = (sym >> 7) << 15;
+  const uint32_t bits = cls == 0 || cls == kEsc ? sign : (sign - ((cls - 1) << 5)) & 0xFFFF;
+  const uint32_t total = code_len + (cls == 0 ? 0 : cls == kEsc ? 15 : 5);
+  return bits | (cls == 0 ? kZeroBit : 0) | (cls == kEsc ? kSlowBit : 0) | code_len << 22 | total << 27;
+}
+
+// The top 32 bits of hi:lo shifted left by s mod 32.
+__device__ __forceinline__ uint32_t Funnel(uint32_t hi, uint32_t lo, uint32_t s) {
+#ifdef ZIPCCL_HOST_EMULATION
+  s &= 31;
+  return s ? hi << s | lo >> (32 - s) : hi;
+#else
+  return __funnelshift_l(lo, hi, s);
+#endif
+}
+
 struct DecodeSmem {
-  uint16_t dec[kMembers][1 << kPeek];
+  uint32_t dec[kMembers][1 << kPeek];
   uint16_t first[kMembers][kMaxLen + 1], count[kMembers][kMaxLen + 1], base[kMembers][kMaxLen + 1];
   uint8_t order[kMembers][256];
   uint32_t warp_bits[kBlocksPerCta];
 };
+
+// The rare values: a code longer than kPeek bits (canonical decode), an escape (q, then the low bits).
+// Returns the value | the bits it took << 16.
+__device__ __noinline__ uint32_t DecodeSlow(const DecodeSmem& s, uint32_t m, uint32_t peek, uint32_t e,
+                                            uint32_t qadd, uint32_t flip) {
+  if (e == kSlowBit) {
+    uint32_t len = kPeek + 1, sym = 0;
+    for (; len <= kMaxLen; ++len) {
+      const uint32_t c = (peek >> (32 - len)) - s.first[m][len];
+      if (c < s.count[m][len]) {
+        sym = s.order[m][s.base[m][len] + c];
+        break;
+      }
+    }
+    e = DecodeEntry(sym, len);
+  }
+  const uint32_t taken = (e >> 27) << 16, rest = Funnel(peek, 0, e >> 22);
+  if (e & kZeroBit) return ((e ^ flip) & 0xFFFF) | taken;
+  if (!(e & kSlowBit)) return ((e + qadd + (rest >> 27)) & 0xFFFF) | taken;
+  return ((e ^ flip) & 0x8000) | (rest >> 22) << 5 | (rest << 10) >> 27 | taken;  // an escape
+}
+
+// One value from the 32 bits at the reader's position: the value (its low 16 bits) and the bits taken.
+__device__ __forceinline__ uint32_t DecodeValue(const DecodeSmem& s, uint32_t m, uint32_t peek, uint32_t qadd,
+                                                uint32_t flip, uint32_t* taken) {
+  const uint32_t e = s.dec[m][peek >> (32 - kPeek)];
+  if (e & kSlowBit) {
+    const uint32_t v = DecodeSlow(s, m, peek, e, qadd, flip);
+    *taken = v >> 16;
+    return v;
+  }
+  *taken = e >> 27;
+  const uint32_t low = Funnel(peek, 0, e >> 22) >> 27;
+  return e & kZeroBit ? e ^ flip : e + qadd + low;  // the store keeps the low 16 bits
+}
+
+#ifndef V6_DECODE_WINDOW
+#define V6_DECODE_WINDOW 1  // 1: three words held in registers, a load per word consumed; 0: two loads per value
+#endif
 
 // A thread per lane; persistent CTAs walk the groups of kBlocksPerCta blocks.
 __global__ void __launch_bounds__(kThreads) DecodeKernel(const uint8_t* payload, const uint64_t* desc, int64_t n,
                                                          const Tables* tables, uint16_t* y) {
   ZC_SHARED(DecodeSmem, s);
   const int tid = threadIdx.x, blk = tid / kLanes, lane = tid % kLanes, warp = lane / 32;
-  {
-    const uint32_t* src = reinterpret_cast<const uint32_t*>(tables->dec);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(s.dec);
-    for (int i = tid; i < kMembers * (1 << kPeek) / 2; i += kThreads) dst[i] = src[i];
-    for (int i = tid; i < kMembers * (kMaxLen + 1); i += kThreads) {
-      const int m = i / (kMaxLen + 1), l = i % (kMaxLen + 1);
-      s.first[m][l] = tables->first[m][l], s.count[m][l] = tables->count[m][l], s.base[m][l] = tables->base[m][l];
-    }
-    for (int i = tid; i < kMembers * 256; i += kThreads) s.order[i / 256][i % 256] = tables->order[i / 256][i % 256];
+  for (int i = tid; i < kMembers * (1 << kPeek); i += kThreads) s.dec[i >> kPeek][i & ((1 << kPeek) - 1)] = tables->dec[i >> kPeek][i & ((1 << kPeek) - 1)];
+  for (int i = tid; i < kMembers * (kMaxLen + 1); i += kThreads) {
+    const int m = i / (kMaxLen + 1), l = i % (kMaxLen + 1);
+    s.first[m][l] = tables->first[m][l], s.count[m][l] = tables->count[m][l], s.base[m][l] = tables->base[m][l];
   }
+  for (int i = tid; i < kMembers * 256; i += kThreads) s.order[i / 256][i % 256] = tables->order[i / 256][i % 256];
   __syncthreads();
   const int64_t nb = (n + kBlock - 1) / kBlock, groups = (nb + kBlocksPerCta - 1) / kBlocksPerCta;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
@@ -314,35 +403,32 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const uint8_t* payload,
       const uint16_t* r = head + lane;
       for (int j = 0; j < mine; ++j) yb[j * kLanes] = r[j * kLanes];
     } else if (mine > 0) {
-      const uint32_t qref = uint32_t(d >> 32) & 0x3FF, combo = uint32_t(d >> 42) & 15, m = combo >> 1;
-      const uint32_t flip = (combo & 1) << 7;
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(body) + start / 32;
-      uint64_t buf = (uint64_t(w[0]) << 32 | w[1]) << (start % 32);
-      int held = 64 - int(start % 32);
-      uint32_t next = w[2];
-      w += 3;
-      for (int j = 0; j < mine; ++j) {
-        if (held < 32) buf |= uint64_t(next) << (32 - held), held += 32, next = *w++;
-        uint32_t e = s.dec[m][buf >> (64 - kPeek)], len = e >> 8, sym = e & 0xFF;
-        if (len == 0) {  // a code longer than kPeek bits
-          for (len = kPeek + 1; len <= kMaxLen; ++len) {
-            const uint32_t c = uint32_t(buf >> (64 - len)) - s.first[m][len];
-            if (c < s.count[m][len]) {
-              sym = s.order[m][s.base[m][len] + c];
-              break;
-            }
-          }
-        }
-        buf <<= len, held -= int(len);
-        const uint32_t cls = sym & 127, sign = ((sym ^ flip) >> 7) << 15;
-        uint32_t out = sign;
-        if (cls != 0) {
-          uint32_t q = qref + 1 - cls;
-          if (cls == kEsc) q = uint32_t(buf >> 54), buf <<= 10, held -= 10;
-          out |= q << 5 | uint32_t(buf >> 59);
-          buf <<= 5, held -= 5;
-        }
-        yb[j * kLanes] = uint16_t(out);
+      const uint32_t combo = uint32_t(d >> 42) & 15, m = combo >> 1, flip = (combo & 1) << 15;
+      const uint32_t qadd = ((uint32_t(d >> 32) & 0x3FF) << 5) + flip;
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(body) + start / 32;
+#if V6_DECODE_WINDOW
+      uint32_t cur = words[0], next = words[1], after = words[2], pos = start % 32;
+      words += 3;
+      auto one = [&](int j) {
+        uint32_t taken;
+        yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(cur, next, pos), qadd, flip, &taken));
+        pos += taken;
+        if (pos >= 32) pos -= 32, cur = next, next = after, after = *words++;
+      };
+#else
+      uint32_t p = start % 32;
+      auto one = [&](int j) {
+        uint32_t taken;
+        const uint32_t* at = words + (p >> 5);
+        yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(at[0], at[1], p), qadd, flip, &taken));
+        p += taken;
+      };
+#endif
+      if (mine == kPerLane) {
+#pragma unroll 16
+        for (int j = 0; j < kPerLane; ++j) one(j);
+      } else {
+        for (int j = 0; j < mine; ++j) one(j);
       }
     }
   }
@@ -353,15 +439,17 @@ Tables BuildTables() {
   for (int sym = 0; sym < 256; ++sym)
     for (int c = 0; c < kCombos; ++c) t.packed[sym] |= uint64_t(kFamily[c >> 1][(c & 1) ? sym ^ 128 : sym]) << (4 * c);
   for (int m = 0; m < kMembers; ++m) {
+    for (auto& e : t.dec[m]) e = kSlowBit;  // prefixes of longer codes
     uint32_t code = 0;
     int idx = 0;
     for (int len = 1; len <= kMaxLen; ++len) {
       t.first[m][len] = uint16_t(code), t.base[m][len] = uint16_t(idx);
       for (int sym = 0; sym < 256; ++sym) {
         if (kFamily[m][sym] != len) continue;
-        t.order[m][idx++] = uint8_t(sym), t.enc[m][sym] = code << 4 | len;
+        const uint32_t cls = sym & 127, extra = cls == 0 ? 0 : cls == kEsc ? 15 : 5;
+        t.order[m][idx++] = uint8_t(sym), t.enc[m][sym] = (len + extra) << 27 | code << extra;
         if (len <= kPeek)
-          for (uint32_t r = 0; r < 1u << (kPeek - len); ++r) t.dec[m][code << (kPeek - len) | r] = uint16_t(len << 8 | sym);
+          for (uint32_t r = 0; r < 1u << (kPeek - len); ++r) t.dec[m][code << (kPeek - len) | r] = DecodeEntry(sym, len);
         ++code;
       }
       t.count[m][len] = uint16_t(idx - t.base[m][len]);
@@ -452,6 +540,8 @@ Run Measure(const std::vector<uint16_t>& host, int reps, int grid_decode) {
   CHECK(cudaMemcpyAsync(again.data(), y, 2 * n, cudaMemcpyDeviceToHost, nullptr));
   CHECK(cudaStreamSynchronize(nullptr));
   r.exact = r.exact && std::memcmp(again.data(), host.data(), 2 * n) == 0;
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
   for (void* p : {(void*)x, (void*)y, (void*)z, (void*)payload, (void*)desc, (void*)status, (void*)total,
                   (void*)tickets, (void*)tables})
     CHECK(cudaFree(p));
@@ -473,6 +563,20 @@ std::vector<uint16_t> Data(const char* kind, int64_t n, const char* file) {
       const float f = g(rng);
       e = ToBf16(!std::strcmp(kind, "relu") && f < 0 ? 0.f : f);
     }
+  } else if (!std::strcmp(kind, "mixed")) {  // Gaussians with 1 in 64 specials: escapes and zeros in coded blocks
+    std::normal_distribution<float> g(0.f, 0.02f);
+    for (auto& e : v) {  // specials that leave q_ref alone: NaN payloads, +-Inf, subnormals, +-0, tiny normals
+      const uint64_t r = rng();
+      const uint16_t sign = uint16_t(r >> 63) << 15;
+      switch (r % 320) {
+        case 0: e = sign | 0x7F80 | uint16_t(1 + (r >> 8) % 127); break;  // NaN, its payload
+        case 1: e = sign | 0x7F80; break;
+        case 2: e = sign | uint16_t(1 + (r >> 8) % 127); break;  // subnormal
+        case 3: e = sign; break;
+        case 4: e = sign | uint16_t((1 + (r >> 8) % 20) << 7) | uint16_t((r >> 16) & 127); break;  // tiny normal
+        default: e = ToBf16(g(rng));
+      }
+    }
   } else if (!std::strcmp(kind, "bits")) {  // every bit pattern: NaN payloads, Inf, subnormals, -0
     for (auto& e : v) e = uint16_t(rng());
   } else if (!std::strcmp(kind, "file")) {  // raw bf16 values, repeated to n
@@ -492,11 +596,16 @@ std::vector<uint16_t> Data(const char* kind, int64_t n, const char* file) {
 
 }  // namespace
 
-// v6_proto KIND N [REPS] [FILE]: KIND gaussian | relu | bits | file
+#ifndef V6_NO_MAIN
+// v6_proto KIND N [REPS] [FILE]: KIND gaussian | relu | mixed | bits | file
 int main(int argc, char** argv) {
-  if (argc < 3) return std::fprintf(stderr, "usage: %s gaussian|relu|bits|file N [REPS] [FILE]\n", argv[0]), 2;
+  if (argc < 3) return std::fprintf(stderr, "usage: %s gaussian|relu|mixed|bits|file N [REPS] [FILE]\n", argv[0]), 2;
   const int64_t n = std::atoll(argv[2]);
   const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
+  if (n < 1 || reps < 1) return std::fprintf(stderr, "N and REPS must be at least 1\n"), 2;
+#ifdef ZIPCCL_HOST_EMULATION
+  if (const char* r = std::getenv("V6_EMU_RESIDENT")) zc_emu::resident = unsigned(std::atoi(r));  // CTAs at once
+#endif
   int sms = 132;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const auto host = Data(argv[1], n, argc > 4 ? argv[4] : nullptr);
@@ -507,3 +616,4 @@ int main(int argc, char** argv) {
               gb / r.decompress_ms * 1e3, gb / r.copy_ms * 1e3, r.exact ? "bit-exact" : "MISMATCH");
   return r.exact ? 0 : 1;
 }
+#endif  // V6_NO_MAIN

@@ -1,0 +1,61 @@
+// The per-value passes alone, to count their SASS instructions (tools/v6_proto/README.md):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -cubin -o count.cubin tools/v6_proto/count_sass.cu && cuobjdump -sass count.cubin
+#define V6_NO_MAIN
+#include "v6_proto.cu"
+
+namespace {
+__global__ void LoadOnly(const uint16_t* x, uint32_t* out) {
+  uint32_t v[kPerLane / 2];
+  const uint32_t qm = LoadLane<true>(x + threadIdx.x, kPerLane, v);
+  uint32_t acc = qm;
+#pragma unroll
+  for (int k = 0; k < kPerLane / 2; ++k) acc ^= v[k];
+  out[threadIdx.x] = acc;
+}
+__global__ void SizeOnly(const uint32_t* x, const uint64_t* packed, uint32_t* out) {
+  uint32_t v[kPerLane / 2], syms[kPerLane / 4];
+#pragma unroll
+  for (int k = 0; k < kPerLane / 2; ++k) v[k] = x[threadIdx.x + 256 * k];
+  uint64_t wide[4] = {0, 0, 0, 0};
+  uint32_t acc = SizeLane<true>(reinterpret_cast<const uint16_t*>(x) + threadIdx.x, v, kPerLane, out[0], packed, wide, syms);
+#pragma unroll
+  for (int k = 0; k < kPerLane / 4; ++k) acc ^= syms[k];
+  out[threadIdx.x] = acc ^ uint32_t(wide[0] ^ wide[1] ^ wide[2] ^ wide[3]);
+}
+__global__ void CodeOnly(const uint16_t* x, const uint32_t* syms_in, const uint32_t* enc, uint32_t* stage) {
+  uint32_t syms[kPerLane / 4];
+#pragma unroll
+  for (int k = 0; k < kPerLane / 4; ++k) syms[k] = syms_in[threadIdx.x + 256 * k];
+  BitWriter w(stage, threadIdx.x * 300);
+  CodeLane<true>(x + threadIdx.x, kPerLane, syms, enc, threadIdx.x & 128, w);
+  w.Finish();
+}
+__global__ void DecodeOnly(const uint32_t* words, const Tables* t, uint16_t* y) {
+  ZC_SHARED(DecodeSmem, s);
+  for (int i = threadIdx.x; i < kMembers * (1 << kPeek); i += blockDim.x) s.dec[i >> kPeek][i & ((1 << kPeek) - 1)] = t->dec[i >> kPeek][i & ((1 << kPeek) - 1)];
+  __syncthreads();
+  const uint32_t m = threadIdx.x & 7, flip = threadIdx.x & 0x8000, qadd = threadIdx.x << 5;
+  const uint32_t* w = words + threadIdx.x * 64;
+  uint16_t* yb = y + threadIdx.x;
+#if V6_DECODE_WINDOW
+  uint32_t cur = w[0], next = w[1], after = w[2], pos = threadIdx.x & 31;
+  w += 3;
+#pragma unroll 16
+  for (int j = 0; j < kPerLane; ++j) {
+    uint32_t taken;
+    yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(cur, next, pos), qadd, flip, &taken));
+    pos += taken;
+    if (pos >= 32) pos -= 32, cur = next, next = after, after = *w++;
+  }
+#else
+  uint32_t p = threadIdx.x & 31;
+#pragma unroll 16
+  for (int j = 0; j < kPerLane; ++j) {
+    uint32_t taken;
+    const uint32_t* at = w + (p >> 5);
+    yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(at[0], at[1], p), qadd, flip, &taken));
+    p += taken;
+  }
+#endif
+}
+}  // namespace
