@@ -61,6 +61,13 @@ def test_rows_round_trip_at_the_agreed_capacity_byte_for_byte(dtype, layout, pla
     assert np.concatenate([np.asarray(b) for b in back]).tobytes() == flat.tobytes()
     sums = jax.jit(lambda *p: ops.decode_accumulate_rows(p, (m - 1, 1), dtype))(*outs)
     assert np.concatenate([np.asarray(s) for s in sums]).tobytes() == ref.accumulate(list(rows), dtype).tobytes()
+    # the static transfer's encode (issue 25): the streams whole at the full capacity, and their lengths:
+    # on CUDA the lengths the encoder wrote (no size pass), on the CPU those of stream_sizes
+    full = ref.max_stream_bytes(m, dtype)
+    whole, lengths = jax.jit(lambda *x: ops.encode_rows(x, K, full, unit=unit, lengths=True))(*leaves)
+    assert np.asarray(lengths).tolist() == [len(s) for s in streams]
+    for row, s in zip(np.asarray(whole), streams):
+        assert row.tobytes() == s + bytes(full - len(s))
     raw = jax.jit(lambda *x: ops.encode_rows(x, K, ref.max_stream_bytes(m, dtype), outputs=K, unit=unit,
                                              raw=True))(*leaves)
     for j, o in enumerate(raw):
