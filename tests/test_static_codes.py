@@ -83,3 +83,26 @@ def test_family_is_deterministic_and_complete(family):
 def test_gaussian_bfloat16_ratio(family):
     x = gaussian(1 << 20, "bfloat16", seed=7)
     assert x.nbytes / sc.plan(x, family)["bytes"] == pytest.approx(1.5055, abs=5e-4)
+
+
+def test_group_tables_pay_where_the_family_misses_and_never_cost():
+    """The second block kind (a group's own code): a shape no member fits (values near 1, as norm
+    weights are) takes it in every group and gains; on Gaussians, which the family fits, a group
+    takes it only where it saves, so the size never exceeds the family's alone. The family here is
+    fitted on Gaussians only, so that norm-like data is new to it."""
+    rng = np.random.default_rng(3)
+    gauss_only = sc.derive_families(sc.block_histograms([gaussian(1 << 16, "bfloat16", seed=s) for s in range(4)]),
+                                    (8,))[8]
+    norm = (1 + 0.01 * rng.standard_normal(16 * sc.BLOCK * 4, dtype=np.float32)).astype(gaussian(1, "bfloat16").dtype)
+    plain, tabled = sc.plan(norm, gauss_only), sc.plan_with_group_tables(norm, gauss_only)
+    assert tabled["tabled"] == tabled["groups"] == 4 and tabled["bytes"] < 0.9 * plain["bytes"]
+    x = gaussian(1 << 18, "bfloat16", seed=9)
+    plain, tabled = sc.plan(x, gauss_only), sc.plan_with_group_tables(x, gauss_only)
+    assert tabled["bytes"] <= plain["bytes"] and tabled["groups"] == 4
+
+
+def test_group_table_cost():
+    lengths = np.zeros(sc.NSYM, np.int64)
+    lengths[[1, 2, 129]] = [1, 2, 2]
+    # a flag bit for each of the 244 valid symbols, 4 bits for each of 3 present ones, a byte of use
+    assert sc.group_table_bytes(lengths) == (244 + 12 + 7) // 8 + 1
