@@ -15,11 +15,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tools" / "v6_proto" / "v6_proto.cu"
-VARIANTS = {"default": [], "direct": ["-DV6_DECODE_WINDOW=0"], "hold": ["-DV6_COMPRESS_REREAD=0"],
-            "peek9": ["-DV6_PEEK=9"]}
+VARIANTS = {"default": [], "family": ["-DV6_GROUP_TABLES=0"], "direct": ["-DV6_DECODE_WINDOW=0"],
+            "hold": ["-DV6_COMPRESS_REREAD=0"], "peek9": ["-DV6_PEEK=9"]}
 SIZES = [1, 63, 64, 4095, 4096, 4097, 40000]  # a lane, partial lanes, a block, partial blocks, 3 CTAs
 FEWER = [63, 4097, 40000]  # for the variants beside the default
-RATIO = {"gaussian": (1.44, 1.50), "relu": (1.35, 1.42), "mixed": (1.40, 1.47), "bits": (0.99, 1.0)}
+RATIO = {"gaussian": (1.44, 1.50), "relu": (2.4, 2.8), "mixed": (1.40, 1.47), "bits": (0.98, 1.0)}
+FAMILY_RELU = (1.35, 1.42)  # the family alone has no member for half-zero blocks: the group tables' gain
 LINE = re.compile(r"^(\w+) n=(\d+) ratio ([\d.]+) .* (bit-exact|MISMATCH)$")
 
 
@@ -45,11 +46,12 @@ def run(exe, kind, n, resident=3):
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_every_kind_and_size_round_trips_bit_for_bit(tmp_path, variant):
     exe = build(tmp_path, variant, VARIANTS[variant], "address,undefined")
-    for kind, (lo, hi) in RATIO.items():
+    for kind, bounds in RATIO.items():
         for n in SIZES if variant == "default" else FEWER:
             ratio, verdict = run(exe, kind, n)
             assert verdict == "bit-exact", (kind, n)
             if n >= 4096:  # small streams are mostly their descriptors
+                lo, hi = FAMILY_RELU if (variant, kind) == ("family", "relu") else bounds
                 assert lo <= ratio <= hi, (kind, n, ratio)
 
 
@@ -74,4 +76,4 @@ def test_cuda_build_compiles_for_sm90(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     # the kernels' register budgets, as tools/v6_proto/README.md's predictions assume
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", out.stderr)]
-    assert len(regs) == 2 and max(regs) <= 64, out.stderr
+    assert len(regs) == 3 and max(regs) <= 64, out.stderr  # GroupKernel, CompressKernel, DecodeKernel

@@ -17,7 +17,9 @@ __global__ void SizeOnly(const uint32_t* x, const uint64_t* packed, uint32_t* ou
 #pragma unroll
   for (int k = 0; k < kPerLane / 2; ++k) v[k] = x[threadIdx.x + 256 * k];
   uint64_t wide[4] = {0, 0, 0, 0};
-  uint32_t acc = SizeLane<true>(reinterpret_cast<const uint16_t*>(x) + threadIdx.x, v, kPerLane, out[0], packed, wide, syms);
+  uint32_t gbits = 0;
+  uint32_t acc = SizeLane<true>(reinterpret_cast<const uint16_t*>(x) + threadIdx.x, v, kPerLane, out[0], packed,
+                                reinterpret_cast<const uint8_t*>(packed), wide, syms, &gbits) ^ gbits;
 #pragma unroll
   for (int k = 0; k < kPerLane / 4; ++k) acc ^= syms[k];
   out[threadIdx.x] = acc ^ uint32_t(wide[0] ^ wide[1] ^ wide[2] ^ wide[3]);

@@ -6,14 +6,15 @@ here=$(cd "$(dirname "$0")" && pwd); out=${1:?OUT_DIR}; data=${2:-}
 mkdir -p "$out"
 build() { nvcc -O3 -std=c++17 -arch=sm_90 "${@:2}" -o "$out/v6_$1" "$here/v6_proto.cu" || exit 1; }
 build default
+build family -DV6_GROUP_TABLES=0
 build direct -DV6_DECODE_WINDOW=0
 build hold -DV6_COMPRESS_REREAD=0 -DV6_COMPRESS_MIN_CTAS=2
 build peek9 -DV6_PEEK=9
-{ for v in default direct hold peek9; do for n in 16777216 67108864; do echo -n "$v "; timeout 60 "$out/v6_$v" gaussian $n 20; done; done
+{ for v in default family direct hold peek9; do for n in 16777216 67108864; do echo -n "$v "; timeout 60 "$out/v6_$v" gaussian $n 20; done; done
   for k in mixed relu bits; do echo -n "default "; timeout 60 "$out/v6_default" $k 67108864 20; done
   [ -n "$data" ] && for n in 16777216 67108864; do echo -n "default file "; timeout 60 "$out/v6_default" file $n 20 "$data"; done
   echo -n "default again "; timeout 60 "$out/v6_default" gaussian 67108864 20; } 2>&1 | tee "$out/v6.log"
-timeout 120 ncu --clock-control none -k regex:"Compress|Decode" --launch-count 2 --metrics \
+timeout 120 ncu --clock-control none -k regex:"Group|Compress|Decode" --launch-count 3 --metrics \
   gpu__time_duration.sum,dram__bytes.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum \
   --csv --log-file "$out/ncu.csv" "$out/v6_default" gaussian 67108864 1 > /dev/null 2>&1
 timeout 120 ncu --clock-control none -k regex:"Decode" --launch-count 1 --metrics \

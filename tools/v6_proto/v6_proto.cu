@@ -66,6 +66,35 @@ __device__ __forceinline__ T Max(T a, T b) { return a > b ? a : b; }
 template <typename T>
 __device__ __forceinline__ T Min(T a, T b) { return a < b ? a : b; }
 
+// A decode table entry: what a symbol's code decodes to, so that the common path is a lookup and a
+// few integer operations. Bits 0-15: the output bits the symbol fixes, to which q_ref << 5 and the 5
+// low mantissa bits are added (modulo 2^16): sign << 15 minus d << 5 for a distance d; sign << 15
+// for a zero or an escape. Bit 16: a zero (no mantissa bits follow). Bit 17: the slow path (an
+// escape, or with nothing else set a code longer than kPeek bits). Bits 22-26: the code's length;
+// 27-31: the bits the value takes in all (code, an escape's 10, the 5 low mantissa bits).
+constexpr uint32_t kZeroBit = 1u << 16, kSlowBit = 1u << 17;
+__host__ __device__ inline uint32_t DecodeEntry(uint32_t sym, uint32_t code_len) {
+  const uint32_t cls = sym & 127, sign = (sym >> 7) << 15;
+  const uint32_t bits = cls == 0 || cls == kEsc ? sign : (sign - ((cls - 1) << 5)) & 0xFFFF;
+  const uint32_t total = code_len + (cls == 0 ? 0 : cls == kEsc ? 15 : 5);
+  return bits | (cls == 0 ? kZeroBit : 0) | (cls == kEsc ? kSlowBit : 0) | code_len << 22 | total << 27;
+}
+
+// The top 32 bits of hi:lo shifted left by s mod 32.
+__device__ __forceinline__ uint32_t Funnel(uint32_t hi, uint32_t lo, uint32_t s) {
+#ifdef ZIPCCL_HOST_EMULATION
+  s &= 31;
+  return s ? hi << s | lo >> (32 - s) : hi;
+#else
+  return __funnelshift_l(lo, hi, s);
+#endif
+}
+
+#ifndef V6_GROUP_TABLES
+#define V6_GROUP_TABLES 1  // 1: the second block kind (group_code.cuh); 0: the family alone
+#endif
+#include "group_code.cuh"
+
 // The per-value passes of a lane, compiled twice: kFull (all 64 values present, no tests) and not.
 #ifndef V6_COMPRESS_REREAD
 #define V6_COMPRESS_REREAD 1  // 1: each pass reads the lane's values again (L1 hits); 0: held in registers
@@ -89,8 +118,8 @@ __device__ __forceinline__ uint32_t LoadLane(const uint16_t* xb, int mine, uint3
 // every 16 values. Keeps the symbols, a byte each, for the coding pass.
 template <bool kFull>
 __device__ __forceinline__ uint32_t SizeLane(const uint16_t* xb, const uint32_t (&v)[kPerLane / 2], int mine, uint32_t qref,
-                                             const uint64_t* packed, uint64_t (&wide)[4],
-                                             uint32_t (&syms)[kPerLane / 4]) {
+                                             const uint64_t* packed, const uint8_t* glen, uint64_t (&wide)[4],
+                                             uint32_t (&syms)[kPerLane / 4], uint32_t* gbits) {
   constexpr uint64_t kNib = 0x0F0F0F0F0F0F0F0Full, kByte = 0x00FF00FF00FF00FFull;
   uint32_t fixed_bits = 0;
 #pragma unroll
@@ -108,6 +137,7 @@ __device__ __forceinline__ uint32_t SizeLane(const uint16_t* xb, const uint32_t 
         syms[j / 4] = j % 4 ? syms[j / 4] | sym << (8 * (j % 4)) : sym;
         const uint64_t e = kFull || j < mine ? packed[sym] : 0;
         even += e & kNib, odd += (e >> 4) & kNib, fixed_bits += kFull || j < mine ? f : 0;
+        if (V6_GROUP_TABLES) *gbits += kFull || j < mine ? glen[sym] : 0;
       }
     }
     wide[0] += even & kByte, wide[1] += (even >> 8) & kByte, wide[2] += odd & kByte, wide[3] += (odd >> 8) & kByte;
@@ -155,11 +185,17 @@ __device__ __forceinline__ void CodeLane(const uint16_t* xb, int mine, const uin
   }
 }
 
+constexpr int kChoices = kCombos + V6_GROUP_TABLES;  // combo 16: the group's code
+
 struct CompressSmem {
   uint64_t packed[256];
-  uint32_t enc[kMembers][256];
+  uint32_t enc[kMembers + 1][256];  // [8]: the group's code
+  uint8_t glen[256];
+  uint16_t gfirst[kMaxLen + 1], gcount[kMaxLen + 1], gbase[kMaxLen + 1];
+  uint8_t gorder[256];
+  CanonicalScratch scratch;
   uint32_t stage[kBlocksPerCta][kBlock / 2];  // a coded body is smaller than its values
-  uint32_t sums[kBlocksPerCta][2][kCombos + 1];
+  uint32_t sums[kBlocksPerCta][2][kChoices + 1];
   uint32_t qmax[kBlocksPerCta][2], warp_bits[kBlocksPerCta];
   uint32_t body[kBlocksPerCta], offset[kBlocksPerCta];
   int combo[kBlocksPerCta];
@@ -172,7 +208,8 @@ struct CompressSmem {
 __global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS) CompressKernel(const uint16_t* x, int64_t n, const Tables* tables,
                                                            uint8_t* payload, uint64_t* desc,
                                                            unsigned long long* status, unsigned* tickets,
-                                                           unsigned long long* total) {
+                                                           unsigned long long* total, const uint32_t* qrefs,
+                                                           const uint8_t* gtables) {
   ZC_SHARED(CompressSmem, s);
   const int tid = threadIdx.x, blk = tid / kLanes, lane = tid % kLanes, warp = lane / 32;
   if (tid == 0) s.ticket = atomicAdd(tickets, 1u);
@@ -181,48 +218,66 @@ __global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS) CompressKernel
   for (int i = tid; i < kBlocksPerCta * kBlock / 2; i += kThreads) s.stage[i / (kBlock / 2)][i % (kBlock / 2)] = 0;
   __syncthreads();
   const unsigned t = s.ticket;
+  if (V6_GROUP_TABLES) {  // member 8: the CTA's group's code (its 4 blocks are in one group)
+    const uint32_t packed_len = gtables[(int64_t(t) * kBlocksPerCta / kGroupBlocks) * kGroupTableBytes + tid / 2];
+    const uint32_t len = tid & 1 ? packed_len >> 4 : packed_len & 15;
+    const uint32_t code = CanonicalCode(len, s.scratch, s.gfirst, s.gcount, s.gbase, s.gorder);
+    const uint32_t cls = tid & 127, extra = cls == 0 ? 0 : cls == kEsc ? 15 : 5;
+    s.enc[kGroupMember][tid] = len ? (len + extra) << 27 | code << extra : 0;
+    s.glen[tid] = uint8_t(len);
+    __syncthreads();
+  }
   const int64_t nb = (n + kBlock - 1) / kBlock, b = int64_t(t) * kBlocksPerCta + blk;
   const int count = int(Min<int64_t>(kBlock, Max<int64_t>(0, n - b * kBlock)));
   const int mine = count > lane ? (count - lane + kLanes - 1) / kLanes : 0;  // values in this lane
   const uint16_t* xb = x + b * kBlock + lane;
   const bool full = mine == kPerLane;
-  uint32_t v[kPerLane / 2];
-  uint32_t qm = full ? LoadLane<true>(xb, mine, v) : LoadLane<false>(xb, mine, v);
-  for (int o = 16; o; o >>= 1) qm = Max(qm, __shfl_xor_sync(0xFFFFFFFFu, qm, o));
-  if (lane % 32 == 0) s.qmax[blk][warp] = qm;
-  __syncthreads();
-  const uint32_t qref = Max(s.qmax[blk][0], s.qmax[blk][1]);
+  uint32_t v[kPerLane / 2], qref;
+  if (V6_GROUP_TABLES) {  // GroupKernel has the q_refs
+    if (!V6_COMPRESS_REREAD) full ? LoadLane<true>(xb, mine, v) : LoadLane<false>(xb, mine, v);
+    qref = count > 0 ? qrefs[b] : 0;
+  } else {
+    uint32_t qm = full ? LoadLane<true>(xb, mine, v) : LoadLane<false>(xb, mine, v);
+    for (int o = 16; o; o >>= 1) qm = Max(qm, __shfl_xor_sync(0xFFFFFFFFu, qm, o));
+    if (lane % 32 == 0) s.qmax[blk][warp] = qm;
+    __syncthreads();
+    qref = Max(s.qmax[blk][0], s.qmax[blk][1]);
+  }
   uint64_t wide[4] = {0, 0, 0, 0};
   uint32_t syms[kPerLane / 4];
-  const uint32_t fixed_bits = full ? SizeLane<true>(xb, v, mine, qref, s.packed, wide, syms)
-                                   : SizeLane<false>(xb, v, mine, qref, s.packed, wide, syms);
+  uint32_t gbits = 0;  // this lane's code bits under the group's code
+  const uint32_t fixed_bits = full ? SizeLane<true>(xb, v, mine, qref, s.packed, s.glen, wide, syms, &gbits)
+                                   : SizeLane<false>(xb, v, mine, qref, s.packed, s.glen, wide, syms, &gbits);
   // combo c = 2 m + f: even bytes hold f = 0 (m = byte), odd bytes f = 1; wide[0] m = 0,2,4,6 ...
   auto lane_bits = [&](int c) -> uint32_t {  // selects, not an indexed array: wide[] stays in registers
+    if (c == kCombos) return gbits;
     const int f = c & 1, m = c >> 1, w = 2 * f + (m & 1);
     const uint64_t word = w == 0 ? wide[0] : w == 1 ? wide[1] : w == 2 ? wide[2] : wide[3];
     return uint32_t(word >> (16 * (m >> 1))) & 0xFFFF;
   };
   uint64_t red[4] = {wide[0], wide[1], wide[2], wide[3]};
-  uint32_t fred = fixed_bits;
+  uint32_t fred = fixed_bits, gred = gbits;
   for (int o = 16; o; o >>= 1) {
 #pragma unroll
     for (int w = 0; w < 4; ++w) red[w] += __shfl_xor_sync(0xFFFFFFFFu, red[w], o);
     fred += __shfl_xor_sync(0xFFFFFFFFu, fred, o);
+    if (V6_GROUP_TABLES) gred += __shfl_xor_sync(0xFFFFFFFFu, gred, o);
   }
   if (lane % 32 == 0) {
     for (int c = 0; c < kCombos; ++c) {
       const int f = c & 1, m = c >> 1, w = 2 * f + (m & 1);
       s.sums[blk][warp][c] = uint32_t(red[w] >> (16 * (m >> 1))) & 0xFFFF;
     }
-    s.sums[blk][warp][kCombos] = fred;
+    if (V6_GROUP_TABLES) s.sums[blk][warp][kCombos] = gred;
+    s.sums[blk][warp][kChoices] = fred;
   }
   __syncthreads();
   if (lane == 0) {
     const uint32_t raw = (2 * count + 3) & ~3u;
     uint32_t best = raw;
     int combo = -1;
-    for (int c = 0; c < kCombos && count > 0; ++c) {
-      const uint32_t bits = s.sums[blk][0][c] + s.sums[blk][1][c] + s.sums[blk][0][kCombos] + s.sums[blk][1][kCombos];
+    for (int c = 0; c < kChoices && count > 0; ++c) {
+      const uint32_t bits = s.sums[blk][0][c] + s.sums[blk][1][c] + s.sums[blk][0][kChoices] + s.sums[blk][1][kChoices];
       const uint32_t bytes = (kHeadBytes + (bits + 7) / 8 + 3) & ~3u;
       if (bytes < best) best = bytes, combo = c;
     }
@@ -297,35 +352,12 @@ __global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS) CompressKernel
   }
 }
 
-// A decode table entry: what a symbol's code decodes to, so that the common path is a lookup and a
-// few integer operations. Bits 0-15: the output bits the symbol fixes, to which q_ref << 5 and the 5
-// low mantissa bits are added (modulo 2^16): sign << 15 minus d << 5 for a distance d; sign << 15
-// for a zero or an escape. Bit 16: a zero (no mantissa bits follow). Bit 17: the slow path (an
-// escape, or with nothing else set a code longer than kPeek bits). Bits 22-26: the code's length;
-// 27-31: the bits the value takes in all (code, an escape's 10, the 5 low mantissa bits).
-constexpr uint32_t kZeroBit = 1u << 16, kSlowBit = 1u << 17;
-__host__ __device__ inline uint32_t DecodeEntry(uint32_t sym, uint32_t code_len) {
-  const uint32_t cls = sym & 127, sign = (sym >> 7) << 15;
-  const uint32_t bits = cls == 0 || cls == kEsc ? sign : (sign - ((cls - 1) << 5)) & 0xFFFF;
-  const uint32_t total = code_len + (cls == 0 ? 0 : cls == kEsc ? 15 : 5);
-  return bits | (cls == 0 ? kZeroBit : 0) | (cls == kEsc ? kSlowBit : 0) | code_len << 22 | total << 27;
-}
-
-// The top 32 bits of hi:lo shifted left by s mod 32.
-__device__ __forceinline__ uint32_t Funnel(uint32_t hi, uint32_t lo, uint32_t s) {
-#ifdef ZIPCCL_HOST_EMULATION
-  s &= 31;
-  return s ? hi << s | lo >> (32 - s) : hi;
-#else
-  return __funnelshift_l(lo, hi, s);
-#endif
-}
-
 struct DecodeSmem {
-  uint32_t dec[kMembers][1 << kPeek];
-  uint16_t first[kMembers][kMaxLen + 1], count[kMembers][kMaxLen + 1], base[kMembers][kMaxLen + 1];
-  uint8_t order[kMembers][256];
+  uint32_t dec[kMembers + V6_GROUP_TABLES][1 << kPeek];  // [8]: the group's code, built per group
+  uint16_t first[kMembers + 1][kMaxLen + 1], count[kMembers + 1][kMaxLen + 1], base[kMembers + 1][kMaxLen + 1];
+  uint8_t order[kMembers + 1][256];
   uint32_t warp_bits[kBlocksPerCta];
+  CanonicalScratch scratch;
 };
 
 // The rare values: a code longer than kPeek bits (canonical decode), an escape (q, then the low bits).
@@ -367,9 +399,9 @@ __device__ __forceinline__ uint32_t DecodeValue(const DecodeSmem& s, uint32_t m,
 #define V6_DECODE_WINDOW 1  // 1: three words held in registers, a load per word consumed; 0: two loads per value
 #endif
 
-// A thread per lane; persistent CTAs walk the groups of kBlocksPerCta blocks.
+// A thread per lane; persistent CTAs, each a run of consecutive groups of kBlocksPerCta blocks.
 __global__ void __launch_bounds__(kThreads) DecodeKernel(const uint8_t* payload, const uint64_t* desc, int64_t n,
-                                                         const Tables* tables, uint16_t* y) {
+                                                         const Tables* tables, const uint8_t* gtables, uint16_t* y) {
   ZC_SHARED(DecodeSmem, s);
   const int tid = threadIdx.x, blk = tid / kLanes, lane = tid % kLanes, warp = lane / 32;
   for (int i = tid; i < kMembers * (1 << kPeek); i += kThreads) s.dec[i >> kPeek][i & ((1 << kPeek) - 1)] = tables->dec[i >> kPeek][i & ((1 << kPeek) - 1)];
@@ -380,7 +412,21 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const uint8_t* payload,
   for (int i = tid; i < kMembers * 256; i += kThreads) s.order[i / 256][i % 256] = tables->order[i / 256][i % 256];
   __syncthreads();
   const int64_t nb = (n + kBlock - 1) / kBlock, groups = (nb + kBlocksPerCta - 1) / kBlocksPerCta;
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+  int64_t built = -1;  // the group whose code member 8 holds
+  // each CTA a run of consecutive groups of blocks, so that a group table is built once per CTA that
+  // decodes its blocks (kGroupBlocks / kBlocksPerCta of them in a row)
+  const int64_t per = (groups + gridDim.x - 1) / gridDim.x, end = Min<int64_t>(groups, (blockIdx.x + 1) * per);
+  for (int64_t g = blockIdx.x * per; g < end; ++g) {
+    const int64_t table_group = g * kBlocksPerCta / kGroupBlocks;
+    if (V6_GROUP_TABLES && table_group != built) {  // uniform in the CTA
+      const uint32_t packed_len = gtables[table_group * kGroupTableBytes + tid / 2];
+      const uint32_t m = kGroupMember;
+      CanonicalCode(tid & 1 ? packed_len >> 4 : packed_len & 15, s.scratch, s.first[m], s.count[m], s.base[m],
+                    s.order[m]);
+      FillDecodeTable(s.dec[m], s.first[m], s.count[m], s.base[m], s.order[m]);
+      __syncthreads();
+      built = table_group;
+    }
     const int64_t b = g * kBlocksPerCta + blk;
     const int count = int(Min<int64_t>(kBlock, Max<int64_t>(0, n - b * kBlock)));
     const int mine = count > lane ? (count - lane + kLanes - 1) / kLanes : 0;
@@ -403,7 +449,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const uint8_t* payload,
       const uint16_t* r = head + lane;
       for (int j = 0; j < mine; ++j) yb[j * kLanes] = r[j * kLanes];
     } else if (mine > 0) {
-      const uint32_t combo = uint32_t(d >> 42) & 15, m = combo >> 1, flip = (combo & 1) << 15;
+      const uint32_t combo = uint32_t(d >> 42) & 31, m = combo >> 1, flip = (combo & 1) << 15;
       const uint32_t qadd = ((uint32_t(d >> 32) & 0x3FF) << 5) + flip;
       const uint32_t* words = reinterpret_cast<const uint32_t*>(body) + start / 32;
 #if V6_DECODE_WINDOW
@@ -482,6 +528,9 @@ Run Measure(const std::vector<uint16_t>& host, int reps, int grid_decode) {
   unsigned long long *status, *total;
   unsigned* tickets;
   Tables* tables;
+  uint32_t* qrefs;
+  uint8_t* gtables;
+  const int64_t ngroups = (nb + kGroupBlocks - 1) / kGroupBlocks;
   CHECK(cudaMalloc((void**)&x, 2 * n + 64));
   CHECK(cudaMalloc((void**)&y, 2 * n + 64));
   CHECK(cudaMalloc((void**)&z, 2 * n + 64));
@@ -491,16 +540,19 @@ Run Measure(const std::vector<uint16_t>& host, int reps, int grid_decode) {
   CHECK(cudaMalloc((void**)&total, 8));
   CHECK(cudaMalloc((void**)&tickets, 4));
   CHECK(cudaMalloc((void**)&tables, sizeof(Tables)));
+  CHECK(cudaMalloc((void**)&qrefs, 4 * nb + 4));
+  CHECK(cudaMalloc((void**)&gtables, kGroupTableBytes * ngroups + 4));
   const Tables t = BuildTables();
   CHECK(cudaMemcpyAsync(tables, &t, sizeof(Tables), cudaMemcpyHostToDevice, nullptr));
   CHECK(cudaMemcpyAsync(x, host.data(), 2 * n, cudaMemcpyHostToDevice, nullptr));
   auto compress = [&] {
     CHECK(cudaMemsetAsync(status, 0, 8 * ctas + 8, nullptr));
     CHECK(cudaMemsetAsync(tickets, 0, 4, nullptr));
+    if (V6_GROUP_TABLES) ZC_LAUNCH_KERNEL(GroupKernel, unsigned(ngroups), 256, nullptr, x, n, qrefs, gtables);
     ZC_LAUNCH_KERNEL(CompressKernel, unsigned(ctas), kThreads, nullptr, x, n, tables, payload, desc, status, tickets,
-                     total);
+                     total, qrefs, gtables);
   };
-  auto decompress = [&] { ZC_LAUNCH_KERNEL(DecodeKernel, unsigned(grid_decode), kThreads, nullptr, payload, desc, n, tables, y); };
+  auto decompress = [&] { ZC_LAUNCH_KERNEL(DecodeKernel, unsigned(grid_decode), kThreads, nullptr, payload, desc, n, tables, gtables, y); };
   auto copy = [&] { CHECK(cudaMemcpyAsync(z, x, 2 * n, cudaMemcpyDeviceToDevice, nullptr)); };
   CHECK(cudaMemsetAsync(y, 0xA5, 2 * n, nullptr));
   compress();
@@ -513,7 +565,19 @@ Run Measure(const std::vector<uint16_t>& host, int reps, int grid_decode) {
   CHECK(cudaStreamSynchronize(nullptr));
   Run r{};
   r.exact = std::memcmp(back.data(), host.data(), 2 * n) == 0;
-  r.ratio = double(2 * n) / double(16 + 8 * nb + bytes);
+  if (!r.exact && std::getenv("V6_DEBUG")) {
+    std::vector<uint64_t> d(nb);
+    CHECK(cudaMemcpyAsync(d.data(), desc, 8 * nb, cudaMemcpyDeviceToHost, nullptr));
+    for (int64_t i = 0; i < n; ++i)
+      if (back[i] != host[i]) {
+        const uint64_t e = d[i / kBlock];
+        std::fprintf(stderr, "first mismatch at %lld (block %lld lane %lld, combo %d raw %d): %04x, expected %04x\n",
+                     (long long)i, (long long)(i / kBlock), (long long)(i % kLanes), int(e >> 42 & 31), int(e >> 47 & 1),
+                     back[i], host[i]);
+        break;
+      }
+  }
+  r.ratio = double(2 * n) / double(16 + 8 * nb + (V6_GROUP_TABLES ? kGroupTableBytes * ngroups : 0) + bytes);
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
@@ -542,7 +606,7 @@ Run Measure(const std::vector<uint16_t>& host, int reps, int grid_decode) {
   r.exact = r.exact && std::memcmp(again.data(), host.data(), 2 * n) == 0;
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
-  for (void* p : {(void*)x, (void*)y, (void*)z, (void*)payload, (void*)desc, (void*)status, (void*)total,
+  for (void* p : {(void*)qrefs, (void*)gtables, (void*)x, (void*)y, (void*)z, (void*)payload, (void*)desc, (void*)status, (void*)total,
                   (void*)tickets, (void*)tables})
     CHECK(cudaFree(p));
   return r;
