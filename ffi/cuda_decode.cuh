@@ -107,12 +107,17 @@ __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, i
 struct TableSmem {
   uint8_t lens[kThreads / kWarp][kGroupLuts][zc::kMaxSyms];
   uint16_t codes[kThreads / kWarp][zc::kMaxSyms];
+  uint8_t area[kThreads / kWarp][zc::kMaxTableBytes];  // the group's table area, copied by its warp
   uint8_t ok[kThreads / kWarp];
 };
 
-// Warp per group of every valid coded stream: lane 0 reads and checks the
-// group's table area (refs and stored lengths, read_table_area), the warp
-// builds the decode tables (build_lut's, a lane per symbol) into info.luts.
+// Warp per group of every valid coded stream: the warp copies the group's
+// table area to shared memory (ValidateKernel has checked that it lies in
+// the payload), lane 0 reads and checks it there (refs and stored lengths,
+// read_table_area: its serial reads wait on shared memory, not on global
+// loads; an area longer than any valid one is read in place, to the same
+// verdict), the warp builds the decode tables (build_lut's, a lane per
+// symbol) into info.luts.
 // Only a coded block makes a group's table matter (§5.5): DecodeKernel
 // reports a bad one there.
 __global__ void TableKernel(const uint8_t* payload, int64_t cap, int64_t row_stride, int64_t row_offset,
@@ -126,10 +131,15 @@ __global__ void TableKernel(const uint8_t* payload, int64_t cap, int64_t row_str
     const uint8_t* in = payload + (s * row_stride + row_offset) * cap;
     const int mask = in[zc::records_offset(nb) + zc::kRecordBytes * g];
     uint8_t* refs = info.refs + unit * zc::kGroupBlocks;
+    const uint32_t bytes = RecordTableBytes(in, nb, g);
+    const uint8_t* area = in + info.table_at[unit];
+    const bool copied = bytes <= uint32_t(zc::kMaxTableBytes);
+    for (uint32_t i = Lane(); copied && i < bytes; i += kWarp) sm.area[w][i] = area[i];
+    __syncwarp();
     if (Lane() == 0)
-      sm.ok[w] = zc::read_table_area(in + info.table_at[unit], RecordTableBytes(in, nb, g), mask,
-                                     zc::group_block_count(nb, g), refs, sm.lens[w][0],
-                                     reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(sm.lens[w][1])) == zc::kOk;
+      sm.ok[w] = zc::read_table_area(copied ? sm.area[w] : area, bytes, mask, zc::group_block_count(nb, g), refs,
+                                     sm.lens[w][0], reinterpret_cast<uint8_t(*)[zc::kPlaneSyms]>(sm.lens[w][1])) ==
+                 zc::kOk;
     __syncwarp();
     const bool ok = sm.ok[w];
     if (Lane() == 0) info.table_ok[unit] = ok;

@@ -424,8 +424,12 @@ def test_an_injected_race_is_reported(tsan_emulator):
     """BodyKernel's lanes writing the words they share with a neighbour by plain stores instead of
     atomicOr (ZC_INJECTED(1)): ThreadSanitizer must stop the run. 16 blocks of 16 lanes each, so
     that many shared words are written by two threads (TSan sees a race only where its history of a
-    word still holds the other thread's store: with one block of them it missed it once in ten runs)."""
-    run = run_emulator(tsan_emulator, [compress_request(items_of(np.float32, 65537)[:2])], (1, 1), inject=1)
+    word still holds the other thread's store: with one block of them it missed it once in ten runs).
+    Up to three runs: on a loaded machine one of them has been seen to miss it."""
+    for _ in range(3):
+        run = run_emulator(tsan_emulator, [compress_request(items_of(np.float32, 65537)[:2])], (1, 1), inject=1)
+        if "ThreadSanitizer: data race" in run.stderr.decode():
+            break
     assert run.returncode != 0
     assert "ThreadSanitizer: data race" in run.stderr.decode()
 
