@@ -3,13 +3,14 @@
 // Not the format and not the library (tools/v6_proto/README.md says what it is and how to run it).
 //
 // Stream (prototype): 4,096-value blocks. Per block a u64 descriptor: body offset (u32) | q_ref << 32
-// | combo << 42 | raw << 47, where q_ref = the block's largest 4 e + t over its normal values (e the
+// | combo << 42 (5 bits) | raw << 47, where q_ref = the block's largest 4 e + t over its normal values (e the
 // exponent, t the top two mantissa bits) and combo = 2 member + flip (the sign read inverted). A coded
 // body: 64 u16 lane bit lengths, then the 64 lanes' bits back to back (value i in lane i mod 64),
 // MSB first in u32 words; the body padded to 4 bytes. Per value: the member's prefix code of
 // sign << 7 | class (class 0 an exact +-0, 1 + (q_ref - q) for a distance 0..119, 121 an escape),
-// then the 5 low mantissa bits unless a zero, then for an escape q (10 bits). A block whose body would
-// not be smaller than its values is stored raw.
+// then for an escape q (10 bits), then the 5 low mantissa bits unless a zero. A block whose body would
+// not be smaller than its values is stored raw. With V6_GROUP_TABLES (group_code.cuh), each group of
+// 16 blocks also carries its own code (128 bytes of 4-bit lengths, after the descriptors), combo 16.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
