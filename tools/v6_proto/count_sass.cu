@@ -3,7 +3,6 @@
 #define V6_NO_MAIN
 #include "v6_proto.cu"
 
-namespace {
 __global__ void LoadOnly(const uint16_t* x, uint32_t* out) {
   uint32_t v[kPerLane / 2];
   const uint32_t qm = LoadLane<true>(x + threadIdx.x, kPerLane, v);
@@ -34,7 +33,8 @@ __global__ void CodeOnly(const uint16_t* x, const uint32_t* syms_in, const uint3
 }
 __global__ void DecodeOnly(const uint32_t* words, const Tables* t, uint16_t* y) {
   ZC_SHARED(DecodeSmem, s);
-  for (int i = threadIdx.x; i < kMembers * (1 << kPeek); i += blockDim.x) s.dec[i >> kPeek][i & ((1 << kPeek) - 1)] = t->dec[i >> kPeek][i & ((1 << kPeek) - 1)];
+  for (int i = threadIdx.x; i < kMembers * (1 << kPeek); i += blockDim.x)
+    s.dec[i >> kPeek][i & ((1 << kPeek) - 1)] = t->dec[i >> kPeek][i & ((1 << kPeek) - 1)];
   __syncthreads();
   const uint32_t m = threadIdx.x & 7, flip = threadIdx.x & 0x8000, qadd = threadIdx.x << 5;
   const uint32_t* w = words + threadIdx.x * 64;
@@ -60,4 +60,3 @@ __global__ void DecodeOnly(const uint32_t* words, const Tables* t, uint16_t* y) 
   }
 #endif
 }
-}  // namespace

@@ -91,7 +91,8 @@ __global__ void __launch_bounds__(256) GroupKernel(const uint16_t* x, int64_t n,
     }
   }
   __syncthreads();
-  if (tid < kGroupTableBytes) tables[g * kGroupTableBytes + tid] = uint8_t(s.length[2 * tid] | s.length[2 * tid + 1] << 4);
+  if (tid < kGroupTableBytes)
+    tables[g * kGroupTableBytes + tid] = uint8_t(s.length[2 * tid] | s.length[2 * tid + 1] << 4);
 }
 
 // The canonical code of a group table (`len`: this thread's symbol's length, thread t = symbol t, 256
@@ -132,7 +133,8 @@ __device__ inline uint32_t CanonicalCode(uint32_t len, CanonicalScratch& sc, uin
 
 // Member 8's decode table from its canonical code: entry i is the symbol whose code begins with the
 // kPeek bits i, or kSlowBit for the prefix of a longer code (256 threads, 2^kPeek entries).
-__device__ inline void FillDecodeTable(uint32_t* dec, const uint16_t* first, const uint16_t* count, const uint16_t* base,
+__device__ inline void FillDecodeTable(uint32_t* dec, const uint16_t* first, const uint16_t* count,
+                                       const uint16_t* base,
                                        const uint8_t* order) {
   for (int i = threadIdx.x; i < 1 << kPeek; i += 256) {
     uint32_t e = kSlowBit;

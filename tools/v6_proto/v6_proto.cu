@@ -118,7 +118,8 @@ __device__ __forceinline__ uint32_t LoadLane(const uint16_t* xb, int mine, uint3
 // Exact sizes under all 16 combos: each symbol's 16 nibble lengths summed in bytes, widened to u16
 // every 16 values. Keeps the symbols, a byte each, for the coding pass.
 template <bool kFull>
-__device__ __forceinline__ uint32_t SizeLane(const uint16_t* xb, const uint32_t (&v)[kPerLane / 2], int mine, uint32_t qref,
+__device__ __forceinline__ uint32_t SizeLane(const uint16_t* xb, const uint32_t (&v)[kPerLane / 2], int mine,
+                                             uint32_t qref,
                                              const uint64_t* packed, const uint8_t* glen, uint64_t (&wide)[4],
                                              uint32_t (&syms)[kPerLane / 4], uint32_t* gbits) {
   constexpr uint64_t kNib = 0x0F0F0F0F0F0F0F0Full, kByte = 0x00FF00FF00FF00FFull;
@@ -206,7 +207,8 @@ struct CompressSmem {
 
 // One CTA per kBlocksPerCta blocks, a thread per lane; the CTA's place in the payload by decoupled
 // look-back over tickets taken in launch order (status: (bytes << 2) | 1 aggregate, | 2 inclusive).
-__global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS) CompressKernel(const uint16_t* x, int64_t n, const Tables* tables,
+__global__ void __launch_bounds__(kThreads, V6_COMPRESS_MIN_CTAS)
+    CompressKernel(const uint16_t* x, int64_t n, const Tables* tables,
                                                            uint8_t* payload, uint64_t* desc,
                                                            unsigned long long* status, unsigned* tickets,
                                                            unsigned long long* total, const uint32_t* qrefs,
@@ -405,7 +407,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const uint8_t* payload,
                                                          const Tables* tables, const uint8_t* gtables, uint16_t* y) {
   ZC_SHARED(DecodeSmem, s);
   const int tid = threadIdx.x, blk = tid / kLanes, lane = tid % kLanes, warp = lane / 32;
-  for (int i = tid; i < kMembers * (1 << kPeek); i += kThreads) s.dec[i >> kPeek][i & ((1 << kPeek) - 1)] = tables->dec[i >> kPeek][i & ((1 << kPeek) - 1)];
+  for (int i = tid; i < kMembers * (1 << kPeek); i += kThreads)
+    s.dec[i >> kPeek][i & ((1 << kPeek) - 1)] = tables->dec[i >> kPeek][i & ((1 << kPeek) - 1)];
   for (int i = tid; i < kMembers * (kMaxLen + 1); i += kThreads) {
     const int m = i / (kMaxLen + 1), l = i % (kMaxLen + 1);
     s.first[m][l] = tables->first[m][l], s.count[m][l] = tables->count[m][l], s.base[m][l] = tables->base[m][l];
@@ -496,7 +499,8 @@ Tables BuildTables() {
         const uint32_t cls = sym & 127, extra = cls == 0 ? 0 : cls == kEsc ? 15 : 5;
         t.order[m][idx++] = uint8_t(sym), t.enc[m][sym] = (len + extra) << 27 | code << extra;
         if (len <= kPeek)
-          for (uint32_t r = 0; r < 1u << (kPeek - len); ++r) t.dec[m][code << (kPeek - len) | r] = DecodeEntry(sym, len);
+          for (uint32_t r = 0; r < 1u << (kPeek - len); ++r)
+            t.dec[m][code << (kPeek - len) | r] = DecodeEntry(sym, len);
         ++code;
       }
       t.count[m][len] = uint16_t(idx - t.base[m][len]);
@@ -553,7 +557,9 @@ Run Measure(const std::vector<uint16_t>& host, int reps, int grid_decode) {
     ZC_LAUNCH_KERNEL(CompressKernel, unsigned(ctas), kThreads, nullptr, x, n, tables, payload, desc, status, tickets,
                      total, qrefs, gtables);
   };
-  auto decompress = [&] { ZC_LAUNCH_KERNEL(DecodeKernel, unsigned(grid_decode), kThreads, nullptr, payload, desc, n, tables, gtables, y); };
+  auto decompress = [&] {
+    ZC_LAUNCH_KERNEL(DecodeKernel, unsigned(grid_decode), kThreads, nullptr, payload, desc, n, tables, gtables, y);
+  };
   auto copy = [&] { CHECK(cudaMemcpyAsync(z, x, 2 * n, cudaMemcpyDeviceToDevice, nullptr)); };
   CHECK(cudaMemsetAsync(y, 0xA5, 2 * n, nullptr));
   compress();
@@ -573,7 +579,8 @@ Run Measure(const std::vector<uint16_t>& host, int reps, int grid_decode) {
       if (back[i] != host[i]) {
         const uint64_t e = d[i / kBlock];
         std::fprintf(stderr, "first mismatch at %lld (block %lld lane %lld, combo %d raw %d): %04x, expected %04x\n",
-                     (long long)i, (long long)(i / kBlock), (long long)(i % kLanes), int(e >> 42 & 31), int(e >> 47 & 1),
+                     (long long)i, (long long)(i / kBlock), (long long)(i % kLanes), int(e >> 42 & 31),
+                     int(e >> 47 & 1),
                      back[i], host[i]);
         break;
       }
@@ -607,7 +614,8 @@ Run Measure(const std::vector<uint16_t>& host, int reps, int grid_decode) {
   r.exact = r.exact && std::memcmp(again.data(), host.data(), 2 * n) == 0;
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
-  for (void* p : {(void*)qrefs, (void*)gtables, (void*)x, (void*)y, (void*)z, (void*)payload, (void*)desc, (void*)status, (void*)total,
+  for (void* p : {(void*)qrefs, (void*)gtables, (void*)x, (void*)y, (void*)z, (void*)payload, (void*)desc,
+                  (void*)status, (void*)total,
                   (void*)tickets, (void*)tables})
     CHECK(cudaFree(p));
   return r;
