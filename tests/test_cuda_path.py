@@ -162,7 +162,15 @@ def test_a_cuda_lowering_moves_streams_with_no_branch_loop_or_size_consensus(mon
     f = jax.jit(jax.shard_map(lambda a: COLLECTIVES[name](a[0])[None], mesh=mesh, in_specs=P("d"),
                               out_specs=P("d"), check_vma=False))
     x = jax.device_put(np.zeros((8, 8, 3000), jnp.bfloat16), NamedSharding(mesh, P("d")))
-    cuda, cpu = (f.trace(x).lower(lowering_platforms=(p,)).as_text() for p in ("cuda", "cpu"))
+    texts, plans = {}, {}
+    for p in ("cuda", "cpu"):
+        zc.strategy.last_plans(clear=True)
+        texts[p] = f.trace(x).lower(lowering_platforms=(p,)).as_text()
+        plans[p] = zc.strategy.last_plans(clear=True)
+    cuda, cpu = texts["cuda"], texts["cpu"]
+    # the strategy models what each lowering runs: the static transfer (no size pass) on CUDA, the ladder on CPU
+    assert plans["cuda"] and all(p.compress and p.terms.size_pass == 0 for p in plans["cuda"])
+    assert plans["cpu"] and all(p.compress and p.terms.size_pass > 0 for p in plans["cpu"])
     # (the cases left in the CUDA text are lax.platform_dependent's, on a constant: XLA folds them; the
     # compiled program has no conditional at all: test_schedule.py)
     for construct in ("stablehlo.if", "stablehlo.while", "zipccl_stream_sizes", "stablehlo.all_reduce"):

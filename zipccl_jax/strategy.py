@@ -26,7 +26,13 @@ reduce-scatter+all-gather or all-gather+local-reduce. It compares, per plan:
      size pass (each stream's exact length before the pmax, at size_rate:
      a full compress until the codec offers an analysis-only count, so
      size_rate defaults to compress_rate), the compress at the rung
-     (compress_rate) and the decode, fused with the sum (decompress_rate).
+     (compress_rate) and the decode, fused with the sum (decompress_rate);
+   - compressed, in a module lowered for CUDA alone (`static=True`: the
+     static transfer of collectives/_transfer.py), per phase three
+     transfers' latencies (the bulk at its fixed capacity, the spill lengths,
+     the spill), the bulk's bytes (static_fraction of the raw ones) /
+     link_bandwidth, no size pass (the encoder returns the lengths), the
+     compress and the decode.
 
 Where the figures come from, for each mesh axis the collective runs over
 (the first that applies):
@@ -438,6 +444,7 @@ def wire_fraction(model: CostModel, dtype) -> float:
 # expected ratio gives: data that compress as expected fill it and spill nothing; a margin sends up to
 # this much more than the codec's bytes, a stream over it spills its excess by a synchronous transfer.
 STATIC_MARGIN = 0.01
+STATIC_TRANSFERS = 3  # per sized transfer: the bulk, the spill lengths, the spill (usually empty)
 
 
 def static_fraction(model: CostModel, dtype) -> float:
@@ -454,13 +461,14 @@ def widens(collective: str, dtype, platform: str | None = None) -> bool:
 
 
 def modelled_terms(collective: str, nbytes: int, dtype, axis_size: int, model: CostModel, *,
-                   widened: bool = False, codec: bool = True) -> dict:
+                   widened: bool = False, codec: bool = True, static: bool = False) -> dict:
     """(compress, algorithm) -> Terms: the modelled seconds per device of each
     plan, for an operand of nbytes per device (module docstring). widened:
     the raw plan moves float32 for a 16-bit dtype. psum's uncompressed plans
     are (False, algorithm). codec=False: the compressed plans as
     compress=False runs them (no codec, no consensus: STORED_RAW streams at
-    the top rung; all_gather, all_to_all and ppermute: their raw plan)."""
+    the top rung; all_gather, all_to_all and ppermute: their raw plan).
+    static: the compressed plans as the static transfer runs them (CUDA)."""
     f, n = model.figures(), axis_size
     share = nbytes * (n - 1) / n
     wide = 4 / np.dtype(dtype).itemsize if widened else 1.0
@@ -471,7 +479,7 @@ def modelled_terms(collective: str, nbytes: int, dtype, axis_size: int, model: C
     else:
         received = _algorithms(collective, nbytes, n)["direct"][1]
         terms = {(False, "direct"): Terms(f.latency, received / f.link_bandwidth, 0, 0, 0)}
-    fraction = wire_fraction(model, dtype)
+    fraction = static_fraction(model, dtype) if static else wire_fraction(model, dtype)
     for algo, (steps, wire, encoded, decoded) in _algorithms(collective, nbytes, n).items():
         plain = Terms(steps * f.latency, wire / f.link_bandwidth, 0.0, encoded / model.copy_rate,
                       decoded / model.copy_rate)
@@ -480,24 +488,26 @@ def modelled_terms(collective: str, nbytes: int, dtype, axis_size: int, model: C
         if not codec and collective in ("all_gather", "all_to_all", "ppermute"):
             plain = terms[(False, "direct")]  # compress=False sends these raw (their raw plan)
         terms[(True, algo)] = plain if not codec else Terms(
-            steps * (f.consensus_latency + f.latency), wire * fraction / f.link_bandwidth,
-            encoded / model.size_pass_rate(), encoded / model.compress_rate, decoded / model.decompress_rate)
+            steps * (STATIC_TRANSFERS * f.latency if static else f.consensus_latency + f.latency),
+            wire * fraction / f.link_bandwidth, 0.0 if static else encoded / model.size_pass_rate(),
+            encoded / model.compress_rate, decoded / model.decompress_rate)
     return terms
 
 
 def modelled_times(collective: str, nbytes: int, dtype, axis_size: int, model: CostModel, *,
-                   widened: bool = False, codec: bool = True) -> dict:
+                   widened: bool = False, codec: bool = True, static: bool = False) -> dict:
     """(compress, algorithm) -> modelled seconds (modelled_terms, summed)."""
     return {k: t.total for k, t in modelled_terms(collective, nbytes, dtype, axis_size, model, widened=widened,
-                                                  codec=codec).items()}
+                                                  codec=codec, static=static).items()}
 
 
 def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=None, *,
-         platform: str | None = None, raw_because: str | None = None) -> Plan:
+         platform: str | None = None, raw_because: str | None = None, static: bool = False) -> Plan:
     """Decides among the plans a collective can run (plan_names) by the times
     measured in situ for this call where autotune measured them, else by the
     modelled times; records the Plan. raw_because: the call can run XLA's own
-    collective only, for this reason (whatever the strategy)."""
+    collective only, for this reason (whatever the strategy). static: the
+    compressed plans run the static transfer (a module lowered for CUDA alone)."""
     if collective not in COLLECTIVES:
         raise ValueError(f"zipccl: unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
     axes, order = tuple(axes), plan_names(collective)
@@ -510,7 +520,7 @@ def plan(collective: str, nbytes: int, dtype, axes, axis_size: int, strategy=Non
         raise ValueError(f"zipccl: {collective} has no plan {forced!r}; its plans: {', '.join(order)}")
     dtype, n = np.dtype(dtype), axis_size
     widened = widens(collective, dtype, platform)
-    terms = modelled_terms(collective, nbytes, dtype, n, model, widened=widened)
+    terms = modelled_terms(collective, nbytes, dtype, n, model, widened=widened, static=static)
     why = ""
     if raw_because:
         forced, why = "raw", raw_because

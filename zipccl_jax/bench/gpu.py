@@ -109,7 +109,8 @@ def model_rows(rows: list[dict], copy_gbps: float, devices: int = MODEL_DEVICES)
         row = next((r for r in mine if r["rows"] == devices), mine[0])
         for name, link in LINKS.items():
             model = measured_model(row, copy_gbps, link)
-            terms = strategy.modelled_terms("psum", bucket, ml_dtypes.bfloat16, devices, model)
+            # static=True: on GPUs the compressed plans run the static transfer (no size pass)
+            terms = strategy.modelled_terms("psum", bucket, ml_dtypes.bfloat16, devices, model, static=True)
             raw = min((t.total, a) for (c, a), t in terms.items() if not c)
             (zipped, algo) = min((t.total, a) for (c, a), t in terms.items() if c)
             t = terms[(True, algo)]

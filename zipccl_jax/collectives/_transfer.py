@@ -99,7 +99,8 @@ def plan(collective, x, axes: Axes, info):
     uneven = ("axis_index_groups of different sizes: the rank-ordered plans need XLA's all_gather and all_to_all, "
               "which take equal groups only") if axes.uneven else None
     return strategy.plan(collective, x.size * x.dtype.itemsize, x.dtype, axes.names, axes.size,
-                         info.options.strategy, platform=info.platform, raw_because=uneven)
+                         info.options.strategy, platform=info.platform, raw_because=uneven,
+                         static=set(info.platforms) <= STATIC_PLATFORMS)
 
 
 STATIC_PLATFORMS = frozenset({"cuda"})  # where transfers go static + spill (XLA:CPU has no ragged_all_to_all)
