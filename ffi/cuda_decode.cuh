@@ -45,6 +45,8 @@ __device__ uint32_t RecordTableBytes(const uint8_t* in, int64_t nb, int64_t g) {
   return r[1] | (uint32_t(r[2]) << 8);
 }
 
+constexpr int kScanPer = 8;  // ValidateKernel: the sizes each thread sums before a block scan
+
 struct ValidateSmem {
   int64_t sums[kThreads / kWarp];
   unsigned long long first;  // (index << 8) | status of the first failure
@@ -77,17 +79,26 @@ __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, i
       for (int64_t g = threadIdx.x; g < ng; g += blockDim.x)
         if (in[zc::records_offset(nb) + zc::kRecordBytes * g] & ~sm.mask_bits)
           atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
+      // Each thread sums kScanPer consecutive sizes (independent loads, issued together), one block
+      // scan places them: a scan step per kScanPer x blockDim.x blocks, not per blockDim.x, so the
+      // serial chain of a stream's 16K descriptors (64M values) is 16 steps long, not 128.
       int64_t pos = zc::bodies_offset(nb), total;
-      for (int64_t b0 = 0; b0 < nb; b0 += blockDim.x) {
-        const int64_t b = b0 + threadIdx.x;
-        const int64_t at = pos + BlockExclusiveScan(b < nb ? zc::load_descriptor(in, b) : 0, sm.sums, &total);
-        if (b < nb) info.body_at[s * nb + b] = at;
+      for (int64_t b0 = 0; b0 < nb; b0 += int64_t(blockDim.x) * kScanPer) {
+        const int64_t first = b0 + int64_t(threadIdx.x) * kScanPer;
+        uint32_t size[kScanPer];
+        int64_t mine = 0;
+        for (int i = 0; i < kScanPer; ++i) mine += size[i] = first + i < nb ? zc::load_descriptor(in, first + i) : 0;
+        int64_t at = pos + BlockExclusiveScan(mine, sm.sums, &total);
+        for (int i = 0; i < kScanPer && first + i < nb; at += size[i++]) info.body_at[s * nb + first + i] = at;
         pos += total;
       }
-      for (int64_t g0 = 0; g0 < ng; g0 += blockDim.x) {
-        const int64_t g = g0 + threadIdx.x;
-        const int64_t at = pos + BlockExclusiveScan(g < ng ? RecordTableBytes(in, nb, g) : 0, sm.sums, &total);
-        if (g < ng) info.table_at[s * ng + g] = at;
+      for (int64_t g0 = 0; g0 < ng; g0 += int64_t(blockDim.x) * kScanPer) {
+        const int64_t first = g0 + int64_t(threadIdx.x) * kScanPer;
+        uint32_t size[kScanPer];
+        int64_t mine = 0;
+        for (int i = 0; i < kScanPer; ++i) mine += size[i] = first + i < ng ? RecordTableBytes(in, nb, first + i) : 0;
+        int64_t at = pos + BlockExclusiveScan(mine, sm.sums, &total);
+        for (int i = 0; i < kScanPer && first + i < ng; at += size[i++]) info.table_at[s * ng + first + i] = at;
         pos += total;
       }
       __syncthreads();

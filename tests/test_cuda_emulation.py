@@ -295,6 +295,29 @@ def test_a_body_size_past_the_end_is_reported_as_truncated(emulator):
     assert err == CORRUPT.format(0) + TRUNCATED
 
 
+def test_offsets_of_a_stream_longer_than_one_scan_step(emulator):
+    """ValidateKernel places bodies and table areas with a block scan over kScanPer x 128 sizes a
+    step (ffi/cuda_decode.cuh): a stream of 1,025 blocks takes two steps, the second carrying the
+    first's total. Decoded bit for bit; its last body one byte longer makes the table areas overrun
+    the stream: truncated, as the reference says. (The stream from the CPU codec, byte-identical to
+    the reference and faster.)"""
+    from zipccl_jax import _zipccl_cpu as cpu
+
+    dtype, n = ml_dtypes.bfloat16, 1025 * 4096 + 1
+    x = make("gauss", n, dtype, seed=5)
+    out = np.zeros(ref.max_stream_bytes(n, dtype), np.uint8)
+    stream = out[: cpu.compress_into(x.view(np.uint8), CODES[np.dtype(dtype)], out)].tobytes()
+    (err, got), = emulate(emulator, [decompress_request([stream], dtype, n)])
+    assert err == "" and got == x.tobytes()
+    bad = bytearray(stream)
+    last = 16 + 2 * 1025  # the last (1,026th) block's u16 descriptor, after the 16-byte header (FORMAT.md §2)
+    bad[last] = (bad[last] + 1) % 256
+    with pytest.raises(ref.CorruptPayload, match="truncated"):
+        ref.decompress(bytes(bad), dtype, n)
+    (err, _), = emulate(emulator, [decompress_request([bytes(bad)], dtype, n)])
+    assert err == CORRUPT.format(0) + TRUNCATED
+
+
 def test_first_corrupt_stream_is_named_and_the_others_still_decode(emulator):
     """Decompress names the first bad stream of a batch (row order); accumulate names the first item
     with a bad row, as the CPU codec does, and poisons only that item's sums."""
