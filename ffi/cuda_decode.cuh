@@ -47,6 +47,24 @@ __device__ uint32_t RecordTableBytes(const uint8_t* in, int64_t nb, int64_t g) {
 
 constexpr int kScanPer = 8;  // ValidateKernel: the sizes each thread sums before a block scan
 
+// at[i] = pos + the sizes before i, for i < count; returns pos + all of them. Each thread sums
+// kScanPer consecutive sizes (independent loads, issued together) before one block scan places
+// them: a scan step per kScanPer x blockDim.x sizes, not per blockDim.x, so the serial chain over a
+// stream's 16K descriptors (64M values) is 16 steps long, not 128.
+template <typename SizeOf>
+__device__ int64_t PlaceSizes(int64_t count, int64_t pos, int64_t* at, int64_t* sums, SizeOf size_of) {
+  for (int64_t i0 = 0; i0 < count; i0 += int64_t(blockDim.x) * kScanPer) {
+    const int64_t first = i0 + int64_t(threadIdx.x) * kScanPer;
+    uint32_t size[kScanPer];
+    int64_t mine = 0, total;
+    for (int i = 0; i < kScanPer; ++i) mine += size[i] = first + i < count ? size_of(first + i) : 0;
+    int64_t place = pos + BlockExclusiveScan(mine, sums, &total);
+    for (int i = 0; i < kScanPer && first + i < count; place += size[i++]) at[first + i] = place;
+    pos += total;
+  }
+  return pos;
+}
+
 struct ValidateSmem {
   int64_t sums[kThreads / kWarp];
   unsigned long long first;  // (index << 8) | status of the first failure
@@ -79,28 +97,11 @@ __global__ void ValidateKernel(int dtype, const uint8_t* payload, int64_t cap, i
       for (int64_t g = threadIdx.x; g < ng; g += blockDim.x)
         if (in[zc::records_offset(nb) + zc::kRecordBytes * g] & ~sm.mask_bits)
           atomicMin(&sm.first, (static_cast<unsigned long long>(g) << 8) | zc::kErrPlanes);
-      // Each thread sums kScanPer consecutive sizes (independent loads, issued together), one block
-      // scan places them: a scan step per kScanPer x blockDim.x blocks, not per blockDim.x, so the
-      // serial chain of a stream's 16K descriptors (64M values) is 16 steps long, not 128.
-      int64_t pos = zc::bodies_offset(nb), total;
-      for (int64_t b0 = 0; b0 < nb; b0 += int64_t(blockDim.x) * kScanPer) {
-        const int64_t first = b0 + int64_t(threadIdx.x) * kScanPer;
-        uint32_t size[kScanPer];
-        int64_t mine = 0;
-        for (int i = 0; i < kScanPer; ++i) mine += size[i] = first + i < nb ? zc::load_descriptor(in, first + i) : 0;
-        int64_t at = pos + BlockExclusiveScan(mine, sm.sums, &total);
-        for (int i = 0; i < kScanPer && first + i < nb; at += size[i++]) info.body_at[s * nb + first + i] = at;
-        pos += total;
-      }
-      for (int64_t g0 = 0; g0 < ng; g0 += int64_t(blockDim.x) * kScanPer) {
-        const int64_t first = g0 + int64_t(threadIdx.x) * kScanPer;
-        uint32_t size[kScanPer];
-        int64_t mine = 0;
-        for (int i = 0; i < kScanPer; ++i) mine += size[i] = first + i < ng ? RecordTableBytes(in, nb, first + i) : 0;
-        int64_t at = pos + BlockExclusiveScan(mine, sm.sums, &total);
-        for (int i = 0; i < kScanPer && first + i < ng; at += size[i++]) info.table_at[s * ng + first + i] = at;
-        pos += total;
-      }
+      int64_t pos = zc::bodies_offset(nb);
+      pos = PlaceSizes(nb, pos, info.body_at + s * nb, sm.sums,
+                       [&](int64_t b) { return zc::load_descriptor(in, b); });
+      pos = PlaceSizes(ng, pos, info.table_at + s * ng, sm.sums,
+                       [&](int64_t g) { return RecordTableBytes(in, nb, g); });
       __syncthreads();
       if (threadIdx.x == 0 && sm.first == kNoError && pos > cap) sm.first = zc::kErrTruncated;
       __syncthreads();

@@ -37,26 +37,5 @@ __global__ void DecodeOnly(const uint32_t* words, const Tables* t, uint16_t* y) 
     s.dec[i >> kPeek][i & ((1 << kPeek) - 1)] = t->dec[i >> kPeek][i & ((1 << kPeek) - 1)];
   __syncthreads();
   const uint32_t m = threadIdx.x & 7, flip = threadIdx.x & 0x8000, qadd = threadIdx.x << 5;
-  const uint32_t* w = words + threadIdx.x * 64;
-  uint16_t* yb = y + threadIdx.x;
-#if V6_DECODE_WINDOW
-  uint32_t cur = w[0], next = w[1], after = w[2], pos = threadIdx.x & 31;
-  w += 3;
-#pragma unroll 16
-  for (int j = 0; j < kPerLane; ++j) {
-    uint32_t taken;
-    yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(cur, next, pos), qadd, flip, &taken));
-    pos += taken;
-    if (pos >= 32) pos -= 32, cur = next, next = after, after = *w++;
-  }
-#else
-  uint32_t p = threadIdx.x & 31;
-#pragma unroll 16
-  for (int j = 0; j < kPerLane; ++j) {
-    uint32_t taken;
-    const uint32_t* at = w + (p >> 5);
-    yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(at[0], at[1], p), qadd, flip, &taken));
-    p += taken;
-  }
-#endif
+  DecodeLane<true>(s, m, words + threadIdx.x * 64, threadIdx.x & 31, qadd, flip, y + threadIdx.x, kPerLane);
 }

@@ -402,6 +402,37 @@ __device__ __forceinline__ uint32_t DecodeValue(const DecodeSmem& s, uint32_t m,
 #define V6_DECODE_WINDOW 1  // 1: three words held in registers, a load per word consumed; 0: two loads per value
 #endif
 
+// A lane's `mine` values from bit `start` of the body's words into yb[j * kLanes] (kFull: all 64).
+template <bool kFull>
+__device__ __forceinline__ void DecodeLane(const DecodeSmem& s, uint32_t m, const uint32_t* words, uint32_t start,
+                                           uint32_t qadd, uint32_t flip, uint16_t* yb, int mine) {
+  words += start / 32;
+#if V6_DECODE_WINDOW
+  uint32_t cur = words[0], next = words[1], after = words[2], pos = start % 32;
+  words += 3;
+  auto one = [&](int j) {
+    uint32_t taken;
+    yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(cur, next, pos), qadd, flip, &taken));
+    pos += taken;
+    if (pos >= 32) pos -= 32, cur = next, next = after, after = *words++;
+  };
+#else
+  uint32_t p = start % 32;
+  auto one = [&](int j) {
+    uint32_t taken;
+    const uint32_t* at = words + (p >> 5);
+    yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(at[0], at[1], p), qadd, flip, &taken));
+    p += taken;
+  };
+#endif
+  if (kFull) {
+#pragma unroll 16
+    for (int j = 0; j < kPerLane; ++j) one(j);
+  } else {
+    for (int j = 0; j < mine; ++j) one(j);
+  }
+}
+
 // A thread per lane; persistent CTAs, each a run of consecutive groups of kBlocksPerCta blocks.
 __global__ void __launch_bounds__(kThreads) DecodeKernel(const uint8_t* payload, const uint64_t* desc, int64_t n,
                                                          const Tables* tables, const uint8_t* gtables, uint16_t* y) {
@@ -455,31 +486,9 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const uint8_t* payload,
     } else if (mine > 0) {
       const uint32_t combo = uint32_t(d >> 42) & 31, m = combo >> 1, flip = (combo & 1) << 15;
       const uint32_t qadd = ((uint32_t(d >> 32) & 0x3FF) << 5) + flip;
-      const uint32_t* words = reinterpret_cast<const uint32_t*>(body) + start / 32;
-#if V6_DECODE_WINDOW
-      uint32_t cur = words[0], next = words[1], after = words[2], pos = start % 32;
-      words += 3;
-      auto one = [&](int j) {
-        uint32_t taken;
-        yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(cur, next, pos), qadd, flip, &taken));
-        pos += taken;
-        if (pos >= 32) pos -= 32, cur = next, next = after, after = *words++;
-      };
-#else
-      uint32_t p = start % 32;
-      auto one = [&](int j) {
-        uint32_t taken;
-        const uint32_t* at = words + (p >> 5);
-        yb[j * kLanes] = uint16_t(DecodeValue(s, m, Funnel(at[0], at[1], p), qadd, flip, &taken));
-        p += taken;
-      };
-#endif
-      if (mine == kPerLane) {
-#pragma unroll 16
-        for (int j = 0; j < kPerLane; ++j) one(j);
-      } else {
-        for (int j = 0; j < mine; ++j) one(j);
-      }
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(body);
+      if (mine == kPerLane) DecodeLane<true>(s, m, words, start, qadd, flip, yb, mine);
+      else DecodeLane<false>(s, m, words, start, qadd, flip, yb, mine);
     }
   }
 }

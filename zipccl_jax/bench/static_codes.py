@@ -94,11 +94,11 @@ def body_bytes(lane_bits: np.ndarray) -> np.ndarray:
     return out
 
 
-def plan(x: np.ndarray, family: np.ndarray) -> dict:
+def plan(x: np.ndarray, family: np.ndarray, stats=None) -> dict:
     """Each block's choice under `family` [K, 256] and the stream's exact size: refs, `choice`
-    (member << 1 | flip, -1 raw), body bytes, total bytes."""
+    (member << 1 | flip, -1 raw), body bytes, total bytes. stats: block_stats(x), if at hand."""
     elem_bytes = x.dtype.itemsize
-    hist, fixed, refs, counts = block_stats(x)
+    hist, fixed, refs, counts = block_stats(x) if stats is None else stats
     table = np.stack([family, family[:, FLIP]], 1).reshape(-1, NSYM)  # [2K, 256]: (member, flip)
     lane_bits = np.einsum("bls,ms->bml", hist, table) + fixed[:, None, :]
     sizes = body_bytes(lane_bits)  # [nb, 2K]
@@ -120,16 +120,14 @@ def group_table_bytes(lengths: np.ndarray) -> int:
     return (int(VALID.sum()) + 4 * present + 7) // 8 + 1
 
 
-def plan_with_group_tables(x: np.ndarray, family: np.ndarray, group_blocks: int = GROUP_BLOCKS) -> dict:
+def plan_with_group_tables(x: np.ndarray, family: np.ndarray, group_blocks: int = GROUP_BLOCKS, stats=None) -> dict:
     """`plan` with a second block kind: a group of `group_blocks` blocks may carry its own code (the
     length-limited Huffman code of its symbol counts), which its blocks may take instead of a family
     member where it is smaller; a group carries the table only where that saves more than the table
     costs. Its size (exact bodies, the table by `group_table_bytes`) and how many groups took one."""
-    elem_bytes = x.dtype.itemsize
-    hist, fixed, refs, counts = block_stats(x)
-    table = np.stack([family, family[:, FLIP]], 1).reshape(-1, NSYM)
-    fam = body_bytes(np.einsum("bls,ms->bml", hist, table) + fixed[:, None, :]).min(1)
-    fam = np.minimum(fam, counts * elem_bytes)  # or raw
+    stats = block_stats(x) if stats is None else stats
+    hist, fixed = stats[:2]
+    fam = plan(x, family, stats)["body"]  # each block's body under the family, or raw
     total, tabled = 0, 0
     for g0 in range(0, len(fam), group_blocks):
         sl = slice(g0, g0 + group_blocks)
@@ -254,12 +252,13 @@ def measure(name: str, x: np.ndarray, families: dict, zipnn: bool) -> dict:
     row = {"data": name, "dtype": x.dtype.name, "values": x.size, "v5": raw / _v5_bytes(x)}
     if zipnn:
         row["zipnn"] = raw / len(baselines.zipnn_compress(x))
+    stats = block_stats(x)
     for k, fam in families.items():
-        size = plan(x, fam)["bytes"]
+        size = plan(x, fam, stats)["bytes"]
         row[f"K={k}"] = raw / size
         row[f"K={k} bits/value"] = 8 * size / x.size
         row[f"K={k} / v5"] = row[f"K={k}"] / row["v5"]
-        tabled = plan_with_group_tables(x, fam)
+        tabled = plan_with_group_tables(x, fam, stats=stats)
         row[f"K={k}+T"] = raw / tabled["bytes"]
         row[f"K={k}+T / v5"] = row[f"K={k}+T"] / row["v5"]
         row[f"K={k}+T groups tabled"] = f"{tabled['tabled']}/{tabled['groups']}"

@@ -100,10 +100,15 @@ def plan(collective, x, axes: Axes, info):
               "which take equal groups only") if axes.uneven else None
     return strategy.plan(collective, x.size * x.dtype.itemsize, x.dtype, axes.names, axes.size,
                          info.options.strategy, platform=info.platform, raw_because=uneven,
-                         static=set(info.platforms) <= STATIC_PLATFORMS)
+                         static=static_lowering(info))
 
 
 STATIC_PLATFORMS = frozenset({"cuda"})  # where transfers go static + spill (XLA:CPU has no ragged_all_to_all)
+
+
+def static_lowering(info) -> bool:
+    """Whether this lowering moves streams by static_transfer: every platform it is for is CUDA."""
+    return set(info.platforms) <= STATIC_PLATFORMS
 ragged_all_to_all = lax.ragged_all_to_all  # module-level: tests stand in for it on the CPU
 
 
@@ -133,8 +138,7 @@ def static_capacity(model: strategy.CostModel, dtype, elems: int) -> int:
 
 def ladder(axes: Axes, info) -> Sizing:
     model = strategy.model_for(axes.names, info.options.strategy, platform=info.platform)
-    platforms = set(info.platforms)
-    return Sizing(model.ladder, platforms == {"cpu"}, model if platforms <= STATIC_PLATFORMS else None)
+    return Sizing(model.ladder, set(info.platforms) == {"cpu"}, model if static_lowering(info) else None)
 
 
 def bitwise(collective, x):
