@@ -70,6 +70,8 @@ def parser() -> argparse.ArgumentParser:
     g = b.add_argument_group("static-codes")
     g.add_argument("--family", type=_ints, default=[4, 8, 16], metavar="K[,K...]",
                    help="family sizes to report, of 4, 8, 16")
+    g.add_argument("--emit-family", action="store_true",
+                   help="print format version 6's family (K = 4, reference_v6.FAMILY_HEX) derived from the corpus")
     g = b.add_argument_group("schedule")
     g.add_argument("--topology", default="1x1x8", help="slices x hosts x GPUs per host (1x2x8: two hosts of 8)")
     g.add_argument("--step", choices=["mlp", "lm"], default="mlp",
@@ -135,7 +137,7 @@ def main(argv=None) -> None:
     elif args.what == "static-codes":
         from .bench import static_codes
 
-        static_codes.run(args.family, args.json, args.lm_steps)
+        static_codes.run(args.family, args.json, args.lm_steps, emit_family=args.emit_family)
     elif args.what == "gpu":
         from .bench import gpu
 

@@ -505,13 +505,13 @@ def stream_bytes(x: np.ndarray) -> int:
 TRUNCATED = "truncated payload (shorter than its header says)"
 
 
-def _check_header(buf: bytes, code: int, n: int) -> int:
+def _check_header(buf: bytes, code: int, n: int, version: int = VERSION) -> int:
     """§1: the header against the expected dtype and count -> its flags."""
     if len(buf) < HEADER_BYTES:
         raise CorruptPayload(TRUNCATED)
     if buf[:4] != MAGIC:
         raise CorruptPayload("bad magic (not a zipccl payload)")
-    if buf[4] != VERSION or buf[7] != BLOCK_LOG2:
+    if buf[4] != version or buf[7] != BLOCK_LOG2:
         raise CorruptPayload("unsupported format version or block size")
     if buf[5] != code:
         raise CorruptPayload("payload dtype does not match the requested dtype")

@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from .. import reference
+from .. import reference, reference_v6
 from ..dtypes import DTYPE_CODES
 from . import baselines, report
 from . import data as bench_data
@@ -79,19 +79,7 @@ def block_stats(x: np.ndarray):
     return hist, fixed, refs, counts
 
 
-def body_bytes(lane_bits: np.ndarray) -> np.ndarray:
-    """Version 5's coded body size (§2, §7 step 4) for lane bit counts [..., 16]: the narrowest width
-    whose 15 deviations fit, its field, the lanes, padded to a byte."""
-    total = lane_bits.sum(-1)
-    out = np.zeros(total.shape, np.int64)
-    for width in range(reference.MAX_WIDTH, 0, -1):  # narrowest last, so it wins
-        head = reference.head_bits(width)
-        size = (head + total + 7) // 8
-        base = np.maximum(0, 8 * size - head) // LANES
-        dev = lane_bits[..., : LANES - 1] - base[..., None]
-        fits = ((dev >= -(1 << (width - 1))) & (dev < 1 << (width - 1))).all(-1)
-        out = np.where(fits, size, out)
-    return out
+body_bytes = reference_v6.body_bytes  # version 5's coded body size (§2, §7 step 4) for 16 lane bit counts
 
 
 def plan(x: np.ndarray, family: np.ndarray, stats=None) -> dict:
@@ -252,6 +240,8 @@ def measure(name: str, x: np.ndarray, families: dict, zipnn: bool) -> dict:
     row = {"data": name, "dtype": x.dtype.name, "values": x.size, "v5": raw / _v5_bytes(x)}
     if zipnn:
         row["zipnn"] = raw / len(baselines.zipnn_compress(x))
+    row["v6"] = raw / reference_v6.stream_bytes(x)  # the format's exact stream, its family built in
+    row["v6 / v5"] = row["v6"] / row["v5"]
     stats = block_stats(x)
     for k, fam in families.items():
         size = plan(x, fam, stats)["bytes"]
@@ -266,15 +256,15 @@ def measure(name: str, x: np.ndarray, families: dict, zipnn: bool) -> dict:
 
 
 def summary(rows: list[dict], families: dict) -> list[dict]:
-    """Per K: the geometric mean of (static / v5) over the real classes and the worst class."""
+    """Per scheme (each K alone and with group tables, then format version 6's stream): the geometric
+    mean of (its ratio / v5's) over the real classes, and the worst class."""
     out = []
-    for k in families:
-        for kind in ("", "+T"):
-            rel = {f"{r['data']} {r['dtype']}": r[f"K={k}{kind} / v5"] for r in rows}
-            worst = min(rel, key=rel.get)
-            out.append({"K": f"{k}{kind}", "geomean static / v5": math.exp(np.mean(np.log(list(rel.values())))),
-                        "worst class": worst, "its static / v5": rel[worst],
-                        "classes below 0.97": sum(v < 0.97 for v in rel.values())})
+    for scheme in [f"K={k}{kind}" for k in families for kind in ("", "+T")] + ["v6"]:
+        rel = {f"{r['data']} {r['dtype']}": r[f"{scheme} / v5"] for r in rows}
+        worst = min(rel, key=rel.get)
+        out.append({"scheme": scheme, "geomean / v5": math.exp(np.mean(np.log(list(rel.values())))),
+                    "worst class": worst, "its / v5": rel[worst],
+                    "classes below 0.97": sum(v < 0.97 for v in rel.values())})
     return out
 
 
@@ -282,9 +272,21 @@ def _cells(rows):
     return [{k: f"{v:.4f}" if isinstance(v, float) else v for k, v in r.items()} for r in rows]
 
 
-def run(family_sizes, json_path=None, lm_steps: int = 200, gaussian_values: int = 1 << 22) -> None:
+def family_hex(family: np.ndarray) -> str:
+    """A family as reference_v6.FAMILY_HEX's source: each member's 256 lengths, a hex digit each."""
+    members = ["".join(f"{v:x}" for v in m) for m in family]
+    quarters = ["\n".join(f'    "{m[i : i + 64]}"' for i in range(0, 256, 64)) for m in members]
+    return "FAMILY_HEX = (\n" + ",\n".join(quarters) + ",\n)"
+
+
+def run(family_sizes, json_path=None, lm_steps: int = 200, gaussian_values: int = 1 << 22,
+        emit_family: bool = False) -> None:
     if not set(family_sizes) <= set(SIZES):
         raise SystemExit(f"--family: sizes of {SIZES}")
+    if emit_family:  # format version 6's: K = 4 from the fitting corpus (docs/FORMAT6.md §5)
+        fit, _ = corpora(lm_steps)
+        print(family_hex(derive_families(block_histograms(fit), (4,))[4]))
+        return
     zipnn = importlib.util.find_spec("zipnn") is not None
     progress = report.Progress(3)
     progress.start("corpora: MiniLM, the LM's traffic")

@@ -1,0 +1,401 @@
+"""numpy reference of format version 6 (draft): docs/FORMAT6.md, section by section.
+
+Issue 26's format: exponents coded against a per-block reference by a small family of codes built
+into the library, or by a group's own code where that pays; a per-block descriptor that lets every
+block find and check itself; 32 lanes a block. It is the oracle the CPU and CUDA codecs of version 6
+will be tested against byte for byte. Until they follow, the library writes version 5
+(`reference.py`); nothing here is wired into the collectives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import reference as v5
+from .dtypes import DTYPE_CODES, dtype_name
+
+CorruptPayload = v5.CorruptPayload
+MAGIC, HEADER_BYTES, BLOCK_LOG2, BLOCK = v5.MAGIC, v5.HEADER_BYTES, v5.BLOCK_LOG2, v5.BLOCK
+VERSION = 6
+FLAG_STORED_RAW = 1
+GROUP_BLOCKS = 16  # §4: the blocks that may share a group's code
+LANES = 32  # §3: value i of a block is in lane i % 32
+DESC_BYTES = 8  # §2
+MAX_WIDTH, WIDTH_SHORT = 20, 5  # §3: deviations of 1..20 bits; widths 5..11 take a 3-bit field
+MAX_CODE_LEN = v5.MAX_CODE_LEN  # 12
+CLASS_ZERO, MAX_D, CLASS_ESC = 0, 119, 121  # §1: classes 1..120 are the distances 0..119
+NSYM = 256  # a symbol is sign << 7 | class; classes 122..127 have no code
+VALID = np.arange(NSYM) & 127 <= CLASS_ESC
+TABLE_SYMBOLS = np.flatnonzero(VALID)  # §4: the 244 symbols a group table gives lengths for
+TABLE_BYTES = len(TABLE_SYMBOLS) // 2  # 122: a nibble each
+GROUP_CODE = 15  # §2: the code field of a block coded with its group's code
+FLIP = np.arange(NSYM) ^ 128  # a symbol with its sign inverted
+
+# §1: per dtype code: (elem_bytes, q_bits, low_bits); an element's bits are sign | q | low.
+LAYOUTS = {1: (2, 10, 5), 2: (2, 7, 8), 3: (4, 10, 21)}
+
+# §5: the family: each member's code lengths of symbols 0..255, a hex digit each (0: no code).
+# Derived by `python -m zipccl_jax bench static-codes --emit-family` (docs/FORMAT6.md §5).
+FAMILY_HEX = (
+    "1a98765655555556666677777788889999abaaabbbbccccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccb000000",
+    "c13248cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccb000000",
+    "ca9876666666666666666667777777888899999aaaabbbbccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000"
+    "bcccccccccbbaaa96445444555666777788888999999aaaaaaabaabbbbbbbbbc"
+    "cbcccccccccccccccccccccccccccccccccccccccccccccccccccccccb000000",
+    "c98876655555555566666777788889999aaababbcbbbcccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000"
+    "c988766555555555566667777788899999aaaabbbbbbbccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000",
+)
+FAMILY = np.array([[int(c, 16) for c in m] for m in FAMILY_HEX], np.int64)  # [4, 256]
+MEMBERS = len(FAMILY)
+
+
+class Layout:
+    """§1 for one dtype code."""
+
+    def __init__(self, code: int):
+        self.code = code
+        self.elem_bytes, self.q_bits, self.low_bits = LAYOUTS[code]
+        self.width = 8 * self.elem_bytes
+        self.q_max = 4 * ((1 << (self.q_bits - 2)) - 1)  # q of the all-ones exponent (Inf, NaN)
+        self.uint = np.uint16 if self.elem_bytes == 2 else np.uint32
+
+
+def max_stream_bytes(n: int, dtype) -> int:
+    return HEADER_BYTES + n * LAYOUTS[DTYPE_CODES[dtype_name(dtype)]][0]
+
+
+# §1 ---------------------------------------------------------------------------
+
+
+def split(lay: Layout, x: np.ndarray):
+    """Element bits -> (sign, q, low) as int64 arrays."""
+    b = np.ascontiguousarray(x).view(lay.uint).astype(np.int64)
+    return b >> (lay.width - 1), (b >> lay.low_bits) & ((1 << lay.q_bits) - 1), b & ((1 << lay.low_bits) - 1)
+
+
+def normal(lay: Layout, q: np.ndarray) -> np.ndarray:
+    return (q >= 4) & (q < lay.q_max)
+
+
+def block_ref(lay: Layout, q: np.ndarray) -> int:
+    """§6 step 1: a block's own ref, the largest q of its normal values (0 if none)."""
+    q = q[normal(lay, q)]
+    return int(q.max()) if q.size else 0
+
+
+def symbols(lay: Layout, sign, q, low, ref) -> np.ndarray:
+    """§1: each value's symbol against ref (a scalar or per value)."""
+    d = ref - q
+    cls = np.where((q == 0) & (low == 0), CLASS_ZERO,
+                   np.where(normal(lay, q) & (d >= 0) & (d <= MAX_D), d + 1, CLASS_ESC))
+    return sign << 7 | cls
+
+
+def fixed_bits(lay: Layout, sym: np.ndarray) -> np.ndarray:
+    """§3: the bits a value stores beside its code: an escape's q, the low bits unless a zero."""
+    cls = sym & 127
+    return np.where(cls == CLASS_ESC, lay.q_bits, 0) + np.where(cls == CLASS_ZERO, 0, lay.low_bits)
+
+
+# §3 ---------------------------------------------------------------------------
+
+
+def width_field_bits(width: int) -> int:
+    return 3 if WIDTH_SHORT <= width < WIDTH_SHORT + 7 else 8
+
+
+def head_bits(width: int) -> int:
+    """The bits before lane 0: the width field and the 31 deviations."""
+    return (LANES - 1) * width + width_field_bits(width)
+
+
+def body_bytes(lane_bits: np.ndarray) -> np.ndarray:
+    """§6 step 3: a coded body's size for lane bit counts [..., L]: the narrowest width whose L - 1
+    deviations fit, its field, the lanes, padded to a byte. (With L = 16 it is version 5's rule.)"""
+    lane_bits = np.asarray(lane_bits, np.int64)
+    lanes, total = lane_bits.shape[-1], lane_bits.sum(-1)
+    out = np.zeros(total.shape, np.int64)
+    for width in range(MAX_WIDTH, 0, -1):  # the narrowest last, so it wins
+        head = (lanes - 1) * width + width_field_bits(width)
+        size = (head + total + 7) // 8
+        base = np.maximum(0, 8 * size - head) // lanes
+        dev = lane_bits[..., : lanes - 1] - base[..., None]
+        fits = ((dev >= -(1 << (width - 1))) & (dev < 1 << (width - 1))).all(-1)
+        out = np.where(fits, size, out)
+    return out
+
+
+def _width(lane_bits: list[int]) -> tuple[int, list[int]]:
+    for width in range(1, MAX_WIDTH + 1):
+        size = (head_bits(width) + sum(lane_bits) + 7) // 8
+        base = max(0, 8 * size - head_bits(width)) // LANES
+        devs = [b - base for b in lane_bits[: LANES - 1]]
+        if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
+            return width, devs
+    raise AssertionError("lane lengths beyond the format's widths")  # |dev| < 2^15 always
+
+
+# §4, §5 -----------------------------------------------------------------------
+
+
+def pack_table(lengths: np.ndarray) -> bytes:
+    """§4: a group's code as 122 bytes, symbol TABLE_SYMBOLS[2 i] in byte i's low nibble."""
+    nib = lengths[TABLE_SYMBOLS]
+    return (nib[0::2] | nib[1::2] << 4).astype(np.uint8).tobytes()
+
+
+def unpack_table(table: bytes) -> np.ndarray:
+    """§4: a group table's lengths, checked."""
+    b = np.frombuffer(table, np.uint8).astype(np.int64)
+    lengths = np.zeros(NSYM, np.int64)
+    lengths[TABLE_SYMBOLS] = np.stack([b & 15, b >> 4], 1).ravel()
+    if lengths.max() > MAX_CODE_LEN:
+        raise CorruptPayload("corrupt group table (a code length over 12)")
+    if not lengths.any() or sum(1 << (MAX_CODE_LEN - int(v)) for v in lengths if v) > 1 << MAX_CODE_LEN:
+        raise CorruptPayload("corrupt group table (not a prefix code)")
+    return lengths
+
+
+def block_code(choice: int, flip: int, group: np.ndarray | None) -> np.ndarray:
+    """§2, §5: the code lengths a block's descriptor names, by symbol."""
+    lengths = group if choice == GROUP_CODE else FAMILY[choice]
+    return lengths[FLIP] if flip else lengths
+
+
+# §6: the encoder's choices ------------------------------------------------------
+
+
+def _lane_bits(lay: Layout, sym: np.ndarray, count: int, lengths: np.ndarray) -> np.ndarray:
+    """[32] bits of each lane of a block under lengths (a code absent for a symbol: a huge size)."""
+    bits = np.where(lengths[sym] > 0, lengths[sym], 1 << 40) + fixed_bits(lay, sym)
+    return np.bincount(np.arange(count) % LANES, bits, minlength=LANES)
+
+
+def _coded_size(lay: Layout, sym: np.ndarray, lengths: np.ndarray) -> int:
+    return int(body_bytes(_lane_bits(lay, sym, sym.size, lengths)))
+
+
+def choose_group(lay: Layout, parts: list) -> list[dict]:
+    """§6 steps 1-4 for one group's blocks [(sign, q, low)]: each block's descriptor fields and,
+    on the group's first, its table (or None)."""
+    own = [block_ref(lay, q) for _, q, _ in parts]
+    fam = []
+    for (s, q, low), ref in zip(parts, own):
+        sym = symbols(lay, s, q, low, ref)
+        sizes = [_coded_size(lay, sym, block_code(c >> 1, c & 1, None)) for c in range(2 * MEMBERS)]
+        c = int(np.argmin(sizes))  # ties: the lowest member, then no flip
+        raw = sizes[c] >= s.size * lay.elem_bytes
+        fam.append({"ref": 0 if raw else ref, "code": 0 if raw else c >> 1, "flip": 0 if raw else c & 1,
+                    "raw": raw, "size": s.size * lay.elem_bytes if raw else sizes[c]})
+    best = None
+    for refs in (own, [max(own)] * len(own)):  # the blocks' own refs, then the group's
+        syms = [symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, refs)]
+        lengths = v5.code_lengths(np.bincount(np.concatenate(syms), minlength=NSYM))
+        sizes = [_coded_size(lay, sym, lengths) for sym in syms]
+        cost = TABLE_BYTES + sum(min(f["size"], z) for f, z in zip(fam, sizes))
+        if best is None or cost < best[0]:
+            best = (cost, refs, lengths, sizes)
+    if best[0] >= sum(f["size"] for f in fam):
+        return [dict(f, table=None) for f in fam]
+    _, refs, lengths, sizes = best
+    out = [dict(ref=r, code=GROUP_CODE, flip=0, raw=False, size=z) if z < f["size"] else f
+           for f, r, z in zip(fam, refs, sizes)]
+    return [dict(d, table=lengths if i == 0 else None) for i, d in enumerate(out)]
+
+
+def encode_body(lay: Layout, sign, q, low, ref: int, lengths: np.ndarray) -> bytes:
+    """§3: a coded block's body."""
+    sym = symbols(lay, sign, q, low, ref)
+    cls = sym & 127
+    count = sym.size
+    fields = np.stack([v5.canonical_codes(lengths)[sym], q, low], 1)
+    widths = np.stack([lengths[sym], np.where(cls == CLASS_ESC, lay.q_bits, 0),
+                       np.where(cls == CLASS_ZERO, 0, lay.low_bits)], 1)
+    order = np.concatenate([np.arange(k, count, LANES) for k in range(LANES)])
+    width, devs = _width([int(widths[k::LANES].sum()) for k in range(LANES)])
+    field = width - WIDTH_SHORT if width_field_bits(width) == 3 else 7 | width << 3
+    return v5.pack_bits(np.concatenate([[field], np.array(devs, np.int64) & ((1 << width) - 1), fields[order].ravel()]),
+                        np.concatenate([[width_field_bits(width)], np.full(LANES - 1, width), widths[order].ravel()]))
+
+
+def descriptor(end: int, d: dict) -> bytes:
+    """§2: a block's 8 bytes."""
+    v = end | d["ref"] << 32 | d["code"] << 42 | d["flip"] << 46 | int(d["raw"]) << 47
+    v |= int(d["table"] is not None) << 48
+    return v.to_bytes(DESC_BYTES, "little")
+
+
+def _blocks(lay: Layout, x: np.ndarray):
+    """(block values, (sign, q, low)) of every group, group by group."""
+    for g in range(0, x.size, GROUP_BLOCKS * BLOCK):
+        vals = [x[b : b + BLOCK] for b in range(g, min(g + GROUP_BLOCKS * BLOCK, x.size), BLOCK)]
+        yield vals, [split(lay, v) for v in vals]
+
+
+def header(code: int, flags: int, n: int) -> bytes:
+    return MAGIC + bytes([VERSION, code, flags, BLOCK_LOG2]) + int(n).to_bytes(8, "little")
+
+
+def compress(x: np.ndarray) -> bytes:
+    """One version-6 stream for the flattened array x."""
+    code = DTYPE_CODES[dtype_name(x.dtype)]
+    lay = Layout(code)
+    x = np.ascontiguousarray(x).ravel()
+    descs, data = [], []
+    end = 0
+    for vals, parts in _blocks(lay, x):
+        chosen = choose_group(lay, parts)
+        group = chosen[0]["table"]
+        for v, (s, q, low), d in zip(vals, parts, chosen):
+            rec = b"" if d["table"] is None else pack_table(d["table"])
+            if d["raw"]:
+                rec += v.tobytes()
+            else:
+                rec += encode_body(lay, s, q, low, d["ref"], block_code(d["code"], d["flip"], group))
+            end += len(rec)
+            descs.append(descriptor(end, d))
+            data.append(rec)
+    if DESC_BYTES * len(descs) + end >= x.size * lay.elem_bytes:
+        return header(code, FLAG_STORED_RAW, x.size) + x.tobytes()
+    return header(code, 0, x.size) + b"".join(descs) + b"".join(data)
+
+
+def stream_bytes(x: np.ndarray) -> int:
+    """len(compress(x)) from the encoder's choices, without writing the bodies."""
+    lay = Layout(DTYPE_CODES[dtype_name(x.dtype)])
+    x = np.ascontiguousarray(x).ravel()
+    total = sum(d["size"] + (0 if d["table"] is None else TABLE_BYTES)
+                for _, parts in _blocks(lay, x) for d in choose_group(lay, parts))
+    total += DESC_BYTES * -(-x.size // BLOCK)
+    return HEADER_BYTES + min(total, x.size * lay.elem_bytes)
+
+
+# §2, §3: decoding ----------------------------------------------------------------
+
+TRUNCATED = v5.TRUNCATED
+
+
+def _check_header(buf: bytes, code: int, n: int) -> int:
+    """§1, as version 5's, naming a version this build does not read."""
+    if len(buf) >= HEADER_BYTES and buf[:4] == MAGIC and buf[4] != VERSION:
+        raise CorruptPayload(f"unsupported format version {buf[4]} (this build reads version {VERSION})")
+    return v5._check_header(buf, code, n, VERSION)
+
+
+def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
+    """Decode a version-6 stream of n elements of dtype; raises CorruptPayload."""
+    dt = np.dtype(dtype)
+    lay = Layout(DTYPE_CODES[dtype_name(dt)])
+    buf = bytes(buf)
+    if _check_header(buf, lay.code, n) & FLAG_STORED_RAW:
+        if len(buf) - HEADER_BYTES < n * lay.elem_bytes:
+            raise CorruptPayload(TRUNCATED)
+        return np.frombuffer(buf, dt, count=n, offset=HEADER_BYTES).copy()
+    nb = -(-n // BLOCK)
+    data_at = HEADER_BYTES + DESC_BYTES * nb
+    if len(buf) < data_at:
+        raise CorruptPayload(TRUNCATED)
+    out = np.empty(n, lay.uint)
+    for b in range(nb):  # every block on its own: a GPU thread block, a CPU thread
+        count = min(BLOCK, n - b * BLOCK)
+        out[b * BLOCK : b * BLOCK + count] = decode_block(lay, buf, nb, b, count)
+    return out.view(dt)
+
+
+def read_descriptor(buf: bytes, b: int) -> dict:
+    v = int.from_bytes(buf[HEADER_BYTES + DESC_BYTES * b :][:DESC_BYTES], "little")
+    return {"end": v & 0xFFFFFFFF, "ref": v >> 32 & 0x3FF, "code": v >> 42 & 15, "flip": v >> 46 & 1,
+            "raw": v >> 47 & 1, "table": v >> 48 & 1, "reserved": v >> 49}
+
+
+def decode_block(lay: Layout, buf: bytes, nb: int, b: int, count: int) -> np.ndarray:
+    """§2, §3: block b's values as unsigned bits; it reads its own descriptor and the one before
+    (and its group's first block's, if it takes the group's code), nothing else of the stream."""
+    data_at = HEADER_BYTES + DESC_BYTES * nb
+    d = read_descriptor(buf, b)
+    start = read_descriptor(buf, b - 1)["end"] if b else 0
+    if d["reserved"] or d["ref"] >= 1 << lay.q_bits or (d["table"] and b % GROUP_BLOCKS):
+        raise CorruptPayload(f"corrupt block descriptor (block {b}: reserved bits or fields out of range)")
+    if not start <= d["end"] or data_at + d["end"] > len(buf):
+        raise CorruptPayload(TRUNCATED if data_at + d["end"] > len(buf) else
+                             f"corrupt block descriptor (block {b} ends before it starts)")
+    if d["table"]:
+        start += TABLE_BYTES
+    body = buf[data_at + start : data_at + d["end"]]
+    if start > d["end"]:
+        raise CorruptPayload(f"corrupt block descriptor (block {b}: shorter than its group table)")
+    if d["raw"]:
+        if d["ref"] or d["code"] or d["flip"] or len(body) != count * lay.elem_bytes:
+            raise CorruptPayload(f"corrupt block descriptor (block {b}: a raw block's fields)")
+        return np.frombuffer(body, lay.uint).copy()
+    if len(body) >= count * lay.elem_bytes:
+        raise CorruptPayload(f"corrupt block descriptor (block {b}: bad body size)")
+    group = None
+    if d["code"] == GROUP_CODE:
+        first = b - b % GROUP_BLOCKS
+        fd = read_descriptor(buf, first)
+        if not fd["table"]:
+            raise CorruptPayload(f"corrupt block descriptor (block {b} takes its group's code; the group has none)")
+        at = data_at + (read_descriptor(buf, first - 1)["end"] if first else 0)
+        group = unpack_table(buf[at : at + TABLE_BYTES])
+    elif d["code"] >= MEMBERS:
+        raise CorruptPayload(f"corrupt block descriptor (block {b}: code {d['code']})")
+    return _decode_body(lay, body, d["ref"], count, block_code(d["code"], d["flip"], group))
+
+
+def lane_starts(body: bytes) -> list[int]:
+    """§3: where each lane of a coded body starts, in bits, then the body's end."""
+    value, end = int.from_bytes(body, "little"), 8 * len(body)
+    if end < 3 or (value & 7 == 7 and end < 8):
+        raise CorruptPayload("corrupt block body (bad body size)")
+    if value & 7 != 7:
+        width, field = (value & 7) + WIDTH_SHORT, 3
+    else:
+        width, field = (value >> 3) & 31, 8
+        if not 1 <= width <= MAX_WIDTH:
+            raise CorruptPayload("corrupt block body (bad width)")
+    head = field + (LANES - 1) * width
+    base = max(0, end - head) // LANES
+    starts = [head]
+    for k in range(LANES - 1):
+        dev = (value >> (field + k * width)) & ((1 << width) - 1)
+        starts.append(starts[-1] + base + dev - ((dev >> (width - 1)) << width))
+    if head > end or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > end:
+        raise CorruptPayload("corrupt block body (bad lane lengths)")
+    return starts + [end]
+
+
+def _decode_body(lay: Layout, body: bytes, ref: int, count: int, lengths: np.ndarray) -> np.ndarray:
+    value, starts = int.from_bytes(body, "little"), lane_starts(body)
+    lut = v5.decode_lut(lengths)
+    out = np.zeros(count, np.int64)
+    bits = None
+    for k in range(LANES):
+        bits = v5._BitReader(value, starts[k], starts[k + 1])
+        for i in range(k, count, LANES):
+            sym = bits.symbol(lut)
+            cls = sym & 127
+            if cls == CLASS_ESC:
+                q = bits.take(lay.q_bits)
+            elif cls == CLASS_ZERO:
+                q = 0
+            else:
+                q = ref - (cls - 1)
+                if not 4 <= q < lay.q_max:
+                    raise CorruptPayload("corrupt block bitstream (a distance beyond the normal exponents)")
+            low = 0 if cls == CLASS_ZERO else bits.take(lay.low_bits)
+            out[i] = (sym >> 7) << (lay.width - 1) | q << lay.low_bits | low
+        if k + 1 < LANES and bits.pos != bits.stop:
+            raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
+    if (bits.pos + 7) // 8 != len(body) or value >> bits.pos:
+        raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
+    return out
