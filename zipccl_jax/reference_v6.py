@@ -188,17 +188,18 @@ def choose_group(lay: Layout, parts: list) -> list[dict]:
     """§6 steps 1-4 for one group's blocks [(sign, q, low)]: each block's descriptor fields and,
     on the group's first, its table (or None)."""
     own = [block_ref(lay, q) for _, q, _ in parts]
+    own_syms = [symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, own)]
     fam = []
-    for (s, q, low), ref in zip(parts, own):
-        sym = symbols(lay, s, q, low, ref)
+    for sym, ref in zip(own_syms, own):
         sizes = [_coded_size(lay, sym, block_code(c >> 1, c & 1, None)) for c in range(2 * MEMBERS)]
         c = int(np.argmin(sizes))  # ties: the lowest member, then no flip
-        raw = sizes[c] >= s.size * lay.elem_bytes
+        raw = sizes[c] >= sym.size * lay.elem_bytes
         fam.append({"ref": 0 if raw else ref, "code": 0 if raw else c >> 1, "flip": 0 if raw else c & 1,
-                    "raw": raw, "size": s.size * lay.elem_bytes if raw else sizes[c]})
+                    "raw": raw, "size": sym.size * lay.elem_bytes if raw else sizes[c]})
+    group_ref = max(own)
     best = None
-    for refs in (own, [max(own)] * len(own)):  # the blocks' own refs, then the group's
-        syms = [symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, refs)]
+    for refs, syms in ((own, own_syms),  # the blocks' own refs, then the group's
+                       ([group_ref] * len(own), [symbols(lay, s, q, low, group_ref) for s, q, low in parts])):
         lengths = v5.code_lengths(np.bincount(np.concatenate(syms), minlength=NSYM))
         sizes = [_coded_size(lay, sym, lengths) for sym in syms]
         cost = TABLE_BYTES + sum(min(f["size"], z) for f, z in zip(fam, sizes))

@@ -37,11 +37,9 @@ from . import baselines, report
 from . import data as bench_data
 
 BLOCK, LANES = reference.BLOCK, reference.LANES
-MAX_D = 119  # d = 0..119 (30 binades) are classes 1..120
-CLASS_ZERO, CLASS_ESC = 0, 121
-NSYM = 256  # sign << 7 | class
-VALID = np.arange(NSYM) & 127 <= CLASS_ESC  # symbols with a code
-FLIP = np.arange(NSYM) ^ 128  # a symbol with its sign inverted
+# version 6's symbol alphabet (docs/FORMAT6.md §1), which the study sized first
+MAX_D, CLASS_ZERO, CLASS_ESC = reference_v6.MAX_D, reference_v6.CLASS_ZERO, reference_v6.CLASS_ESC
+NSYM, VALID, FLIP = reference_v6.NSYM, reference_v6.VALID, reference_v6.FLIP
 DESC_BYTES = 6  # per block: u32 body offset, u8 ref, u8 member << 1 | flip (255: raw)
 CHUNK_BLOCKS = 256  # blocks whose lane histograms are held at once
 SIZES = (4, 8, 16)
@@ -50,8 +48,7 @@ SIZES = (4, 8, 16)
 def block_stats(x: np.ndarray):
     """Per block and lane of x (any shape, bf16/fp16/fp32): the symbol histogram [nb, 16, 256], the
     bits stored beside the codes (escaped exponents, mantissa bits) [nb, 16], refs [nb], counts [nb]."""
-    code = DTYPE_CODES[x.dtype.name]
-    _, exp_bits, raw_bytes, extra_bits = reference.LAYOUTS[code]
+    lay = reference_v6.Layout(DTYPE_CODES[x.dtype.name])
     x = np.ascontiguousarray(x).ravel()
     nb = -(-x.size // BLOCK)
     hist = np.zeros((nb, LANES, NSYM), np.int32)
@@ -59,21 +56,17 @@ def block_stats(x: np.ndarray):
     refs = np.zeros(nb, np.int64)
     for b0 in range(0, nb, CHUNK_BLOCKS):
         xs = x[b0 * BLOCK : (b0 + CHUNK_BLOCKS) * BLOCK]
-        e, t, raw, extra = reference.split(code, xs)
+        sign, q, low = reference_v6.split(lay, xs)
         blk = np.arange(xs.size) // BLOCK
-        normal = (e >= 1) & (e < (1 << exp_bits) - 1)
-        q = 4 * e + t  # the exponent and top mantissa bits: a quarter-binade scale
+        normal = reference_v6.normal(lay, q)
         ref = np.zeros(blk[-1] + 1, np.int64)
-        np.maximum.at(ref, blk[normal], q[normal])
-        d = ref[blk] - q
-        zero = (e == 0) & (t == 0) & (extra >> 1 == 0) & ~raw.any(axis=1)
-        cls = np.where(zero, CLASS_ZERO, np.where(normal & (d <= MAX_D), d + 1, CLASS_ESC))
-        sym = (extra & 1) << 7 | cls
-        bits = np.where(zero, 0, extra_bits - 1 + 8 * raw_bytes) + np.where(cls == CLASS_ESC, exp_bits + 2, 0)
+        np.maximum.at(ref, blk[normal], q[normal])  # each block's own ref
+        sym = reference_v6.symbols(lay, sign, q, low, ref[blk])
         cell = blk * LANES + np.arange(xs.size) % LANES
         n = (blk[-1] + 1) * LANES
         hist[b0 : b0 + blk[-1] + 1] = np.bincount(cell * NSYM + sym, minlength=n * NSYM).reshape(-1, LANES, NSYM)
-        fixed[b0 : b0 + blk[-1] + 1] = np.bincount(cell, bits, minlength=n).reshape(-1, LANES)
+        fixed[b0 : b0 + blk[-1] + 1] = np.bincount(cell, reference_v6.fixed_bits(lay, sym),
+                                                   minlength=n).reshape(-1, LANES)
         refs[b0 : b0 + blk[-1] + 1] = ref
     counts = np.minimum(BLOCK, x.size - np.arange(nb) * BLOCK)
     return hist, fixed, refs, counts
