@@ -65,7 +65,10 @@ enum Status : int {
   kErrTrailing = 10,
   kErrTable = 11,
   kErrPlanes = 12,  // a group mask bit the stream's version and dtype do not have
-  kErrLast = kErrPlanes,  // every status is in [kOk, kErrLast]
+  kErrDescriptor = 13,  // version 6 (format6.h): a block descriptor's fields or offsets
+  kErrGroupTable = 14,  // version 6: a group table
+  kErrBody = 15,        // version 6: a coded body's width field or lane lengths
+  kErrLast = kErrBody,  // every status is in [kOk, kErrLast]
 };
 
 inline const char* error_message(int status) {
@@ -82,6 +85,9 @@ inline const char* error_message(int status) {
     case kErrTrailing: return "corrupt block bitstream (unused or nonzero padding bits)";
     case kErrTable: return "corrupt code table";
     case kErrPlanes: return "corrupt group mask";
+    case kErrDescriptor: return "corrupt block descriptor (reserved bits, a field out of range, or its offsets)";
+    case kErrGroupTable: return "corrupt group table (a code length over 12, or not a prefix code)";
+    case kErrBody: return "corrupt block body (bad body size, width or lane lengths)";
     default: return "ok";
   }
 }
