@@ -10,6 +10,7 @@
 #include <vector>
 #include <string>
 
+#include "codec6_cpu.h"
 #include "codec_cpu.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -66,6 +67,32 @@ void decompress_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
     throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
 }
 
+// Format version 6 (docs/FORMAT6.md; not yet the library's format): the same three calls.
+int64_t compress6_into(ConstBytes raw, int dtype, Bytes out, bool generic) {
+  const int64_t n = element_count(raw, dtype);
+  if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
+    throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
+  nb::gil_scoped_release release;
+  return zipccl::v6::compress_stream(dtype, raw.data(), n, out.data(), generic);
+}
+
+int64_t stream_bytes6(ConstBytes raw, int dtype, bool generic) {
+  const int64_t n = element_count(raw, dtype);
+  nb::gil_scoped_release release;
+  return zipccl::v6::stream_bytes(dtype, raw.data(), n, generic);
+}
+
+void decompress6_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
+  const int64_t n = element_count(raw, dtype);
+  int status;
+  {
+    nb::gil_scoped_release release;
+    status = zipccl::v6::decompress_stream(dtype, payload.data(), int64_t(payload.shape(0)), n, raw.data(), generic);
+  }
+  if (status != zipccl::kOk)
+    throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
+}
+
 // §5.1 on given symbol counts (for tests against the reference).
 // 128 counts: the symbol alphabet; 256: a byte plane's (§5.4).
 std::vector<int> code_lengths(const std::vector<uint32_t>& counts) {
@@ -98,6 +125,10 @@ NB_MODULE(_zipccl_cpu, m) {
         nb::arg("generic") = false);
   m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
   m.def("code_lengths", &code_lengths);
+  m.def("compress6_into", &compress6_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false);
+  m.def("stream_bytes6", &stream_bytes6, nb::arg("raw"), nb::arg("dtype"), nb::arg("generic") = false);
+  m.def("decompress6_into", &decompress6_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"),
+        nb::arg("generic") = false);
   // The decoder's message for a status code: the CUDA handlers return codes, Python words the error.
   m.def("error_message", [](int status) { return zipccl::error_message(status); });
 }

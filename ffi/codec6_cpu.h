@@ -1,0 +1,30 @@
+// Stream coder of format version 6 (docs/FORMAT6.md) on the CPU: whole
+// streams, built on format6.h. Plain functions with no XLA types, so FFI
+// handlers, the Python buffer API and the fuzzer share them. generic=true runs
+// format6.h's block coder (the specification the CUDA codec shares) instead
+// of the fast one: the same bytes and verdicts (tests compare them).
+#pragma once
+
+#include <cstdint>
+
+#include "format6.h"
+
+namespace zipccl {
+namespace v6 {
+
+// Writes one stream of n elements (bytes at in) to out, which has room for
+// max_stream_bytes(n, dtype) bytes (version 5's: the header and the raw
+// elements). Returns the stream's length.
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic = false);
+
+// The length compress_stream would write, from the encoder's choices,
+// without writing the bodies.
+int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, bool generic = false);
+
+// Decodes the stream in [in, in + size) into n elements at out. Validates
+// everything, never reads or writes out of bounds, and returns a Status: the
+// reference's verdict (its first failing block's).
+int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic = false);
+
+}  // namespace v6
+}  // namespace zipccl
