@@ -146,6 +146,43 @@ constexpr Lanes kReverse5Words = words_of([](int i) {
 
 ZC_SIMD inline __m512i lanes(const Lanes& l) { return _mm512_load_si512(l.b); }
 
+// Transposes the 16 x 16 32-bit matrix of rows r.
+ZC_SIMD inline void transpose16(__m512i* r) {
+  __m512i t[kLanes];
+  for (int i = 0; i < kLanes; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < kLanes; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4q + c] holds columns c, c + 4, c + 8, c + 12 of rows 4q .. 4q + 3 (a 128-bit chunk per row group)
+  for (int c = 0; c < 4; ++c) {
+    const __m512i a = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), b = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
+    const __m512i d = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88), e = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
+    t[c] = _mm512_shuffle_i32x4(a, d, 0x88);       // column c
+    t[8 + c] = _mm512_shuffle_i32x4(a, d, 0xDD);   // column c + 8
+    t[4 + c] = _mm512_shuffle_i32x4(b, e, 0x88);   // column c + 4
+    t[12 + c] = _mm512_shuffle_i32x4(b, e, 0xDD);  // column c + 12
+  }
+  for (int i = 0; i < kLanes; ++i) r[i] = t[i];
+}
+
+// Writes n words of a lane's bits (src; src[-1] readable, words past its bits
+// zero) to dst shifted up by s bits, the first word's bits below s from
+// `first`: up to 16 words past n are written too (zeros or garbage).
+ZC_SIMD inline void splice_words(const uint32_t* src, uint8_t* dst, uint32_t s, uint32_t n, uint32_t first) {
+  const __m128i left = _mm_cvtsi32_si128(int(s)), right = _mm_cvtsi32_si128(int(32 - s));
+  for (uint32_t i = 0; i < n; i += 16) {
+    const __m512i cur = _mm512_loadu_si512(src + i), prev = _mm512_loadu_si512(src + int(i) - 1);
+    __m512i v = _mm512_or_si512(_mm512_sll_epi32(cur, left), _mm512_srl_epi32(prev, right));
+    if (i == 0) v = _mm512_mask_or_epi32(v, 1, v, _mm512_set1_epi32(int(first)));
+    _mm512_storeu_si512(dst + 4 * i, v);
+  }
+}
 #endif  // ZC_HAVE_SIMD
 
 // canonical_codes of zipccl_format.h (§5.2), same codes, from the count of

@@ -1,0 +1,456 @@
+// Fast CPU coding of a version-6 block's 32 lanes (docs/FORMAT6.md §3), the
+// same bytes as encode_body / decode_body of format6.h (tests assert it).
+// Encoding: each lane's fields appended to its own buffer, then the body
+// spliced from the head and the lanes. Decoding: a table baked for the
+// block's code and ref gives, for a lane's next 12 bits, the element's sign
+// and q, its code's length and its bits in the lane; 32 lanes advance in
+// lockstep (AVX-512: two vectors of 16), and a block whose lanes do not decode
+// cleanly is decoded again by format6.h's decoder, which names the error.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "stats6_cpu.h"
+
+namespace zipccl {
+namespace v6 {
+
+// Appends bit fields LSB first with one 8-byte store each: at most 56 bits
+// a put, and 8 writable bytes past the last byte it ends in.
+struct FastWriter {
+  uint8_t* p;
+  uint64_t acc = 0;
+  uint32_t n = 0;  // < 8 between puts
+  void put(uint64_t v, uint32_t len) {
+    acc |= v << n;
+    n += len;
+    std::memcpy(p, &acc, 8);
+    const uint32_t bytes = n >> 3;
+    p += bytes;
+    acc = bytes ? acc >> (8 * bytes) : acc;  // bytes <= 7
+    n &= 7;
+  }
+};
+
+constexpr int kLaneBytes = (kBlock / kLanes) * 48 / 8 + 16;  // a lane's most bytes (43 bits a value), and slack
+
+// Codes lanes k0 .. k0 + NL - 1 of a block, each into its own buffer lanes[k].
+template <int DT, int NL>
+void encode_lanes(const typename Elements<DT>::T* x, const uint8_t* syms, int count, int k0, const uint8_t* lens,
+                  const uint16_t* codes, const uint8_t* map, uint8_t (*lanes)[kLaneBytes]) {
+  using El = Elements<DT>;
+  FastWriter w[NL];
+  for (int l = 0; l < NL; ++l) w[l].p = lanes[k0 + l];
+  const int steps = (count - k0 + kLanes - 1) / kLanes;  // lane k0's values; the others have as many or one fewer
+  for (int j = 0; j < steps; ++j) {
+#pragma GCC unroll 8
+    for (int l = 0; l < NL; ++l) {
+      const int i = k0 + l + kLanes * j;
+      if (NL > 1 && i >= count) break;
+      const int s = map ? map[syms[i]] : syms[i], cls = class_of_symbol(s);
+      const uint64_t low = uint32_t(x[i]) & El::low_mask;
+      uint64_t v = codes[s];
+      uint32_t len = lens[s];
+      if (cls == kClassEsc) v |= (El::q(x[i]) | low << El::lay.q_bits) << len, len += El::lay.q_bits + El::lay.low_bits;
+      else if (cls != kClassZero) v |= low << len, len += El::lay.low_bits;
+      w[l].put(v, len);
+    }
+  }
+}
+
+// The key table of one code at one ref (§3): for key = an element's sign | q
+// (its bits above the low ones), its code and an escape's q (bits 0-25) |
+// their bits << 26; the zeros' (+0, -0) at kKeys + sign. (Key q = 0 is a
+// subnormal's: an escape.)
+template <int DT>
+struct KeyTable {
+  static constexpr int kKeys = 2 << Elements<DT>::lay.q_bits;
+  alignas(64) uint32_t e[kKeys + 2];
+  int table = -1;  // which code: a combo, or kCombos + a serial of the group's code
+  uint32_t ref = 0;
+
+  void build(const uint8_t* lens, const uint16_t* codes, uint32_t at_ref) {
+    constexpr Layout lay = Elements<DT>::lay;
+    for (int key = 0; key < kKeys; ++key) {
+      const uint32_t sign = uint32_t(key) >> lay.q_bits, q = uint32_t(key) & Elements<DT>::q_mask, d = at_ref - q;
+      const int cls = (normal_q(q, lay) && d <= uint32_t(kMaxD)) ? int(d) + 1 : kClassEsc, sym = int(sign << 7) | cls;
+      const bool esc = cls == kClassEsc;
+      e[key] = (codes[sym] | (esc ? q << lens[sym] : 0u)) | uint32_t(lens[sym] + (esc ? lay.q_bits : 0)) << 26;
+    }
+    for (int sign = 0; sign < 2; ++sign) e[kKeys + sign] = codes[sign << 7] | uint32_t(lens[sign << 7]) << 26;
+    ref = at_ref;
+  }
+};
+
+constexpr int kLaneWords = 16 + kBlock / kLanes * 43 / 32 + 1 + 32;  // a zero word before a lane's most words, then a tile's room
+constexpr int kBodySlack = 128;  // bytes encode_body_fast may write past a body
+
+#if ZC_HAVE_SIMD
+// AVX-512 coding of a full block's 32 lanes as two halves of 16 (lanes
+// 16 h .. 16 h + 15 are the values 32 j + 16 h + l): each step appends one
+// value's fields to each lane's pending word; the words a step completes are
+// staged as a row, and every 16 steps the rows are transposed and each lane
+// keeps the words it completed (version 5's lanes_cpu.h does the same for 16 lanes).
+struct SimdLanes {
+  alignas(64) uint32_t stage[32][16];
+  uint16_t stage_mask[32];
+  alignas(64) uint32_t words[kLanes][kLaneWords];
+  uint32_t count[kLanes];
+
+  template <int DT>
+  ZC_SIMD void encode(const typename Elements<DT>::T* x, const uint32_t* keys) {
+    for (int h = 0; h < 2; ++h) encode_half<DT>(x, keys, h);
+  }
+
+ private:
+  struct Appended {
+    __m512i low;
+    __mmask16 full;
+  };
+
+  template <int DT>
+  ZC_SIMD void encode_half(const typename Elements<DT>::T* x, const uint32_t* keys, int h) {
+    using El = Elements<DT>;
+    constexpr Layout lay = El::lay;
+    constexpr int kKeys = KeyTable<DT>::kKeys;
+    __m512i acc = _mm512_setzero_si512(), nb = acc;
+    const __m512i thirty_two = _mm512_set1_epi32(32);
+    // an append of n <= 32 bits v to each lane: a lane whose pending bits reach 32 completes a word
+    const auto put = [&](__m512i v, __m512i n) ZC_SIMD {
+      const __m512i low = _mm512_or_si512(acc, _mm512_sllv_epi32(v, nb));  // shifts of 32 give 0
+      const __m512i spill = _mm512_srlv_epi32(v, _mm512_sub_epi32(thirty_two, nb));
+      nb = _mm512_add_epi32(nb, n);
+      const __mmask16 full = _mm512_cmpge_epu32_mask(nb, thirty_two);
+      acc = _mm512_mask_mov_epi32(low, full, spill);
+      nb = _mm512_mask_sub_epi32(nb, full, nb, thirty_two);
+      return Appended{low, full};
+    };
+    uint32_t* count = this->count + 16 * h;
+    for (int l = 0; l < 16; ++l) count[l] = 0;
+    for (int j0 = 0; j0 < kBlock / kLanes; j0 += 16) {
+      bool seconds = false;  // fp32: whether a step of these made a second append
+      for (int r = 0; r < 16; ++r) {
+        const auto* at = x + kLanes * (j0 + r) + 16 * h;
+        const __m512i v = sizeof(*at) == 2 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)))
+                                           : _mm512_loadu_si512(at);
+        const __mmask16 zero = _mm512_testn_epi32_mask(v, _mm512_set1_epi32(int(El::mag_mask)));
+        const __m512i key = _mm512_mask_add_epi32(_mm512_srli_epi32(v, lay.low_bits), zero,
+                                                  _mm512_srli_epi32(v, El::sign_shift), _mm512_set1_epi32(kKeys));
+        const __m512i e = _mm512_i32gather_epi32(key, keys, 4);
+        __m512i fv = _mm512_and_si512(e, _mm512_set1_epi32((1 << 26) - 1)), fn = _mm512_srli_epi32(e, 26);
+        const __m512i low = _mm512_and_si512(v, _mm512_set1_epi32(int(El::low_mask)));
+        __mmask16 joined = __mmask16(~zero), apart = 0;  // fp32: the low bits that do not fit the first append
+        if constexpr (DT == kF32) {
+          apart = _mm512_mask_cmpgt_epu32_mask(joined, fn, _mm512_set1_epi32(32 - lay.low_bits));
+          joined &= __mmask16(~apart);
+        }
+        fv = _mm512_mask_or_epi32(fv, joined, fv, _mm512_sllv_epi32(low, fn));
+        fn = _mm512_mask_add_epi32(fn, joined, fn, _mm512_set1_epi32(lay.low_bits));
+        const Appended first = put(fv, fn);
+        _mm512_store_si512(stage[r], first.low);
+        stage_mask[r] = first.full;
+        if constexpr (DT == kF32) {  // a step may complete two words (rows r, r + 16)
+          stage_mask[16 + r] = 0;
+          if (apart) {
+            seconds = true;
+            const Appended second = put(_mm512_maskz_mov_epi32(apart, low), _mm512_maskz_mov_epi32(apart, _mm512_set1_epi32(lay.low_bits)));
+            _mm512_store_si512(stage[16 + r], second.low);
+            stage_mask[16 + r] = second.full;
+          }
+        }
+      }
+      keep_words(seconds ? 2 : 1, h);
+    }
+    alignas(64) uint32_t pending[16];
+    _mm512_store_si512(pending, acc);
+    for (int l = 0; l < 16; ++l) {  // a lane's words from word 16: a zero before, its pending bits, zeros
+      uint32_t* lane = words[16 * h + l] + 16;
+      lane[-1] = 0;
+      lane[count[l]] = pending[l];
+      std::memset(lane + count[l] + 1, 0, 16 * sizeof(uint32_t));
+    }
+  }
+
+  // The words the lanes of half h completed in the staged rows (fp32: each
+  // step's first and second appends, interleaved in order, two tiles).
+  ZC_SIMD void keep_words(int tiles, int h) {
+    for (int tile = 0; tile < tiles; ++tile) {
+      __m512i r[16];
+      uint16_t masks[16];
+      for (int j = 0; j < 16; ++j) {
+        const int row = tiles == 1 ? j : (j / 2) + (j % 2) * 16 + tile * 8;
+        r[j] = _mm512_load_si512(stage[row]);
+        masks[j] = stage_mask[row];
+      }
+      transpose16(r);  // r[l]: lane l's low words after each append, in order
+      const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(masks));
+      for (int l = 0; l < 16; ++l) {
+        const __mmask16 keep = _mm256_test_epi16_mask(m, _mm256_set1_epi16(short(1 << l)));
+        uint32_t& c = count[16 * h + l];
+        _mm512_storeu_si512(words[16 * h + l] + 16 + c, _mm512_maskz_compress_epi32(keep, r[l]));
+        c += uint32_t(__builtin_popcount(keep));
+      }
+    }
+  }
+};
+#endif
+
+// Writes a coded block's body (its size from stats_size) to body (kBodySlack
+// bytes of slack after it). syms: the values' symbols at the block's own ref; map:
+// to its coded ref's, or null.
+template <int DT>
+void encode_body_fast(const typename Elements<DT>::T* x, const uint8_t* syms, const BlockStats& st, const uint8_t* fixed,
+                      const uint8_t* lens, const uint16_t* codes, const uint8_t* map, const KeyTable<DT>* keys, uint8_t* body) {
+  static thread_local std::unique_ptr<uint8_t[][kLaneBytes]> lanes(new uint8_t[kLanes][kLaneBytes]);
+  uint32_t bits[kLanes];
+  int32_t devs[kLanes - 1];
+  int width = kMaxWidth;
+  stats_size(st, lens, fixed, map, bits, devs, &width);
+  bool words = false;
+#if ZC_HAVE_SIMD
+  static thread_local std::unique_ptr<SimdLanes> simd(new SimdLanes());
+  if (keys && st.count == kBlock && simd_enabled()) simd->encode<DT>(x, keys->e), words = true;
+#endif
+  if (!words)
+    for (int k = 0; k < kLanes; k += 4) encode_lanes<DT, 4>(x, syms, st.count, k, lens, codes, map, lanes.get());
+  FastWriter w{body};
+  if (width_field_bits(width) == 3) w.put(uint32_t(width - kWidthShort), 3);
+  else w.put(7u | uint32_t(width) << 3, 8);
+  for (int k = 0; k + 1 < kLanes; ++k) w.put(uint32_t(devs[k]) & ((1u << width) - 1), uint32_t(width));
+#if ZC_HAVE_SIMD
+  if (words) {  // each lane's words shifted to its bit offset, 16 at a time
+    uint32_t at = uint32_t(head_bits(width));
+    for (int k = 0; k < kLanes; ++k) {
+      const uint32_t shift = at & 31, n = (shift + bits[k] + 31) / 32;
+      uint8_t* dst = body + at / 32 * 4;
+      uint32_t first;
+      std::memcpy(&first, dst, 4);
+      splice_words(simd->words[k] + 16, dst, shift, n, first & ((1u << shift) - 1));
+      at += bits[k];
+    }
+    return;
+  }
+#endif
+  for (int k = 0; k < kLanes; ++k) {  // the lanes back to back
+    const uint8_t* lane = lanes[k];
+    uint32_t left = bits[k];
+    for (; left >= 32; left -= 32, lane += 4) {
+      uint32_t v;
+      std::memcpy(&v, lane, 4);
+      w.put(v, 32);
+    }
+    if (left) {
+      uint64_t v;
+      std::memcpy(&v, lane, 8);
+      w.put(v & ((uint64_t(1) << left) - 1), left);
+    }
+  }
+}
+
+inline uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// A decode table baked for one code and one ref: for every 12-bit window,
+// everything its code implies (0: no code starts it, or a class whose q
+// would not be normal: the generic decoder names the error).
+struct Baked {
+  static constexpr uint32_t kHiMask = 0xFFFF;  // bits 0-15: sign | q of the element, >> hi_shift
+  static constexpr int kLenShift = 16;         // bits 16-19: the code's length
+  static constexpr int kUsedShift = 20;        // bits 20-25: the element's bits in its lane (an escape: without q)
+  static constexpr uint32_t kLow = 1u << 26;   // the low bits follow
+  static constexpr uint32_t kEsc = 1u << 27;   // q follows the code
+  uint32_t entry[kLutSize];
+  int table = -1;  // which code: a combo, or kCombos + the group's index
+  uint32_t ref = 0;
+};
+
+template <int DT>
+void bake(const uint16_t* lut, uint32_t ref, Baked* t) {
+  using El = Elements<DT>;
+  constexpr int hi_shift = El::lay.low_bits + El::lay.q_bits - 10 > 0 ? 0 : 0;  // sign | q fits 16 bits as is
+  (void)hi_shift;
+  for (int w = 0; w < kLutSize; ++w) {
+    const uint32_t e = lut[w], len = e >> 8, s = e & 0xFF, cls = s & 127, sign = s >> 7;
+    uint32_t v = 0;
+    if (len && cls == kClassEsc) {
+      v = sign << (El::lay.q_bits) | Baked::kEsc | Baked::kLow | (len + El::lay.low_bits) << Baked::kUsedShift;
+    } else if (len && cls == kClassZero) {
+      v = sign << El::lay.q_bits | len << Baked::kUsedShift;
+    } else if (len && normal_q(ref + 1 - cls, El::lay)) {
+      v = (sign << El::lay.q_bits | (ref + 1 - cls)) | Baked::kLow | (len + El::lay.low_bits) << Baked::kUsedShift;
+    }
+    t->entry[w] = v ? v | len << Baked::kLenShift : 0;
+  }
+}
+
+struct Cursor {
+  uint32_t pos, end;
+};
+
+// Decodes the next value of a lane at cursor c into *out; bad collects errors.
+template <int DT, bool kChecked>
+inline void decode_value(const uint8_t* body, const uint8_t* limit, Cursor& c, const uint32_t* tab,
+                         typename Elements<DT>::T* out, uint32_t& bad) {
+  using El = Elements<DT>;
+  constexpr Layout lay = El::lay;
+  const uint8_t* p = body + (c.pos >> 3);
+  uint64_t w;
+  if (!kChecked || p + 8 <= limit) {
+    w = load64(p);
+  } else {
+    w = 0;
+    for (int b = 0; p + b < limit && b < 8; ++b) w |= uint64_t(p[b]) << (8 * b);
+  }
+  w >>= c.pos & 7;
+  const uint32_t e = tab[w & (kLutSize - 1)], len = (e >> Baked::kLenShift) & 15;
+  uint32_t hi = e & Baked::kHiMask, used = (e >> Baked::kUsedShift) & 63;
+  uint64_t rest = w >> len;
+  if (e & Baked::kEsc) [[unlikely]] {
+    hi |= uint32_t(rest) & El::q_mask;
+    rest >>= lay.q_bits;
+    used += lay.q_bits;
+  }
+  const uint32_t low = uint32_t(rest) & ((e & Baked::kLow) ? El::low_mask : 0u);
+  bad |= e == 0;
+  c.pos += used;
+  bad |= c.pos > c.end;
+  c.pos = c.pos > c.end ? c.end : c.pos;  // a bad lane reads no further
+  *out = typename El::T(hi << lay.low_bits | low);
+}
+
+template <int DT, bool kChecked, size_t... L>
+inline void decode_step(const uint8_t* body, const uint8_t* limit, Cursor* c, const uint32_t* tab,
+                        typename Elements<DT>::T* out, uint32_t& bad, std::index_sequence<L...>) {
+  (decode_value<DT, kChecked>(body, limit, c[L], tab, out + L, bad), ...);
+}
+
+// Decodes lanes k0 .. k0 + NL - 1 of a block (steps values each, lanes from
+// starts) into out; false if anything is wrong (the caller asks the generic
+// decoder why). Checked: bytes past limit (the buffer's end) are not read.
+template <int DT, int NL, bool kChecked>
+bool decode_lanes(const uint8_t* body, const uint8_t* limit, const uint32_t* starts, int k0, int steps, const uint32_t* tab,
+                  typename Elements<DT>::T* out) {
+  Cursor c[NL];
+  uint32_t bad = 0;
+  for (int l = 0; l < NL; ++l) c[l] = {starts[k0 + l], starts[k0 + l + 1]};
+  for (int j = 0; j < steps; ++j)
+    decode_step<DT, kChecked>(body, limit, c, tab, out + k0 + kLanes * j, bad, std::make_index_sequence<NL>());
+  for (int l = 0; l < NL; ++l) bad |= lane_end_status(body, k0 + l, c[l].pos, starts) != kOk;
+  return !bad;
+}
+
+// locate_lanes of format6.h with 64-bit reads where the body is long enough
+// (the same starts and Status: it falls back to it otherwise, or on an error).
+inline int locate_lanes_fast(const uint8_t* body, uint32_t size, uint32_t* starts) {
+  if (size < 8 + (3 + 5 + (kLanes - 1) * kMaxWidth) / 8 + 1) return locate_lanes(body, size, starts);
+  const uint32_t f = body[0] & 7;
+  const int width = f == 7 ? (body[0] >> 3) : int(f) + kWidthShort, field = f == 7 ? 8 : 3;
+  if (width < 1 || width > kMaxWidth) return locate_lanes(body, size, starts);
+  const uint32_t head = uint32_t(field + (kLanes - 1) * width), end = 8 * size, base = length_base(size, head);
+  int64_t at = head;
+  starts[0] = head;
+  for (int k = 0; k + 1 < kLanes; ++k) {
+    const uint32_t bit = uint32_t(field + k * width);
+    const uint32_t v = uint32_t(load64(body + (bit >> 3)) >> (bit & 7)) & ((1u << width) - 1);
+    at += int64_t(base) + (int64_t(v) - ((v >> (width - 1)) ? (int64_t(1) << width) : 0));
+    starts[k + 1] = uint32_t(at);
+    if (at < starts[k] || at > end) return locate_lanes(body, size, starts);
+  }
+  starts[kLanes] = end;
+  return kOk;
+}
+
+#if ZC_HAVE_SIMD
+ZC_SIMD inline __m512i set(uint32_t v) { return _mm512_set1_epi32(int(v)); }
+
+// One step of 16 lanes of a block (lanes k0 .. k0 + 15, a value each) with
+// AVX-512: the same as decode_value, 16 at once. body has 8 readable bytes
+// past vsize (a lane that runs past its end is clamped there and flagged at the end).
+template <int DT>
+ZC_SIMD inline void simd_step(const uint8_t* body, __m512i vsize, const uint32_t* tab, __m512i& pos, __mmask16& bad,
+                              typename Elements<DT>::T* out) {
+  using El = Elements<DT>;
+  constexpr Layout lay = El::lay;
+  const __m512i byte = _mm512_min_epu32(_mm512_srli_epi32(pos, 3), vsize);
+  const __m512i shift = _mm512_and_si512(pos, set(7));
+  const __m512i lo = _mm512_i32gather_epi32(byte, body, 1);
+  __m512i w = _mm512_srlv_epi32(lo, shift), hi = _mm512_setzero_si512();
+  const __m512i e = _mm512_i32gather_epi32(_mm512_and_si512(w, set(kLutSize - 1)), tab, 4);
+  bad |= _mm512_testn_epi32_mask(e, e);
+  const __mmask16 esc = _mm512_test_epi32_mask(e, set(Baked::kEsc));
+  const __m512i len = _mm512_and_si512(_mm512_srli_epi32(e, Baked::kLenShift), set(15));
+  const __m512i used = _mm512_mask_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, Baked::kUsedShift), set(63)), esc,
+                                             _mm512_and_si512(_mm512_srli_epi32(e, Baked::kUsedShift), set(63)),
+                                             set(lay.q_bits));
+  // 25 bits of w are the window's at least; fp32's fields, and a 16-bit escape late in its byte, need more
+  if (DT == kF32 || _mm512_cmpgt_epu32_mask(_mm512_add_epi32(used, shift), set(32))) {
+    hi = _mm512_i32gather_epi32(_mm512_add_epi32(byte, set(4)), body, 1);
+    w = _mm512_shrdv_epi32(lo, hi, shift);
+    hi = _mm512_srlv_epi32(hi, shift);
+  }
+  __m512i top = _mm512_and_si512(e, set(Baked::kHiMask)), off = len;
+  if (esc) {
+    top = _mm512_mask_or_epi32(top, esc, top, _mm512_and_si512(_mm512_srlv_epi32(w, len), set(El::q_mask)));
+    off = _mm512_mask_add_epi32(off, esc, off, set(lay.q_bits));
+  }
+  const __m512i f = DT == kF32 ? _mm512_shrdv_epi32(w, hi, off) : _mm512_srlv_epi32(w, off);
+  const __mmask16 low = _mm512_test_epi32_mask(e, set(Baked::kLow));
+  const __m512i x = _mm512_mask_or_epi32(_mm512_slli_epi32(top, lay.low_bits), low, _mm512_slli_epi32(top, lay.low_bits),
+                                         _mm512_and_si512(f, set(El::low_mask)));
+  pos = _mm512_add_epi32(pos, used);
+  if constexpr (sizeof(typename El::T) == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(x));
+  else _mm512_storeu_si512(out, x);
+}
+
+// A full block's 32 lanes, two vectors of 16 side by side (the lanes at a
+// step's stride: value i of lane k is out[k + 32 i]); false if a lane does
+// not end cleanly.
+template <int DT>
+ZC_SIMD bool simd_block(const uint8_t* body, uint32_t size, const uint32_t* starts, const uint32_t* tab,
+                        typename Elements<DT>::T* out) {
+  __m512i pos0 = _mm512_loadu_si512(starts), pos1 = _mm512_loadu_si512(starts + 16);
+  const __m512i vsize = _mm512_set1_epi32(int(size));
+  __mmask16 bad0 = 0, bad1 = 0;
+  for (int j = 0; j < kBlock / kLanes; ++j) {
+    simd_step<DT>(body, vsize, tab, pos0, bad0, out + kLanes * j);
+    simd_step<DT>(body, vsize, tab, pos1, bad1, out + kLanes * j + 16);
+  }
+  alignas(64) uint32_t end[kLanes];
+  _mm512_store_si512(end, pos0);
+  _mm512_store_si512(end + 16, pos1);
+  bool ok = !bad0 && !bad1;
+  for (int k = 0; k < kLanes; ++k) ok &= end[k] <= starts[k + 1] && lane_end_status(body, k, end[k], starts) == kOk;
+  return ok;
+}
+#endif
+
+template <int DT>
+bool decode_body_fast(const uint8_t* body, uint32_t size, const uint8_t* limit, int count, const uint32_t* tab,
+                      typename Elements<DT>::T* out) {
+  uint32_t starts[kLanes + 1];
+  if (locate_lanes_fast(body, size, starts) != kOk) return false;
+  bool ok = true;
+#if ZC_HAVE_SIMD
+  if (count == kBlock && simd_enabled()) {
+    if (body + size + 8 <= limit) return simd_block<DT>(body, size, starts, tab, out);
+    alignas(64) static thread_local uint8_t padded[kBlock * 4 + 16];  // the stream's last bytes, and 8 more
+    std::memcpy(padded, body, size);
+    std::memset(padded + size, 0, 16);
+    return simd_block<DT>(padded, size, starts, tab, out);
+  }
+#endif
+  if (count == kBlock && body + size + 8 <= limit) {
+    for (int k = 0; k < kLanes; k += 8) ok &= decode_lanes<DT, 8, false>(body, limit, starts, k, kBlock / kLanes, tab, out);
+    return ok;
+  }
+  for (int k = 0; k < kLanes; ++k)
+    ok &= decode_lanes<DT, 1, true>(body, limit, starts, k, (count - k + kLanes - 1) / kLanes, tab, out);
+  return ok;
+}
+
+}  // namespace v6
+}  // namespace zipccl

@@ -1,0 +1,249 @@
+// Fast CPU sizing of version-6 blocks (docs/FORMAT6.md §6): each block's
+// symbols at its own ref counted by lane once, from which its exact body size
+// under any code (a family combo, a group code at either ref) is a few vector
+// multiply-adds per symbol present. codec6_cpu.cc's fast coder; AVX-512 paths
+// where the CPU has them (simd_enabled()), plain loops otherwise, the same
+// results (tests compare the streams with reference_v6's).
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "format6.h"
+#include "simd_cpu.h"  // ZC_SIMD, simd_enabled
+
+namespace zipccl {
+namespace v6 {
+
+constexpr int kCombos = 2 * kMembers;  // §6 step 2: (member, flip) in the order 2 member + flip
+constexpr uint32_t kNoSize = 0xFFFFFFFFu;
+
+// One dtype's layout at compile time, so that shifts and masks are constants.
+template <int DT>
+struct Elements {
+  using T = std::conditional_t<DT == kF32, uint32_t, uint16_t>;
+  static constexpr Layout lay = layout_of(DT);
+  static constexpr uint32_t q_mask = (1u << lay.q_bits) - 1, low_mask = (1u << lay.low_bits) - 1;
+  static constexpr uint32_t mag_mask = DT == kF32 ? 0x7FFFFFFFu : 0x7FFFu;
+  static constexpr int sign_shift = 8 * sizeof(T) - 1;
+  static uint32_t q(uint32_t x) { return (x >> lay.low_bits) & q_mask; }
+};
+
+// A block's symbols at its own ref, counted by lane.
+struct BlockStats {
+  uint32_t ref;
+  int count, nused;
+  uint8_t used[kNumSyms];            // the symbols present, increasing
+  uint16_t rows[kNumSyms][kLanes];   // rows[j][k]: how many of lane k's values have symbol used[j]
+  uint32_t counts[kNumSyms];         // the block's symbol counts
+};
+
+struct GroupScratch {
+  uint16_t hist[kNumSyms][kLanes];  // all zero between blocks
+  uint8_t syms[kGroupBlocks][kBlock];
+  BlockStats st[kGroupBlocks];
+};
+
+// Bits of a value of each symbol beside its code, by dtype.
+struct FixedTable {
+  uint8_t bits[kNumSyms];
+  explicit FixedTable(Layout lay) {
+    for (int s = 0; s < kNumSyms; ++s) bits[s] = uint8_t(class_of_symbol(s) > kClassEsc ? 0 : fixed_bits(s, lay));
+  }
+};
+
+// §6 step 3 for lanes of bits[0..31] as choose_width, from the extremes of
+// lanes 0..30: the deviations of a width fit when theirs do.
+inline int narrowest_width(const uint32_t* bits, int32_t* devs, uint32_t* size) {
+  uint32_t all = 0, lo = bits[0], hi = bits[0];
+  for (int k = 0; k < kLanes; ++k) all += bits[k];
+  for (int k = 1; k < kLanes - 1; ++k) lo = std::min(lo, bits[k]), hi = std::max(hi, bits[k]);
+  int w = 1;
+  for (;; ++w) {
+    *size = uint32_t((head_bits(w) + all + 7) / 8);
+    const int32_t base = int32_t(length_base(*size, uint32_t(head_bits(w)))), lim = 1 << (w - 1);
+    if ((int32_t(lo) - base >= -lim && int32_t(hi) - base < lim) || w == kMaxWidth) break;
+  }
+  const int32_t base = int32_t(length_base(*size, uint32_t(head_bits(w))));
+  for (int k = 0; k < kLanes - 1; ++k) devs[k] = int32_t(bits[k]) - base;
+  return w;
+}
+
+#if ZC_HAVE_SIMD
+// block_stats's first two passes over a full block with AVX-512: the own ref
+// (§6 step 1), then every value's symbol at it into syms. Returns the ref.
+template <int DT>
+ZC_SIMD uint32_t simd_symbols(const typename Elements<DT>::T* x, uint8_t* syms) {
+  using El = Elements<DT>;
+  constexpr Layout lay = El::lay;
+  if constexpr (sizeof(typename El::T) == 2) {
+    const __m512i qmask = _mm512_set1_epi16(short(El::q_mask)), four = _mm512_set1_epi16(4);
+    const __m512i span = _mm512_set1_epi16(short(lay.q_max - 4));
+    __m512i top = _mm512_setzero_si512();
+    for (int i = 0; i < kBlock; i += 32) {
+      const __m512i q = _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(x + i), lay.low_bits), qmask);
+      top = _mm512_mask_max_epu16(top, _mm512_cmplt_epu16_mask(_mm512_sub_epi16(q, four), span), top, q);
+    }
+    const uint32_t ref = std::max(_mm512_reduce_max_epu32(_mm512_and_si512(top, _mm512_set1_epi32(0xFFFF))),
+                                  _mm512_reduce_max_epu32(_mm512_srli_epi32(top, 16)));
+    const __m512i vref = _mm512_set1_epi16(short(ref)), esc = _mm512_set1_epi16(kClassEsc);
+    for (int i = 0; i < kBlock; i += 32) {
+      const __m512i v = _mm512_loadu_si512(x + i), q = _mm512_and_si512(_mm512_srli_epi16(v, lay.low_bits), qmask);
+      const __m512i d = _mm512_sub_epi16(vref, q);
+      const __mmask32 near = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(q, four), span) &
+                             _mm512_cmple_epu16_mask(d, _mm512_set1_epi16(kMaxD));
+      __m512i cls = _mm512_mask_add_epi16(esc, near, d, _mm512_set1_epi16(1));
+      cls = _mm512_maskz_mov_epi16(_mm512_test_epi16_mask(v, _mm512_set1_epi16(short(El::mag_mask))), cls);
+      const __m512i sym = _mm512_or_si512(_mm512_slli_epi16(_mm512_srli_epi16(v, 15), 7), cls);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(syms + i), _mm512_cvtepi16_epi8(sym));
+    }
+    return ref;
+  } else {
+    const __m512i qmask = _mm512_set1_epi32(int(El::q_mask)), four = _mm512_set1_epi32(4);
+    const __m512i span = _mm512_set1_epi32(int(lay.q_max - 4));
+    __m512i top = _mm512_setzero_si512();
+    for (int i = 0; i < kBlock; i += 16) {
+      const __m512i q = _mm512_and_si512(_mm512_srli_epi32(_mm512_loadu_si512(x + i), lay.low_bits), qmask);
+      top = _mm512_mask_max_epu32(top, _mm512_cmplt_epu32_mask(_mm512_sub_epi32(q, four), span), top, q);
+    }
+    const uint32_t ref = _mm512_reduce_max_epu32(top);
+    const __m512i vref = _mm512_set1_epi32(int(ref)), esc = _mm512_set1_epi32(kClassEsc);
+    for (int i = 0; i < kBlock; i += 16) {
+      const __m512i v = _mm512_loadu_si512(x + i), q = _mm512_and_si512(_mm512_srli_epi32(v, lay.low_bits), qmask);
+      const __m512i d = _mm512_sub_epi32(vref, q);
+      const __mmask16 near = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(q, four), span) &
+                             _mm512_cmple_epu32_mask(d, _mm512_set1_epi32(kMaxD));
+      __m512i cls = _mm512_mask_add_epi32(esc, near, d, _mm512_set1_epi32(1));
+      cls = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(v, _mm512_set1_epi32(int(El::mag_mask))), cls);
+      const __m512i sym = _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(v, 31), 7), cls);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(syms + i), _mm512_cvtepi32_epi8(sym));
+    }
+    return ref;
+  }
+}
+
+// block_stats's last pass with AVX-512: the rows of the symbols present moved out of the histogram.
+ZC_SIMD inline void simd_rows(GroupScratch& gs, BlockStats& st) {
+  const __m512i ones = _mm512_set1_epi16(1);
+  for (int s = 0; s < kNumSyms; ++s) {
+    const __m512i row = _mm512_loadu_si512(gs.hist[s]);
+    st.counts[s] = 0;
+    if (!_mm512_test_epi16_mask(row, row)) continue;
+    st.counts[s] = uint32_t(_mm512_reduce_add_epi32(_mm512_madd_epi16(row, ones)));
+    _mm512_storeu_si512(st.rows[st.nused], row);
+    _mm512_storeu_si512(gs.hist[s], _mm512_setzero_si512());
+    st.used[st.nused++] = uint8_t(s);
+  }
+}
+
+// stats_size's lane sums with AVX-512: a lane count per 16-bit element, a row per vector.
+ZC_SIMD inline bool simd_lane_bits(const BlockStats& s, const uint8_t* lens, const uint8_t* fixed, const uint8_t* map,
+                                   uint32_t* bits) {
+  __m512i acc = _mm512_setzero_si512();
+  for (int j = 0; j < s.nused; ++j) {
+    const int sym = map ? map[s.used[j]] : s.used[j];
+    if (!lens[sym]) return false;
+    const __m512i row = _mm512_loadu_si512(s.rows[j]);
+    acc = _mm512_add_epi16(acc, _mm512_mullo_epi16(row, _mm512_set1_epi16(short(lens[sym] + fixed[sym]))));
+  }
+  _mm512_storeu_si512(bits, _mm512_cvtepu16_epi32(_mm512_castsi512_si256(acc)));
+  _mm512_storeu_si512(bits + 16, _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acc, 1)));
+  return true;
+}
+#endif
+
+// The lane bits of a block under code lens (after map, if given), and its
+// body's size; kNoSize if a symbol present has no code.
+inline uint32_t stats_size(const BlockStats& s, const uint8_t* lens, const uint8_t* fixed, const uint8_t* map, uint32_t* bits,
+                    int32_t* devs, int* width) {
+#if ZC_HAVE_SIMD
+  if (simd_enabled()) {
+    if (!simd_lane_bits(s, lens, fixed, map, bits)) return kNoSize;
+    uint32_t size;
+    *width = narrowest_width(bits, devs, &size);
+    return size;
+  }
+#endif
+  uint16_t acc[kLanes] = {};
+  for (int j = 0; j < s.nused; ++j) {
+    const int sym = map ? map[s.used[j]] : s.used[j];
+    if (!lens[sym]) return kNoSize;
+    const uint16_t c = uint16_t(lens[sym] + fixed[sym]);
+    for (int k = 0; k < kLanes; ++k) acc[k] = uint16_t(acc[k] + s.rows[j][k] * c);  // <= 128 * 43
+  }
+  for (int k = 0; k < kLanes; ++k) bits[k] = acc[k];
+  uint32_t size;
+  *width = narrowest_width(bits, devs, &size);
+  return size;
+}
+
+inline uint32_t stats_size(const BlockStats& s, const uint8_t* lens, const uint8_t* fixed, const uint8_t* map = nullptr) {
+  uint32_t bits[kLanes];
+  int32_t devs[kLanes - 1];
+  int width;
+  return stats_size(s, lens, fixed, map, bits, devs, &width);
+}
+
+// The total bits of a block's lanes under code lens (after map, if given),
+// and the least and most bytes a body of that many bits can take (its width
+// field and deviations take head_bits(1) to head_bits(20) bits): enough to
+// rule a code out without its lanes' bits. ~0 if a symbol present has no code.
+inline uint64_t total_bits(const BlockStats& s, const uint8_t* lens, const uint8_t* fixed, const uint8_t* map = nullptr) {
+  uint64_t total = 0;
+  for (int j = 0; j < s.nused; ++j) {
+    const int sym = map ? map[s.used[j]] : s.used[j];
+    if (!lens[sym]) return ~uint64_t(0);
+    total += uint64_t(s.counts[s.used[j]]) * (lens[sym] + fixed[sym]);
+  }
+  return total;
+}
+inline uint64_t least_size(uint64_t total) { return total == ~uint64_t(0) ? total : (total + head_bits(1) + 7) / 8; }
+inline uint64_t most_size(uint64_t total) { return total == ~uint64_t(0) ? total : (total + head_bits(kMaxWidth) + 7) / 8; }
+
+// §6 step 4: the symbol map of a block whose ref is raised by shift.
+inline void shift_map(uint32_t shift, uint8_t* map) {
+  for (int s = 0; s < kNumSyms; ++s) map[s] = uint8_t(class_of_symbol(s) > kClassEsc ? s : shifted_symbol(s, shift));
+}
+
+// Counts one block's symbols at its own ref (§6 step 1) into st, its symbols into syms.
+template <int DT>
+void block_stats(const typename Elements<DT>::T* x, int count, GroupScratch& gs, uint8_t* syms, BlockStats& st) {
+  using El = Elements<DT>;
+  uint32_t ref = 0;
+#if ZC_HAVE_SIMD
+  if (count == kBlock && simd_enabled()) {
+    ref = simd_symbols<DT>(x, syms);
+  } else
+#endif
+  {
+    for (int i = 0; i < count; ++i) {
+      const uint32_t q = El::q(x[i]);
+      ref = std::max(ref, normal_q(q, El::lay) ? q : 0u);
+    }
+    for (int i = 0; i < count; ++i) {
+      const uint32_t v = x[i], q = El::q(v), d = ref - q;
+      const uint32_t cls = (v & El::mag_mask) == 0 ? 0u : (normal_q(q, El::lay) && d <= uint32_t(kMaxD)) ? d + 1 : uint32_t(kClassEsc);
+      syms[i] = uint8_t((v >> El::sign_shift) << 7 | cls);
+    }
+  }
+  for (int i = 0; i < count; ++i) ++gs.hist[syms[i]][i & (kLanes - 1)];
+  st.ref = ref;
+  st.count = count;
+  st.nused = 0;
+#if ZC_HAVE_SIMD
+  if (simd_enabled()) return simd_rows(gs, st);
+#endif
+  for (int s = 0; s < kNumSyms; ++s) {
+    uint32_t total = 0;
+    for (int k = 0; k < kLanes; ++k) total += gs.hist[s][k];
+    st.counts[s] = total;
+    if (!total) continue;
+    std::memcpy(st.rows[st.nused], gs.hist[s], sizeof gs.hist[s]);
+    std::memset(gs.hist[s], 0, sizeof gs.hist[s]);
+    st.used[st.nused++] = uint8_t(s);
+  }
+}
+
+}  // namespace v6
+}  // namespace zipccl
