@@ -32,10 +32,11 @@ struct DecodeSmem {
 };
 
 // §4: checks the group table at `table` (122 bytes, in the stream) and builds
-// its decode table. Every thread of the CTA (256) calls it. Returns a Status.
-__device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table) {
+// its decode table, read with the sign inverted if flip (§2: a flip applies to
+// any code). Every thread of the CTA (256) calls it. Returns a Status.
+__device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int flip) {
   const int sym = int(threadIdx.x), cls = sym & (v6::kSignSym - 1);
-  const int j = (sym >> 7) * 122 + cls;  // the symbol's place among the 244 valid ones
+  const int j = ((sym >> 7) ^ flip) * 122 + cls;  // its length's place among the 244 valid symbols'
   const uint32_t len = cls <= v6::kClassEsc ? (table[j / 2] >> (4 * (j & 1))) & 15u : 0u;
   if (sym == 0) s.kraft = 0, s.longest = 0;
   __syncthreads();
@@ -195,30 +196,32 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(const uint8_t* in
   for (int i = tid; i < kCombos * (1 << kPeek); i += kDecodeThreads) s.fam[i >> kPeek][i & ((1 << kPeek) - 1)] = tables->lut10[i >> kPeek][i & ((1 << kPeek) - 1)];
   __syncthreads();
   const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + gridDim.x - 1) / gridDim.x;
-  int64_t built = -1;  // the group whose table s.group holds
+  int64_t built = -1;  // 2 group + flip of the code s.group holds
   int table_status = kOk;
   for (int64_t j = blockIdx.x * per; j < Min<int64_t>(batches, (blockIdx.x + 1) * per); ++j) {
     const int64_t b = j * kDecodeWarps + w;
     const int count = b < nb ? int(Min<int64_t>(kBlock, n - b * kBlock)) : 0;
     v6::BlockPlan p{};
     const int plan_status = b < nb ? v6::plan_block(in, size, nb, b, count, E::kLay, &p) : kErrDescriptor;
-    if (lane == 0) {
-      s.need[w] = b < nb && plan_status == kOk && !p.d.raw && p.d.code == uint32_t(v6::kGroupCode);
-      s.table_at[w] = p.table_at;
-    }
+    const bool group = b < nb && plan_status == kOk && !p.d.raw && p.d.code == uint32_t(v6::kGroupCode);
+    if (lane == 0) s.need[w] = group ? 1u << p.d.flip : 0u, s.table_at[w] = p.table_at;
     __syncthreads();
-    int needer = -1;
-    for (int i = kDecodeWarps - 1; i >= 0; --i) needer = s.need[i] ? i : needer;
-    const int64_t g = b / kGroupBlocks;
-    if (needer >= 0 && built != g) {  // the same in every thread: a batch is in one group
-      table_status = BuildGroupTable(s, in + v6::data_offset(nb) + s.table_at[needer]);
-      built = g;
+    uint32_t needs = 0, at = 0;
+    for (int i = kDecodeWarps - 1; i >= 0; --i) needs |= s.need[i], at = s.need[i] ? s.table_at[i] : at;
+    // a round per group code the batch's blocks read (its flip; both only in a hostile stream), the
+    // other blocks in the first
+    bool decoded = false;
+    for (int f = 0; f < 2; ++f) {
+      if (needs ? !((needs >> f) & 1) : f == 1) continue;
+      const int64_t key = 2 * (b / kGroupBlocks) + f;  // the same in every thread: a batch is in one group
+      if (needs && built != key) table_status = BuildGroupTable(s, in + v6::data_offset(nb) + at, f), built = key;
+      if (b < nb && (group ? p.d.flip == uint32_t(f) : !decoded)) {
+        const int bs = DecodeBlock<DT>(in, size, nb, b, count, p, plan_status, table_status, s, tables, y + b * kBlock);
+        if (bs != kOk && lane == 0) atomicMin(status, (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
+      }
+      decoded = true;
+      __syncthreads();  // before the table is rebuilt, or the next batch's plans
     }
-    if (b < nb) {
-      const int bs = DecodeBlock<DT>(in, size, nb, b, count, p, plan_status, table_status, s, tables, y + b * kBlock);
-      if (bs != kOk && lane == 0) atomicMin(status, (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
-    }
-    __syncthreads();
   }
 }
 

@@ -25,7 +25,9 @@ namespace {
 namespace c6 = zipccl::cuda6;
 
 bool ReadAll(void* p, size_t n) { return std::fread(p, 1, n, stdin) == n; }
-void WriteAll(const void* p, size_t n) { std::fwrite(p, 1, n, stdout); }
+void WriteAll(const void* p, size_t n) {
+  if (n) std::fwrite(p, 1, n, stdout);
+}
 void WriteField(const std::vector<uint8_t>& v) {
   const int64_t n = int64_t(v.size());
   WriteAll(&n, 8);
