@@ -276,3 +276,17 @@ def test_cuda_build_compiles_for_sm90_within_budget(tmp_path):
     assert not re.search(r"[1-9]\d* bytes spill stores", out.stderr), out.stderr
     for name, (regs, smem) in zip(kernels, usage):  # the occupancy docs/GPU.md predicts from
         assert int(regs) <= 64 and int(smem) <= 40 * 1024, (name, regs, smem)
+
+
+def test_the_timing_tool_round_trips_under_emulation(tmp_path):
+    """tools/v6_cuda/time6.cu (what tools/v6_cuda/measure.sh times on a GPU), built for the emulation."""
+    exe = tmp_path / "time6"
+    subprocess.run([shutil.which("g++") or "c++", "-std=c++20", "-O1", "-DZIPCCL_HOST_EMULATION", "-x", "c++",
+                    str(ROOT / "tools" / "v6_cuda" / "time6.cu"), "-pthread", "-o", str(exe)], check=True, timeout=300)
+    data = tmp_path / "data.bf16"
+    data.write_bytes(gaussian(5000, "bfloat16", seed=40).tobytes())
+    for args in (["bf16", "gaussian", "20000"], ["fp16", "relu", "9000"], ["fp32", "gaussian", "4097"],
+                 ["bf16", "file", "12345", "1", str(data)]):
+        out = subprocess.run([str(exe), *args, *([] if args[1] == "file" else ["1"])], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0 and out.stdout.strip().endswith("bit-exact"), (args, out.stdout, out.stderr)
