@@ -45,6 +45,7 @@ struct GroupSmem {
   uint32_t hist[kGroupBlocks][v6::kNumSyms];  // each block's symbols at its own ref
   uint64_t sizes[v6::kNumSyms][2];            // Tables::sizes
   uint32_t counts[2][v6::kNumSyms];           // the candidates' symbol counts (flattened in place)
+  uint32_t keys[2][v6::kNumSyms];             // count << 8 | symbol, ~0 if unused: the sort's
   uint8_t lens[2][v6::kNumSyms];
   HuffScratch huff[2];
   CanonScratch canon;
@@ -62,12 +63,13 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
   uint32_t* counts = s.counts[h];
   bool done = false;
   for (;;) {
+    // the rank of (count, symbol) among the used symbols: one compare of packed keys (counts < 2^17)
     const uint32_t c = counts[sym];
+    s.keys[h][sym] = c ? c << 8 | uint32_t(sym) : 0xFFFFFFFFu;
+    __syncthreads();
+    const uint32_t key = s.keys[h][sym];
     uint32_t rank = 0;
-    for (int u = 0; u < v6::kNumSyms; ++u) {
-      const uint32_t cu = counts[u];
-      rank += cu != 0 && (cu < c || (cu == c && u < sym));
-    }
+    for (int u = 0; u < v6::kNumSyms; ++u) rank += s.keys[h][u] < key;
     if (!done) {
       if (c) s.huff[h].leaf[rank] = uint8_t(sym);
       s.lens[h][sym] = 0;
