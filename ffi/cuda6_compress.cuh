@@ -1,0 +1,385 @@
+// Format version 6 on CUDA: compress (docs/FORMAT6.md §6), three kernels and no
+// host synchronisation.
+//
+//   GroupKernel<DT>  a CTA per group, a warp per block: each block's own ref
+//                    and symbol histogram, its exact size under the 8 family
+//                    choices; the group code at the blocks' own refs and at the
+//                    group ref (its histogram shifted from the own-ref ones),
+//                    both by version 5's code_lengths; the sizes under each and
+//                    the group's decisions: per block its descriptor's fields
+//                    and its record's bytes, per group its bytes and code.
+//   ScanKernel       one CTA: the groups' offsets, the stream's length, the
+//                    STORED_RAW decision and the header.
+//   CodeKernel<DT>   a warp per block, a thread per lane: the descriptor and
+//                    the record (table, raw bytes or coded body), staged in
+//                    shared memory at the record's alignment and stored as
+//                    whole words; or, for a STORED_RAW stream, the block's bytes.
+#pragma once
+
+#include "cuda6_device.cuh"
+
+namespace zipccl {
+namespace cuda6 {
+
+constexpr int kGroupThreads = kWarp * kGroupBlocks;  // 512
+constexpr uint32_t kRawStream = 1;                    // Workspace::flags: the stream is STORED_RAW
+
+// The compress workspace (device memory), carved by CompressWorkspaceBytes's layout.
+struct Workspace {
+  uint64_t* plan;    // [nb] the descriptor's fields but `end`
+  uint32_t* rsize;   // [nb] the record's bytes (a table included)
+  uint32_t* gbytes;  // [ng] the group's records' bytes
+  uint64_t* goff;    // [ng] where the group's records start in the data area
+  uint8_t* glens;    // [ng][256] the group's code (lengths) if it stores a table
+  uint16_t* gcodes;  // [ng][256] its canonical codes, bit-reversed
+  uint32_t* flags;   // kRawStream
+};
+
+struct HuffScratch {
+  uint32_t weight[2 * v6::kNumSyms];
+  uint16_t parent[2 * v6::kNumSyms];
+  uint8_t depth[2 * v6::kNumSyms], leaf[v6::kNumSyms];
+};
+
+struct GroupSmem {
+  uint32_t hist[kGroupBlocks][v6::kNumSyms];  // each block's symbols at its own ref
+  uint64_t sizes[v6::kNumSyms][2];            // Tables::sizes
+  uint32_t counts[2][v6::kNumSyms];           // the candidates' symbol counts (flattened in place)
+  uint32_t keys[2][v6::kNumSyms];             // count << 8 | symbol, ~0 if unused: the sort's
+  uint8_t lens[2][v6::kNumSyms];
+  HuffScratch huff[2];
+  CanonScratch canon;
+  uint32_t own[kGroupBlocks], fam_size[kGroupBlocks], fam_choice[kGroupBlocks], cand_size[2][kGroupBlocks];
+  uint32_t used[2], longest[2], gref;
+  int best;
+};
+
+// §6 step 4: the lengths of candidate h's counts (threads 256 h .. 256 h + 255),
+// as code_lengths: Huffman over the used symbols by (count, symbol), the counts
+// flattened until no code exceeds 12 bits. The sort is a rank a thread, the
+// tree one thread's (huffman_tree_lengths). Every thread of the CTA calls it.
+__device__ inline void GroupCodeLengths(GroupSmem& s) {
+  const int h = int(threadIdx.x) / v6::kNumSyms, sym = int(threadIdx.x) % v6::kNumSyms;
+  uint32_t* counts = s.counts[h];
+  bool done = false;
+  for (;;) {
+    // the rank of (count, symbol) among the used symbols: one compare of packed keys (counts < 2^17)
+    const uint32_t c = counts[sym];
+    s.keys[h][sym] = c ? c << 8 | uint32_t(sym) : 0xFFFFFFFFu;
+    __syncthreads();
+    const uint32_t key = s.keys[h][sym];
+    uint32_t rank = 0;
+    for (int u = 0; u < v6::kNumSyms; ++u) rank += s.keys[h][u] < key;
+    if (!done) {
+      if (c) s.huff[h].leaf[rank] = uint8_t(sym);
+      s.lens[h][sym] = 0;
+    }
+    __syncthreads();
+    if (sym == 0 && !done) {
+      HuffScratch& t = s.huff[h];
+      huffman_tree_lengths(counts, t.leaf, int(s.used[h]), s.lens[h], t.weight, t.parent, t.depth);
+      uint32_t longest = 0;
+      for (uint32_t i = 0; i < s.used[h]; ++i) longest = Max(longest, uint32_t(s.lens[h][t.leaf[i]]));
+      s.longest[h] = longest;
+    }
+    __syncthreads();
+    done = s.longest[h] <= uint32_t(kMaxCodeLen);
+    if (s.longest[0] <= uint32_t(kMaxCodeLen) && s.longest[1] <= uint32_t(kMaxCodeLen)) return;
+    __syncthreads();  // all have read longest
+    if (!done) {
+      const int k = flattening_shift(int(s.longest[h]));
+      counts[sym] = c ? (c + (1u << k) - 1) >> k : 0;
+    }
+    __syncthreads();
+  }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
+                                                             const Tables* tables, Workspace ws) {
+  using E = Elem<DT>;
+  constexpr v6::Layout lay = E::kLay;
+  ZC_SHARED(GroupSmem, s);
+  const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
+  const int64_t g = blockIdx.x, nb = (n + kBlock - 1) / kBlock, b = g * kGroupBlocks + w;
+  const int count = b < nb ? int(Min<int64_t>(kBlock, n - b * kBlock)) : 0;
+  const int blocks = int(Min<int64_t>(kGroupBlocks, nb - g * kGroupBlocks));
+  const typename E::Word* xb = x + b * kBlock;
+  for (int i = tid; i < kGroupBlocks * v6::kNumSyms; i += kGroupThreads) s.hist[i / v6::kNumSyms][i % v6::kNumSyms] = 0;
+  if (tid < v6::kNumSyms) s.sizes[tid][0] = tables->sizes[tid][0], s.sizes[tid][1] = tables->sizes[tid][1];
+  if (tid < 2 * v6::kNumSyms) s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms] = 0;
+  if (tid < 2) s.used[tid] = 0;
+  // §6 step 1: the block's own ref
+  uint32_t ref = 0;
+  for (int i = lane; i < count; i += kWarp) {
+    const uint32_t q = v6::q_of(xb[i], lay);
+    ref = v6::normal_q(q, lay) && q > ref ? q : ref;
+  }
+  ref = WarpMax(ref);
+  __syncthreads();
+  // §6 step 2: the symbols' histogram and the sizes under the 8 family choices
+  uint64_t fam0 = 0, fam1 = 0;
+  uint32_t fixed = 0;
+  for (int i = lane; i < count; i += kWarp) {
+    const int sym = v6::symbol_of(xb[i], lay, ref);
+    atomicAdd(&s.hist[w][sym], 1u);
+    fam0 += s.sizes[sym][0], fam1 += s.sizes[sym][1];
+    fixed += uint32_t(v6::fixed_bits(sym, lay));
+  }
+  uint32_t best_size = 0xFFFFFFFFu, best_c = 0;
+  for (int c = 0; c < kCombos; ++c) {
+    const uint32_t bits = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;
+    const uint32_t size = WarpBodyShape(bits + fixed).size;
+    if (size < best_size) best_size = size, best_c = uint32_t(c);
+  }
+  const uint32_t raw_bytes = uint32_t(count) * E::kBytes;
+  if (lane == 0) {
+    s.own[w] = ref;
+    s.fam_size[w] = best_size >= raw_bytes ? raw_bytes : best_size;
+    s.fam_choice[w] = best_size >= raw_bytes ? ~0u : best_c;
+  }
+  __syncthreads();
+  // §6 step 4: the candidates' counts: at the own refs, and at the group ref by shifting each block's
+  if (tid == 0) {
+    uint32_t gref = 0;
+    for (int i = 0; i < kGroupBlocks; ++i) gref = Max(gref, s.own[i]);
+    s.gref = gref;
+  }
+  __syncthreads();
+  {
+    const int h = tid / v6::kNumSyms, sym = tid % v6::kNumSyms;
+    uint32_t own_total = 0;
+    for (int i = 0; i < blocks; ++i) {
+      const uint32_t c = s.hist[i][sym];
+      own_total += c;
+      if (h == 1 && c) atomicAdd(&s.counts[1][v6::shifted_symbol(sym, s.gref - s.own[i])], c);
+    }
+    if (h == 0) s.counts[0][sym] = own_total;
+  }
+  __syncthreads();
+  if (s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms]) atomicAdd(&s.used[tid / v6::kNumSyms], 1u);
+  __syncthreads();
+  GroupCodeLengths(s);
+  // the blocks' sizes under both candidates
+  uint32_t bits0 = 0, bits1 = 0;
+  for (int i = lane; i < count; i += kWarp) {
+    const int s0 = v6::symbol_of(xb[i], lay, ref), s1 = v6::symbol_of(xb[i], lay, s.gref);
+    bits0 += s.lens[0][s0] + uint32_t(v6::fixed_bits(s0, lay));
+    bits1 += s.lens[1][s1] + uint32_t(v6::fixed_bits(s1, lay));
+  }
+  const uint32_t size0 = WarpBodyShape(bits0).size, size1 = WarpBodyShape(bits1).size;
+  if (lane == 0) s.cand_size[0][w] = size0, s.cand_size[1][w] = size1;
+  __syncthreads();
+  if (tid == 0) {  // the first of least cost, if it beats the family
+    uint32_t family = 0, cost[2] = {v6::kTableBytes, v6::kTableBytes};
+    for (int i = 0; i < blocks; ++i) {
+      family += s.fam_size[i];
+      for (int h = 0; h < 2; ++h) cost[h] += Min(s.fam_size[i], s.cand_size[h][i]);
+    }
+    const int h = cost[1] < cost[0] ? 1 : 0;
+    s.best = cost[h] < family ? h : -1;
+  }
+  __syncthreads();
+  const int best = s.best;
+  uint32_t index;
+  const uint32_t code = CanonicalCode(tid < v6::kNumSyms && best >= 0 ? s.lens[best][tid] : 0u, s.canon, &index);
+  if (best >= 0 && tid < v6::kNumSyms) {
+    const uint32_t len = s.lens[best][tid];
+    ws.glens[g * v6::kNumSyms + tid] = uint8_t(len);
+    ws.gcodes[g * v6::kNumSyms + tid] = uint16_t(Reverse(code, int(len)));
+  }
+  if (lane == 0 && w < blocks) {
+    const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
+    const uint32_t choice = s.fam_choice[w], raw = !group && choice == ~0u;
+    const uint32_t bref = group ? (best ? s.gref : ref) : raw ? 0 : ref;
+    const uint32_t bcode = group ? v6::kGroupCode : raw ? 0 : choice >> 1, flip = !group && !raw ? choice & 1 : 0;
+    const bool table = best >= 0 && w == 0;
+    ws.plan[b] = uint64_t(bref) << 32 | uint64_t(bcode) << 42 | uint64_t(flip) << 46 | uint64_t(raw) << 47 |
+                 uint64_t(table) << 48;
+    ws.rsize[b] = (group ? s.cand_size[best][w] : s.fam_size[w]) + (table ? v6::kTableBytes : 0);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    uint32_t total = 0;
+    for (int i = 0; i < blocks; ++i) total += ws.rsize[g * kGroupBlocks + i];
+    ws.gbytes[g] = total;
+  }
+}
+
+// §2, §6 step 5: the groups' offsets (a thread a run of groups, then a block
+// scan), the stream's length and header. One CTA of 1024 threads.
+constexpr int kScanThreads = 1024;
+struct ScanSmem {
+  uint64_t sums[kScanThreads / kWarp];
+};
+__global__ void __launch_bounds__(kScanThreads) ScanKernel(int dtype, int64_t n, Workspace ws, uint8_t* out,
+                                                           unsigned long long* out_len) {
+  ZC_SHARED(ScanSmem, smem);
+  uint64_t* sums = smem.sums;
+  const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks;
+  const int64_t per = (ng + kScanThreads - 1) / kScanThreads, lo = Min<int64_t>(ng, threadIdx.x * per),
+                hi = Min<int64_t>(ng, lo + per);
+  uint64_t mine = 0;
+  for (int64_t g = lo; g < hi; ++g) mine += ws.gbytes[g];
+  const uint64_t inclusive = WarpInclusiveScan(mine);
+  if (LaneId() == kWarp - 1) sums[WarpIdx()] = inclusive;
+  __syncthreads();
+  uint64_t before = 0, all = 0;
+  for (int i = 0; i < kScanThreads / kWarp; ++i) before += i < WarpIdx() ? sums[i] : 0, all += sums[i];
+  uint64_t at = inclusive - mine + before;
+  for (int64_t g = lo; g < hi; ++g) ws.goff[g] = at, at += ws.gbytes[g];
+  const int64_t raw_bytes = n * v6::layout_of(dtype).elem_bytes;
+  const bool raw = int64_t(v6::kDescBytes * nb + all) >= raw_bytes;
+  if (threadIdx.x == 0) {
+    *ws.flags = raw ? kRawStream : 0;
+    v6::write_header(out, dtype, raw ? kFlagStoredRaw : 0, n);
+    *out_len = (unsigned long long)(raw ? kHeaderBytes + raw_bytes : v6::data_offset(nb) + int64_t(all));
+  }
+}
+
+// Ors the len (<= 32) bits of v into the stage at bit `bit` (the stage starts zeroed).
+__device__ __forceinline__ void OrBits(uint32_t* stage, uint32_t bit, uint32_t v, int len) {
+  const uint64_t t = uint64_t(v) << (bit % 32);
+  atomicOr(&stage[bit / 32], uint32_t(t));
+  if (bit % 32 + uint32_t(len) > 32) atomicOr(&stage[bit / 32 + 1], uint32_t(t >> 32));
+}
+
+// A lane's bits into the stage from bit `bit`, LSB first: the words it shares
+// with the lanes beside it (its first and last) by atomicOr, the rest stored.
+struct LaneWriter {
+  uint32_t* stage;
+  uint32_t word;
+  uint64_t acc;
+  int held;  // bits in acc; the first `bit % 32` are other lanes' (zero here)
+  bool first;
+  __device__ LaneWriter(uint32_t* s, uint32_t bit) : stage(s), word(bit / 32), acc(0), held(int(bit % 32)), first(true) {}
+  __device__ __forceinline__ void Put(uint32_t v, int len) {
+    acc |= uint64_t(v) << held;
+    held += len;
+    if (held >= 32) {
+      if (first) atomicOr(&stage[word], uint32_t(acc)), first = false;
+      else stage[word] = uint32_t(acc);
+      ++word, acc >>= 32, held -= 32;
+    }
+  }
+  __device__ __forceinline__ void Finish() {
+    if (held > 0) atomicOr(&stage[word], uint32_t(acc));
+  }
+};
+
+template <int DT>
+struct CodeShape {
+  static constexpr int kWarps = 8 / Elem<DT>::kBytes;  // blocks a CTA: the stages fill 33 KB
+  // a record's bytes at most (a table and a raw body) after up to 3 bytes of alignment
+  static constexpr int kStageWords = (3 + v6::kTableBytes + kBlock * Elem<DT>::kBytes + 3) / 4 + 1;
+};
+template <int DT>
+struct CodeSmem {
+  uint32_t enc[CodeShape<DT>::kWarps][v6::kNumSyms];
+  uint32_t stage[CodeShape<DT>::kWarps][CodeShape<DT>::kStageWords];
+};
+
+// §3: one element's code, an escape's q and its low bits to the lane's writer.
+template <int DT>
+__device__ __forceinline__ void PutElement(uint32_t xv, uint32_t ref, const uint32_t* enc, LaneWriter& out) {
+  using E = Elem<DT>;
+  const int sym = v6::symbol_of(xv, E::kLay, ref), cls = v6::class_of_symbol(sym);
+  const uint32_t e = enc[sym], len = e >> 16, low = v6::low_of(xv, E::kLay);
+  uint32_t v = e & 0xFFFF;
+  int bits = int(len);
+  if (cls == v6::kClassEsc) v |= v6::q_of(xv, E::kLay) << bits, bits += E::kLay.q_bits;
+  if (E::kBytes == 2) {  // at most 12 + 7 + 8 or 12 + 10 + 5 bits: one put
+    if (cls != v6::kClassZero) v |= low << bits, bits += E::kLay.low_bits;
+    out.Put(v, bits);
+  } else {
+    out.Put(v, bits);
+    if (cls != v6::kClassZero) out.Put(low, E::kLay.low_bits);
+  }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(const typename Elem<DT>::Word* x,
+                                                                            int64_t n, const Tables* tables,
+                                                                            Workspace ws, uint8_t* out) {
+  using E = Elem<DT>;
+  constexpr v6::Layout lay = E::kLay;
+  ZC_SHARED(CodeSmem<DT>, s);
+  const int w = WarpIdx(), lane = LaneId();
+  const int64_t nb = (n + kBlock - 1) / kBlock, b = int64_t(blockIdx.x) * CodeShape<DT>::kWarps + w;
+  if (b >= nb) return;  // the warp's block; no CTA barrier follows
+  const int count = int(Min<int64_t>(kBlock, n - b * kBlock));
+  const typename E::Word* xb = x + b * kBlock;
+  if (*ws.flags & kRawStream) {
+    typename E::Word* dst = reinterpret_cast<typename E::Word*>(out + kHeaderBytes) + b * kBlock;
+    for (int i = lane; i < count; i += kWarp) dst[i] = xb[i];
+    return;
+  }
+  const int64_t g = b / kGroupBlocks, first = g * kGroupBlocks;
+  const uint32_t start = uint32_t(ws.goff[g]) + WarpSum(lane < b - first ? ws.rsize[first + lane] : 0u);
+  const uint32_t size = ws.rsize[b];
+  const uint64_t plan = ws.plan[b];
+  const uint32_t ref = uint32_t(plan >> 32) & 0x3FF, code = uint32_t(plan >> 42) & 15, flip = uint32_t(plan >> 46) & 1;
+  const bool raw = (plan >> 47) & 1, table = (plan >> 48) & 1;
+  if (lane == 0) *reinterpret_cast<uint64_t*>(out + kHeaderBytes + v6::kDescBytes * b) = plan | (start + size);
+  uint32_t* enc = s.enc[w];
+  uint32_t* stage = s.stage[w];
+  for (int i = lane; i < v6::kNumSyms; i += kWarp)
+    enc[i] = code == uint32_t(v6::kGroupCode)
+                 ? ws.gcodes[g * v6::kNumSyms + i] | uint32_t(ws.glens[g * v6::kNumSyms + i]) << 16
+                 : tables->enc[2 * code + flip][i];
+  const int64_t at = v6::data_offset(nb) + start;  // the record in the stream
+  const uint32_t pad = uint32_t(at % 4), words = (pad + size + 3) / 4, tbl = table ? v6::kTableBytes : 0;
+  for (uint32_t i = lane; i < words; i += kWarp) stage[i] = 0;
+  __syncwarp();
+  if (table) {  // §4: the group's code, two lengths a byte
+    const uint8_t* lens = ws.glens + g * v6::kNumSyms;
+    for (int j = lane; j < v6::kTableBytes; j += kWarp) {
+      const int a = 2 * j, c = 2 * j + 1;  // valid symbol indices: 122 a sign
+      const uint32_t lo = lens[(a / 122) * 128 + a % 122], hi = lens[(c / 122) * 128 + c % 122];
+      OrBits(stage, 8 * (pad + j), lo | hi << 4, 8);
+    }
+  }
+  if (raw) {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(xb);
+    for (uint32_t i = lane; i < words; i += kWarp) {
+      uint32_t v = 0;
+      for (uint32_t k = 0; k < 4; ++k) {
+        const int64_t r = int64_t(4 * i + k) - pad - tbl;
+        if (r >= 0 && r < int64_t(count) * E::kBytes) v |= uint32_t(bytes[r]) << (8 * k);
+      }
+      if (v) atomicOr(&stage[i], v);
+    }
+  } else {  // §3: the lanes' lengths, the head, then each lane's elements
+    uint32_t bits = 0;
+    for (int i = lane; i < count; i += kWarp) {
+      const int sym = v6::symbol_of(xb[i], lay, ref);
+      bits += (enc[sym] >> 16) + uint32_t(v6::fixed_bits(sym, lay));
+    }
+    const BodyShape shape = WarpBodyShape(bits);
+    const uint32_t before = WarpInclusiveScan(bits) - bits, body = 8 * (pad + tbl);
+    if (lane == 0)
+      OrBits(stage, body, shape.field_bits == 3 ? uint32_t(shape.width - kWidthShort) : 7u | uint32_t(shape.width) << 3,
+             shape.field_bits);
+    if (lane < kWarp - 1)
+      OrBits(stage, body + shape.field_bits + lane * shape.width,
+             (bits - shape.base) & ((1u << shape.width) - 1), shape.width);
+    LaneWriter lw(stage, body + uint32_t(v6::head_bits(shape.width)) + before);
+    for (int i = lane; i < count; i += kWarp) PutElement<DT>(xb[i], ref, enc, lw);
+    lw.Finish();
+  }
+  __syncwarp();
+  // the record's whole words stored; the two it shares with its neighbours byte by byte
+  uint32_t* dst = reinterpret_cast<uint32_t*>(out + (at - pad));
+  for (uint32_t i = lane; i < words; i += kWarp) {
+    const uint32_t lo = 4 * i, hi = lo + 4;
+    if (lo >= pad && hi <= pad + size) {
+      dst[i] = stage[i];
+    } else {
+      for (uint32_t k = lo; k < hi; ++k)
+        if (k >= pad && k < pad + size) reinterpret_cast<uint8_t*>(dst)[k] = uint8_t(stage[i] >> (8 * (k - lo)));
+    }
+  }
+}
+
+}  // namespace cuda6
+}  // namespace zipccl

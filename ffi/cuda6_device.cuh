@@ -1,0 +1,183 @@
+// Format version 6 on CUDA (docs/FORMAT6.md): what the compress and decompress
+// kernels share. The family's tables (built once on the host), warp helpers,
+// the body's width choice for a warp's 32 lane lengths, and the canonical code
+// of a 256-symbol code by 256 threads.
+//
+// Included through cuda6_codec.cuh after the CUDA runtime or, for the host
+// emulation (-DZIPCCL_HOST_EMULATION), tests/cuda_host_shim.h.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "format6.h"
+
+#ifndef ZIPCCL_HOST_EMULATION
+#ifndef ZC_SHARED
+#define ZC_SHARED(Type, name) __shared__ Type name
+#endif
+#ifndef ZC_LAUNCH_KERNEL
+#define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) kernel<<<grid, threads, 0, stream>>>(__VA_ARGS__)
+#endif
+#endif
+
+namespace zipccl {
+namespace cuda6 {
+
+namespace v6 = zipccl::v6;
+
+constexpr int kWarp = 32;
+constexpr unsigned kAll = 0xFFFFFFFFu;
+constexpr int kCombos = 2 * v6::kMembers;  // a family code: 2 member + flip
+constexpr int kPeek = 10;                  // bits of the decoder's first lookup of a family code
+constexpr unsigned long long kNoError = ~0ull;
+
+// The family, as the kernels use it; built by BuildTables on the host, copied once to the device.
+struct Tables {
+  uint64_t sizes[v6::kNumSyms][2];        // a symbol's code length under combo c: bits 16 (c % 4) of [c / 4]
+  uint32_t enc[kCombos][v6::kNumSyms];    // the bit-reversed canonical code | length << 16
+  uint16_t lut10[kCombos][1 << kPeek];    // sym | length << 8 for codes of at most kPeek bits, else 0
+  uint16_t lut12[kCombos][kLutSize];      // sym | length << 8 (build_lut): the long codes' fallback
+};
+
+inline void BuildTables(Tables* t) {
+  for (int c = 0; c < kCombos; ++c) {
+    uint8_t lens[v6::kNumSyms];
+    uint16_t codes[v6::kNumSyms];
+    v6::block_lengths(c >> 1, c & 1, nullptr, v6::kFamily, lens);
+    canonical_codes(lens, codes, v6::kNumSyms);
+    build_lut(lens, t->lut12[c], v6::kNumSyms);
+    for (int s = 0; s < v6::kNumSyms; ++s) {
+      if (c == 0) t->sizes[s][0] = t->sizes[s][1] = 0;
+      t->sizes[s][c / 4] |= uint64_t(lens[s]) << (16 * (c % 4));
+      t->enc[c][s] = lens[s] ? codes[s] | uint32_t(lens[s]) << 16 : 0;
+    }
+    for (int w = 0; w < (1 << kPeek); ++w) {
+      const uint16_t e = t->lut12[c][w];
+      t->lut10[c][w] = (e >> 8) <= kPeek ? e : 0;
+    }
+  }
+}
+
+// A dtype's layout and element word, as compile-time constants.
+template <int DT>
+struct Elem {
+  static constexpr v6::Layout kLay = v6::layout_of(DT);
+  static constexpr int kBytes = kLay.elem_bytes, kW = 8 * kBytes;
+  static constexpr uint32_t kQMask = (1u << kLay.q_bits) - 1, kLowMask = (1u << kLay.low_bits) - 1;
+  using Word = typename std::conditional<kBytes == 2, uint16_t, uint32_t>::type;
+};
+
+template <typename T>
+__host__ __device__ __forceinline__ T Min(T a, T b) {
+  return a < b ? a : b;
+}
+template <typename T>
+__host__ __device__ __forceinline__ T Max(T a, T b) {
+  return a < b ? b : a;
+}
+
+__device__ __forceinline__ int LaneId() { return int(threadIdx.x % kWarp); }
+__device__ __forceinline__ int WarpIdx() { return int(threadIdx.x / kWarp); }
+
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
+  for (int d = kWarp / 2; d > 0; d /= 2) v += __shfl_xor_sync(kAll, v, d);
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T WarpMax(T v) {
+  for (int d = kWarp / 2; d > 0; d /= 2) {
+    const T o = __shfl_xor_sync(kAll, v, d);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T WarpMin(T v) {
+  for (int d = kWarp / 2; d > 0; d /= 2) {
+    const T o = __shfl_xor_sync(kAll, v, d);
+    v = o < v ? o : v;
+  }
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T WarpInclusiveScan(T v) {
+  for (int d = 1; d < kWarp; d *= 2) {
+    const T o = __shfl_up_sync(kAll, v, d);
+    if (LaneId() >= d) v += o;
+  }
+  return v;
+}
+
+// §3, §6 step 3 for a warp's lanes (lane k holds lane k's bits): the narrowest
+// width whose 31 deviations fit, as format6.h choose_width, from the lanes'
+// sum, least and largest (lanes 0..30) instead of a pass a width.
+struct BodyShape {
+  int width, field_bits;
+  uint32_t size, base;  // the body's bytes; the base the lane lengths are relative to
+};
+__device__ __forceinline__ BodyShape WarpBodyShape(uint32_t bits) {
+  const bool dev = LaneId() < kWarp - 1;
+  const uint32_t total = WarpSum(bits), lo = WarpMin(dev ? bits : 0xFFFFFFFFu), hi = WarpMax(dev ? bits : 0u);
+  BodyShape s{};
+  for (int w = 1; w <= kMaxWidth; ++w) {
+    const uint32_t head = uint32_t(v6::head_bits(w));
+    s = {w, width_field_bits(w), (head + total + 7) / 8, 0};
+    s.base = v6::length_base(s.size, head);
+    const int64_t lim = int64_t(1) << (w - 1);
+    if (int64_t(lo) - s.base >= -lim && int64_t(hi) - s.base < lim) break;
+  }
+  return s;
+}
+
+// The 12 low bits of v reversed (a canonical code as the stream holds it, LSB first).
+__device__ __forceinline__ uint32_t Reverse(uint32_t v, int len) {
+  uint32_t r = 0;
+  for (int b = 0; b < len; ++b) r |= ((v >> b) & 1u) << (len - 1 - b);
+  return r;
+}
+
+// The canonical code (version 5's §5.2, by (length, symbol)) of a 256-symbol
+// code, thread t < 256 holding symbol t's length `len` (the CTA's other
+// threads pass 0). Every thread of the CTA calls it. Returns symbol t's code
+// (MSB first) and its index in canonical order; *coded: the symbols with a code.
+struct CanonScratch {
+  uint16_t per_warp[8][kMaxCodeLen + 1];
+  uint32_t first[kMaxCodeLen + 1];  // wide: an invalid table (Kraft sum over 1) may overflow 16 bits
+  uint16_t base[kMaxCodeLen + 1], coded;
+};
+__device__ inline uint32_t CanonicalCode(uint32_t len, CanonScratch& sc, uint32_t* index) {
+  const int tid = int(threadIdx.x), warp = WarpIdx(), lane = LaneId();
+  uint32_t rank = 0;
+  if (warp < 8) {
+    for (int l = 1; l <= kMaxCodeLen; ++l) {
+      const unsigned m = __ballot_sync(kAll, len == uint32_t(l));
+      if (len == uint32_t(l)) rank = uint32_t(__popc(m & ((1u << lane) - 1)));
+      if (lane == 0) sc.per_warp[warp][l] = uint16_t(__popc(m));
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    uint32_t code = 0, idx = 0;
+    for (int l = 1; l <= kMaxCodeLen; ++l) {
+      uint32_t total = 0;
+      for (int w = 0; w < 8; ++w) total += sc.per_warp[w][l];
+      sc.first[l] = code, sc.base[l] = uint16_t(idx);
+      code = (code + total) << 1, idx += total;
+    }
+    sc.coded = uint16_t(idx);
+  }
+  __syncthreads();
+  uint32_t code = 0;
+  *index = 0;
+  if (warp < 8 && len) {
+    for (int w = 0; w < warp; ++w) rank += sc.per_warp[w][len];
+    code = sc.first[len] + rank;
+    *index = sc.base[len] + rank;
+  }
+  return code;
+}
+
+}  // namespace cuda6
+}  // namespace zipccl

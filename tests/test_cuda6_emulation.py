@@ -1,0 +1,292 @@
+"""The version-6 CUDA kernels (ffi/cuda6_codec.cuh) run on the CPU the way a GPU runs them, against
+the numpy reference (zipccl_jax/reference_v6.py) byte for byte.
+
+tests/cuda6_emulation.cc compiles the kernels with g++ (tests/cuda_host_shim.h for the CUDA runtime:
+a std::thread per CUDA thread, warps in lockstep at their intrinsics, real __syncthreads, several
+CUDA blocks resident at once) under AddressSanitizer and UBSan, each input and output its own
+allocation of exactly its size. Compress must write the reference's stream (every encoder choice:
+refs, family members and flips, group codes at own or group refs, raw blocks, STORED_RAW); decompress
+must return every bit of the elements, and for a mutated stream the reference's verdict: accepted with
+the same bits, or rejected with the same category (the message's first three words) and, where the
+reference names one, the same failing block. ThreadSanitizer checks that blocks and threads order
+their shared and global accesses. With nvcc on PATH the kernels compile for sm_90 within their
+register and shared-memory budgets (docs/GPU.md, "Version 6 kernels: predictions")."""
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zipccl_jax import reference_v6 as r6
+from zipccl_jax.bench.data import DTYPES, gaussian, random_bits, special_values
+from test_codec_cpu import mutate
+
+ROOT = Path(__file__).resolve().parents[1]
+CODES = {"bfloat16": 1, "float16": 2, "float32": 3}
+LAUNCHES = [(1, 1), (4, 3)]  # (SMs, resident CUDA blocks): one at a time; several racing
+COMPRESS, DECOMPRESS = 0, 1
+NO_ERROR = (1 << 64) - 1
+
+
+def build(directory, sanitizers):
+    compiler = shutil.which("g++") or shutil.which("c++")
+    assert compiler, "a C++ compiler is needed to build the CUDA emulation"
+    exe = directory / "cuda6_emulation"
+    subprocess.run([compiler, "-std=c++20", "-O1", "-g", f"-fsanitize={sanitizers}", "-fno-sanitize-recover=all",
+                    "-DZIPCCL_HOST_EMULATION", f"-I{ROOT / 'ffi'}", f"-I{ROOT / 'tests'}",
+                    str(ROOT / "tests" / "cuda6_emulation.cc"), "-pthread", "-o", str(exe)], check=True, timeout=600)
+    return exe
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("asan6"), "address,undefined")
+
+
+def run(exe, requests, launch):
+    """requests: [(op, dtype code, n, input bytes)] -> [reply]: a compress's stream; a decompress's
+    (verdict word, output bytes)."""
+    data = b"".join(struct.pack("<4q", op, code, n, len(body)) + body for op, code, n, body in requests)
+    out = subprocess.run([str(exe), *map(str, launch)], input=data, capture_output=True, timeout=600)
+    assert out.returncode == 0, f"exit {out.returncode}: " + out.stderr.decode()[-3000:]
+    replies, pos = [], 0
+    for op, *_ in requests:
+        verdict = None
+        if op == DECOMPRESS:
+            (verdict,) = struct.unpack_from("<Q", out.stdout, pos)
+            pos += 8
+        (size,) = struct.unpack_from("<q", out.stdout, pos)
+        body = out.stdout[pos + 8 : pos + 8 + size]
+        pos += 8 + size
+        replies.append(body if op == COMPRESS else (verdict, body))
+    assert pos == len(out.stdout)
+    return replies
+
+
+@lru_cache(maxsize=None)
+def status_messages():
+    """Status code -> message, from ffi/zipccl_format.h (the enum and error_message's cases)."""
+    text = (ROOT / "ffi" / "zipccl_format.h").read_text()
+    codes = {name: int(v) for name, v in re.findall(r"\b(kErr\w+) = (\d+),", text)}
+    return {codes[name]: msg for name, msg in re.findall(r'case (kErr\w+): return "([^"]+)";', text)}
+
+
+def category(message):
+    return " ".join(message.split()[:3])
+
+
+def silu(n, dtype, seed):
+    g = gaussian(n, "float32", seed=seed)
+    return (g / (1 + np.exp(-g))).astype(dtype)
+
+
+@np.errstate(over="ignore")
+def kinds(dtype):
+    """Every kind of data the encoder treats differently, each a few blocks to a few groups."""
+    B = r6.BLOCK
+    mixed = gaussian(3 * B + 77, dtype, seed=3)  # specials inside coded blocks: escapes and zeros
+    specials = special_values(dtype)
+    wide = specials.astype(np.float32)
+    odd = specials[~np.isfinite(wide) | (np.abs(wide) < np.finfo(np.float32).tiny)]
+    mixed[::37] = np.resize(odd, mixed[::37].size)
+    scales = gaussian(6 * B + 5, "float32", seed=5) * np.exp2(np.arange(6 * B + 5) // B * 9 - 30)
+    half_raw = np.concatenate([gaussian(2 * B, dtype, seed=6), random_bits(2 * B + 9, dtype, seed=7)])
+    return {
+        "gaussian": gaussian(r6.GROUP_BLOCKS * B + 2 * B + 1234, dtype, seed=2),  # 2 groups, a partial block
+        "relu": np.maximum(gaussian(3 * B + 31, dtype, seed=4), 0),
+        "negative relu": -np.maximum(gaussian(2 * B, dtype, seed=4), 0),  # the family's flips
+        "silu": silu(r6.GROUP_BLOCKS * B + 5, dtype, seed=8),
+        "mixed": mixed,
+        "specials": np.tile(specials, 30),
+        "scales": scales.astype(dtype),  # a ref a block; subnormals and Infs where the dtype has them
+        "random bits": random_bits(2 * B + 1, dtype),  # STORED_RAW
+        "half raw": half_raw,  # raw blocks in a coded stream
+        "zeros": np.zeros(B + 3, dtype),
+        "empty": np.zeros(0, dtype),
+        "one": gaussian(1, dtype, seed=9),
+        "4095": gaussian(4095, dtype, seed=10),
+        "4097": gaussian(4097, dtype, seed=11),
+    }
+
+
+def bits(x):
+    return np.ascontiguousarray(x).view(np.uint16 if x.itemsize == 2 else np.uint32)
+
+
+def descriptors(stream, n):
+    if stream[6] & r6.FLAG_STORED_RAW:
+        return []
+    return [r6.read_descriptor(stream, b) for b in range(-(-n // r6.BLOCK))]
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=["1sm", "4sm"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compress_writes_the_reference_stream_and_decompress_every_bit(emulator, dtype, launch):
+    cases = kinds(dtype)
+    code = CODES[dtype]
+    requests = [(COMPRESS, code, x.size, x.tobytes()) for x in cases.values()]
+    expected = {name: r6.compress(x) for name, x in cases.items()}
+    requests += [(DECOMPRESS, code, x.size, expected[name]) for name, x in cases.items()]
+    replies = run(emulator, requests, launch)
+    seen = {"group": 0, "own-ref group": 0, "group-ref group": 0, "flip": 0, "raw block": 0, "stored raw": 0}
+    for i, (name, x) in enumerate(cases.items()):
+        stream, (verdict, out) = replies[i], replies[len(cases) + i]
+        assert stream == expected[name], f"{name}: {len(stream)} bytes, the reference {len(expected[name])}"
+        assert verdict == NO_ERROR, (name, hex(verdict))
+        np.testing.assert_array_equal(np.frombuffer(out, bits(x).dtype), bits(x), err_msg=name)
+        d = descriptors(stream, x.size)
+        seen["stored raw"] += bool(stream[6])
+        seen["raw block"] += sum(b["raw"] for b in d)
+        seen["flip"] += sum(b["flip"] for b in d)
+        for g in range(0, len(d), r6.GROUP_BLOCKS):
+            group = [b for b in d[g : g + r6.GROUP_BLOCKS] if b["code"] == r6.GROUP_CODE]
+            seen["group"] += bool(group)
+            refs = {b["ref"] for b in group}
+            seen["group-ref group" if len(refs) == 1 and len(group) > 1 else "own-ref group"] += bool(group)
+    # the data exercised every choice the encoder makes (in the reference's stream, so in ours)
+    assert all(seen.values()), seen
+
+
+# Streams to corrupt: a group's table and its own-coded blocks, escapes inside coded blocks, raw
+# blocks among coded ones, a float32 group; each a few blocks so that the reference decodes fast.
+@np.errstate(over="ignore")
+def hostile_cases():
+    B = r6.BLOCK
+    mixed = gaussian(2 * B + 100, "float16", seed=21)
+    mixed[::29] = np.resize(special_values("float16"), mixed[::29].size)
+    return {
+        "bf16 group": gaussian(3 * B + 333, "bfloat16", seed=20),
+        "fp16 mixed": mixed,
+        "bf16 half raw": np.concatenate([gaussian(B, "bfloat16", seed=22), random_bits(B + 7, "bfloat16", seed=23)]),
+        "fp32 silu": silu(2 * B + 1, "float32", seed=24),
+    }
+
+
+def reference_verdict(stream, dtype, n):
+    try:
+        return "", r6.decompress(stream, dtype, n)
+    except r6.CorruptPayload as e:
+        return str(e), None
+
+
+def check_verdicts(replies, cases, streams):
+    messages = status_messages()
+    rejected = 0
+    for (name, dtype, n), stream, (verdict, out) in zip(cases, streams, replies):
+        message, y = reference_verdict(stream, dtype, n)
+        if not message:
+            assert verdict == NO_ERROR, (name, hex(verdict))
+            np.testing.assert_array_equal(np.frombuffer(out, bits(y).dtype), bits(y), err_msg=name)
+            continue
+        rejected += 1
+        assert verdict != NO_ERROR, (name, message)
+        status = verdict & 0xFF
+        assert category(messages[status]) == category(message), (name, message, messages[status], hex(verdict))
+        block = re.search(r"\(block (\d+)", message)
+        if block:  # the reference names the failing block: it must be ours
+            assert verdict >> 8 == int(block.group(1)) + 1, (name, message, hex(verdict))
+    return rejected
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=["1sm", "4sm"])
+def test_mutated_streams_get_the_references_verdict(emulator, launch):
+    rng = np.random.default_rng(zlib.crc32(b"cuda6") + launch[0])
+    cases, streams, requests = [], [], []
+    for name, x in hostile_cases().items():
+        stream = r6.compress(x)
+        for _ in range(60):
+            bad = mutate(stream, rng)
+            cases.append((name, x.dtype, x.size))
+            streams.append(bad)
+            requests.append((DECOMPRESS, CODES[x.dtype.name], x.size, bad))
+    replies = run(emulator, requests, launch)
+    rejected = check_verdicts(replies, cases, streams)
+    assert rejected > len(cases) // 3, rejected  # the mutations reached the checks
+
+
+def test_hostile_headers_tables_and_descriptors(emulator):
+    """Targeted corruptions of each structure, each a category the reference names."""
+    x = gaussian(3 * r6.BLOCK + 333, "bfloat16", seed=20)
+    s = bytearray(r6.compress(x))
+    nb = -(-x.size // r6.BLOCK)
+    data = r6.HEADER_BYTES + r6.DESC_BYTES * nb
+    assert r6.read_descriptor(bytes(s), 0)["table"], "the case needs a group table"
+
+    def edit(at, value):
+        t = bytearray(s)
+        t[at : at + len(value)] = value
+        return bytes(t)
+
+    def desc(b, **fields):
+        d = dict(r6.read_descriptor(bytes(s), b), **fields)
+        v = d["end"] | d["ref"] << 32 | d["code"] << 42 | d["flip"] << 46 | d["raw"] << 47 | d["table"] << 48
+        return edit(r6.HEADER_BYTES + r6.DESC_BYTES * b, (v | d["reserved"] << 49).to_bytes(8, "little"))
+
+    bad = [
+        edit(0, b"ZCCM"), edit(4, b"\x05"), edit(5, b"\x02"), edit(6, b"\x02"), edit(7, b"\x0b"),
+        edit(8, (x.size + 1).to_bytes(8, "little")), bytes(s[:15]), bytes(s[: data - 1]), bytes(s[:-1]),
+        edit(data, b"\xdd"),  # a length over 12
+        edit(data, b"\x11" * r6.TABLE_BYTES),  # a Kraft sum over 1
+        edit(data, b"\x00" * r6.TABLE_BYTES),  # no code
+        desc(1, reserved=1), desc(1, code=7), desc(2, table=1), desc(0, table=0), desc(1, raw=1),
+        desc(2, end=0), desc(1, ref=1023), desc(0, end=100), bytes(s) + b"\x00",
+        edit(data + r6.TABLE_BYTES, b"\xff"),  # block 0's width field and first deviation
+    ]
+    cases = [("hostile", x.dtype, x.size)] * len(bad)
+    replies = run(emulator, [(DECOMPRESS, 1, x.size, t) for t in bad], LAUNCHES[-1])
+    # each rejected as the reference rejects it, but the appended byte (§2 reads nothing past the records)
+    assert check_verdicts(replies, cases, bad) == len(bad) - 1
+
+
+def test_no_data_race_under_threadsanitizer(tmp_path):
+    exe = build(tmp_path, "thread")
+    for dtype in ("bfloat16", "float32"):
+        xs = [gaussian(r6.GROUP_BLOCKS * r6.BLOCK + 4097, dtype, seed=30), silu(3 * r6.BLOCK + 1, dtype, seed=31)]
+        code = CODES[dtype]
+        replies = run(exe, [(COMPRESS, code, x.size, x.tobytes()) for x in xs] +
+                      [(DECOMPRESS, code, x.size, r6.compress(x)) for x in xs], (4, 4))
+        for i, x in enumerate(xs):
+            assert replies[i] == r6.compress(x)
+            assert replies[len(xs) + i][0] == NO_ERROR
+            assert replies[len(xs) + i][1] == x.tobytes()
+
+
+def test_cuda_build_compiles_for_sm90_within_budget(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on PATH")
+    src = tmp_path / "cuda6.cu"
+    src.write_text('#include <cuda_runtime.h>\n#include "cuda6_codec.cuh"\nnamespace c6 = zipccl::cuda6;\n'
+                   "void f(int d, const void* x, int64_t n, uint8_t* o, unsigned long long* l, void* w,"
+                   " const c6::Tables* t) { c6::Compress(d, x, n, o, l, w, t, 0); }\n"
+                   "void g(int d, const uint8_t* i, int64_t s, int64_t n, void* y, unsigned long long* v,"
+                   " const c6::Tables* t) { c6::Decompress(d, i, s, n, y, v, t, 132, 0); }\n")
+    out = subprocess.run([nvcc, "-O3", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", f"-I{ROOT / 'ffi'}", "-c",
+                          str(src), "-o", str(tmp_path / "cuda6.o")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    kernels = re.findall(r"Compiling entry function '(\w+)'", out.stderr)
+    usage = re.findall(r"Used (\d+) registers, used \d+ barriers, (\d+) bytes smem", out.stderr)
+    assert len(usage) == len(kernels) == 10, out.stderr  # Scan; Group, Code and Decode for each dtype
+    assert not re.search(r"[1-9]\d* bytes spill stores", out.stderr), out.stderr
+    for name, (regs, smem) in zip(kernels, usage):  # the occupancy docs/GPU.md predicts from
+        assert int(regs) <= 64 and int(smem) <= 40 * 1024, (name, regs, smem)
+
+
+def test_the_timing_tool_round_trips_under_emulation(tmp_path):
+    """tools/v6_cuda/time6.cu (what tools/v6_cuda/measure.sh times on a GPU), built for the emulation."""
+    exe = tmp_path / "time6"
+    subprocess.run([shutil.which("g++") or "c++", "-std=c++20", "-O1", "-DZIPCCL_HOST_EMULATION", "-x", "c++",
+                    str(ROOT / "tools" / "v6_cuda" / "time6.cu"), "-pthread", "-o", str(exe)], check=True, timeout=300)
+    data = tmp_path / "data.bf16"
+    data.write_bytes(gaussian(5000, "bfloat16", seed=40).tobytes())
+    for args in (["bf16", "gaussian", "20000"], ["fp16", "relu", "9000"], ["fp32", "gaussian", "4097"],
+                 ["bf16", "file", "12345", "1", str(data)]):
+        out = subprocess.run([str(exe), *args, *([] if args[1] == "file" else ["1"])], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0 and out.stdout.strip().endswith("bit-exact"), (args, out.stdout, out.stderr)
