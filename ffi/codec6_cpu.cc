@@ -177,6 +177,17 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
   *nblocks = nbk;
 }
 
+// The family combos' decode tables for one dtype, built once.
+template <int DT>
+const Baked* family_baked() {
+  static const Baked* tables = [] {
+    Baked* t = new Baked[kCombos];
+    for (int c = 0; c < kCombos; ++c) t[c].bake<DT>(family_codes().luts[c]);
+    return t;
+  }();
+  return tables;
+}
+
 // ---- streams -----------------------------------------------------------------
 
 template <int DT>
@@ -271,12 +282,15 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
   const FamilyCodes& fam = family_codes();
   static thread_local std::unique_ptr<uint16_t[]> glut, lut;
   if (!glut) glut.reset(new uint16_t[kLutSize]), lut.reset(new uint16_t[kLutSize]);
-  int64_t lut_group = -1;  // the group (and 2 group + flip) glut decodes
-  constexpr int kBakedCache = 8;
-  static thread_local std::unique_ptr<Baked[]> baked;
-  if (!baked) baked.reset(new Baked[kBakedCache]);
-  for (int i = 0; i < kBakedCache; ++i) baked[i].table = -1;  // group indices are this stream's
-  int next_baked = 0;
+  int64_t lut_group = -1;  // the group (2 group + flip) glut and gbaked decode
+  static thread_local std::unique_ptr<Baked> gbaked;
+  if (!gbaked) gbaked.reset(new Baked());
+  constexpr int kRefTables = 8;  // a small cache: blocks mostly share a few (code, ref) pairs
+  static thread_local std::unique_ptr<RefTable[]> ref_tables;
+  if (!ref_tables) ref_tables.reset(new RefTable[kRefTables]);
+  for (int i = 0; i < kRefTables; ++i) ref_tables[i].from = nullptr;
+  int next_ref_table = 0, group_serial = 0;
+  const Baked* fam_baked = family_baked<DT>();
   uint8_t lens[kNumSyms], glens[kNumSyms];
   for (int64_t b = 0; b < nb; ++b) {
     const int cnt = block_elems(n, b);
@@ -290,31 +304,39 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
       std::memcpy(dst, body, bytes);
       continue;
     }
+    if (!generic && b + 1 < nb) {  // the next record, while this one decodes: its lanes are read 16 lines at a time
+      const uint32_t next = std::min<uint32_t>(read_desc(in, b + 1).end, uint32_t(size - data_at));
+      for (uint32_t at = p.end; at < next; at += 64) __builtin_prefetch(in + data_at + at);
+    }
     const uint16_t* table = nullptr;
+    const Baked* baked = nullptr;
     if (p.d.code == kGroupCode) {
       status = unpack_table(in + data_at + p.table_at, glens);
       if (status != kOk) return status;
       if (!generic && lut_group != 2 * (b / kGroupBlocks) + p.d.flip) {
         block_lengths(kGroupCode, int(p.d.flip), glens, kFamily, lens);
         build_lut(lens, glut.get(), kNumSyms);
+        gbaked->bake<DT>(glut.get());
         lut_group = 2 * (b / kGroupBlocks) + p.d.flip;
+        ++group_serial;
       }
-      table = glut.get();
+      table = glut.get(), baked = gbaked.get();
     } else {
-      table = fam.luts[2 * p.d.code + p.d.flip];
+      table = fam.luts[2 * p.d.code + p.d.flip], baked = &fam_baked[2 * p.d.code + p.d.flip];
     }
     if (generic) {
       block_lengths(int(p.d.code), int(p.d.flip), glens, kFamily, lens);
       build_lut(lens, lut.get(), kNumSyms);
       table = lut.get();
     } else {
-      const int which = int(p.d.code == kGroupCode ? kCombos + lut_group : 2 * p.d.code + p.d.flip);
-      Baked* t = nullptr;  // a small cache: blocks mostly share a few (code, ref) pairs
-      for (int i = 0; i < kBakedCache && !t; ++i) t = baked[i].table == which && baked[i].ref == p.d.ref ? &baked[i] : nullptr;
+      const int serial = baked == gbaked.get() ? group_serial : 0;
+      RefTable* t = nullptr;
+      for (int i = 0; i < kRefTables && !t; ++i)
+        t = ref_tables[i].from == baked && ref_tables[i].ref == p.d.ref && ref_tables[i].serial == serial ? &ref_tables[i] : nullptr;
       if (!t) {
-        t = &baked[next_baked++ % kBakedCache];
-        bake<DT>(table, p.d.ref, t);
-        t->table = which, t->ref = p.d.ref;
+        t = &ref_tables[next_ref_table++ % kRefTables];
+        t->bake<DT>(*baked, p.d.ref);
+        t->serial = serial;
       }
       if (decode_body_fast<DT>(body, bytes, in + size, cnt, t->entry, reinterpret_cast<typename Elements<DT>::T*>(dst)))
         continue;

@@ -1,9 +1,10 @@
 // Fast CPU coding of a version-6 block's 32 lanes (docs/FORMAT6.md §3), the
 // same bytes as encode_body / decode_body of format6.h (tests assert it).
 // Encoding: each lane's fields appended to its own buffer, then the body
-// spliced from the head and the lanes. Decoding: a table baked for the
-// block's code and ref gives, for a lane's next 12 bits, the element's sign
-// and q, its code's length and its bits in the lane; 32 lanes advance in
+// spliced from the head and the lanes. Decoding: a table of the block's
+// code at its ref (baked from the code's own table in a vector pass, a few
+// kept) gives, for a lane's next 12 bits, the value's sign and q, its code's
+// length and its bits in the lane; 32 lanes advance in
 // lockstep (AVX-512: two vectors of 16), and a block whose lanes do not decode
 // cleanly is decoded again by format6.h's decoder, which names the error.
 #pragma once
@@ -72,15 +73,44 @@ struct KeyTable {
 
   void build(const uint8_t* lens, const uint16_t* codes, uint32_t at_ref) {
     constexpr Layout lay = Elements<DT>::lay;
+    ref = at_ref;
+    for (int sign = 0; sign < 2; ++sign) e[kKeys + sign] = codes[sign << 7] | uint32_t(lens[sign << 7]) << 26;
+#if ZC_HAVE_SIMD
+    if (simd_enabled()) return simd_build(lens, codes);
+#endif
     for (int key = 0; key < kKeys; ++key) {
       const uint32_t sign = uint32_t(key) >> lay.q_bits, q = uint32_t(key) & Elements<DT>::q_mask, d = at_ref - q;
       const int cls = (normal_q(q, lay) && d <= uint32_t(kMaxD)) ? int(d) + 1 : kClassEsc, sym = int(sign << 7) | cls;
       const bool esc = cls == kClassEsc;
       e[key] = (codes[sym] | (esc ? q << lens[sym] : 0u)) | uint32_t(lens[sym] + (esc ? lay.q_bits : 0)) << 26;
     }
-    for (int sign = 0; sign < 2; ++sign) e[kKeys + sign] = codes[sign << 7] | uint32_t(lens[sign << 7]) << 26;
-    ref = at_ref;
   }
+
+ private:
+#if ZC_HAVE_SIMD
+  ZC_SIMD void simd_build(const uint8_t* lens, const uint16_t* codes) {
+    constexpr Layout lay = Elements<DT>::lay;
+    alignas(64) uint32_t code_len[kNumSyms];  // a symbol's code | its length << 26
+    for (int sym = 0; sym < kNumSyms; ++sym) code_len[sym] = codes[sym] | uint32_t(lens[sym]) << 26;
+    const __m512i vref = _mm512_set1_epi32(int(ref)), qmask = _mm512_set1_epi32(int(Elements<DT>::q_mask));
+    const __m512i four = _mm512_set1_epi32(4), span = _mm512_set1_epi32(int(lay.q_max - 4));
+    const __m512i esc = _mm512_set1_epi32(kClassEsc);
+    for (int key = 0; key < kKeys; key += 16) {
+      const __m512i k = _mm512_add_epi32(_mm512_set1_epi32(key), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+      const __m512i q = _mm512_and_si512(k, qmask), d = _mm512_sub_epi32(vref, q);
+      const __mmask16 near = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(q, four), span) &
+                             _mm512_cmple_epu32_mask(d, _mm512_set1_epi32(kMaxD));
+      const __m512i cls = _mm512_mask_add_epi32(esc, near, d, _mm512_set1_epi32(1));
+      const __m512i sym = _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(k, lay.q_bits), 7), cls);
+      __m512i v = _mm512_i32gather_epi32(sym, code_len, 4);
+      const __mmask16 escaped = __mmask16(~near);  // an escape: q after the code, q_bits more
+      const __m512i len = _mm512_srli_epi32(v, 26);
+      v = _mm512_mask_or_epi32(v, escaped, v, _mm512_sllv_epi32(q, len));
+      v = _mm512_mask_add_epi32(v, escaped, v, _mm512_set1_epi32(lay.q_bits << 26));
+      _mm512_store_si512(e + key, v);
+    }
+  }
+#endif
 };
 
 constexpr int kLaneWords = 16 + kBlock / kLanes * 43 / 32 + 1 + 32;  // a zero word before a lane's most words, then a tile's room
@@ -254,38 +284,76 @@ inline uint64_t load64(const uint8_t* p) {
   return v;
 }
 
-// A decode table baked for one code and one ref: for every 12-bit window,
-// everything its code implies (0: no code starts it, or a class whose q
-// would not be normal: the generic decoder names the error).
+// A decode table of one code: for every 12-bit window, what the code there
+// implies (0: no code starts it; the generic decoder names the error). A
+// value's q is its class's distance from the block's ref, its escape's, or 0.
 struct Baked {
-  static constexpr uint32_t kHiMask = 0xFFFF;  // bits 0-15: sign | q of the element, >> hi_shift
+  static constexpr uint32_t kSym = 0xFF;       // bits 0-7: the symbol, sign << 7 | class
   static constexpr int kLenShift = 16;         // bits 16-19: the code's length
-  static constexpr int kUsedShift = 20;        // bits 20-25: the element's bits in its lane (an escape: without q)
+  static constexpr int kUsedShift = 20;        // bits 20-25: the value's bits in its lane (an escape: without q)
   static constexpr uint32_t kLow = 1u << 26;   // the low bits follow
   static constexpr uint32_t kEsc = 1u << 27;   // q follows the code
-  uint32_t entry[kLutSize];
-  int table = -1;  // which code: a combo, or kCombos + the group's index
-  uint32_t ref = 0;
+  static constexpr uint32_t kNear = 1u << 28;  // classes 1..120: q = ref + 1 - class, which must be normal
+  alignas(64) uint32_t entry[kLutSize];
+
+  template <int DT>
+  void bake(const uint16_t* lut) {
+    constexpr Layout lay = Elements<DT>::lay;
+    for (int w = 0; w < kLutSize; ++w) {
+      const uint32_t len = lut[w] >> 8, s = lut[w] & 0xFF, cls = s & 127;
+      const uint32_t kind = cls == kClassEsc ? kEsc | kLow : cls == kClassZero ? 0 : kNear | kLow;
+      const uint32_t used = len + (kind & kLow ? lay.low_bits : 0);
+      entry[w] = len ? s | len << kLenShift | used << kUsedShift | kind : 0;
+    }
+  }
 };
 
-template <int DT>
-void bake(const uint16_t* lut, uint32_t ref, Baked* t) {
-  using El = Elements<DT>;
-  constexpr int hi_shift = El::lay.low_bits + El::lay.q_bits - 10 > 0 ? 0 : 0;  // sign | q fits 16 bits as is
-  (void)hi_shift;
-  for (int w = 0; w < kLutSize; ++w) {
-    const uint32_t e = lut[w], len = e >> 8, s = e & 0xFF, cls = s & 127, sign = s >> 7;
-    uint32_t v = 0;
-    if (len && cls == kClassEsc) {
-      v = sign << (El::lay.q_bits) | Baked::kEsc | Baked::kLow | (len + El::lay.low_bits) << Baked::kUsedShift;
-    } else if (len && cls == kClassZero) {
-      v = sign << El::lay.q_bits | len << Baked::kUsedShift;
-    } else if (len && normal_q(ref + 1 - cls, El::lay)) {
-      v = (sign << El::lay.q_bits | (ref + 1 - cls)) | Baked::kLow | (len + El::lay.low_bits) << Baked::kUsedShift;
+// A code's decode table at one ref (baked from its Baked table): for every
+// 12-bit window, the value's sign and q (an escape's q from the stream), the
+// code's length, the value's bits in its lane; 0 where no code starts, or
+// where a class's q would not be normal (the generic decoder names the error).
+struct RefTable {
+  static constexpr uint32_t kHi = 0xFFFF;  // bits 0-15: sign << q_bits | q; bits 16-27 as Baked's
+  static constexpr uint32_t kKept = 0x0FFF0000;
+  alignas(64) uint32_t entry[kLutSize];
+  const Baked* from = nullptr;
+  uint32_t ref = 0;
+  int serial = -1;  // Baked tables are reused (a group's): the code they held
+
+  template <int DT>
+  void bake(const Baked& b, uint32_t at_ref) {
+    constexpr Layout lay = Elements<DT>::lay;
+#if ZC_HAVE_SIMD
+    if (simd_enabled()) return simd_bake<DT>(b, at_ref);
+#endif
+    for (int w = 0; w < kLutSize; ++w) {
+      const uint32_t e = b.entry[w], cls = e & 127, q = (e & Baked::kNear) ? at_ref + 1 - cls : 0;
+      const bool ok = e && (!(e & Baked::kNear) || normal_q(q, lay));
+      entry[w] = ok ? (e & kKept) | (e >> 7 & 1) << lay.q_bits | q : 0;
     }
-    t->entry[w] = v ? v | len << Baked::kLenShift : 0;
+    from = &b, ref = at_ref;
   }
-}
+
+ private:
+#if ZC_HAVE_SIMD
+  template <int DT>
+  ZC_SIMD void simd_bake(const Baked& b, uint32_t at_ref) {
+    constexpr Layout lay = Elements<DT>::lay;
+    const __m512i ref1 = _mm512_set1_epi32(int(at_ref + 1)), four = _mm512_set1_epi32(4);
+    const __m512i span = _mm512_set1_epi32(int(lay.q_max - 4)), one = _mm512_set1_epi32(1);
+    for (int w = 0; w < kLutSize; w += 16) {
+      const __m512i e = _mm512_load_si512(b.entry + w);
+      const __mmask16 near = _mm512_test_epi32_mask(e, _mm512_set1_epi32(int(Baked::kNear)));
+      const __m512i q = _mm512_maskz_sub_epi32(near, ref1, _mm512_and_si512(e, _mm512_set1_epi32(127)));
+      const __mmask16 ok = _mm512_test_epi32_mask(e, e) & ~(near & _mm512_cmpge_epu32_mask(_mm512_sub_epi32(q, four), span));
+      const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 7), one), lay.q_bits);
+      const __m512i v = _mm512_or_si512(_mm512_and_si512(e, _mm512_set1_epi32(int(kKept))), _mm512_or_si512(sign, q));
+      _mm512_store_si512(entry + w, _mm512_maskz_mov_epi32(ok, v));
+    }
+    from = &b, ref = at_ref;
+  }
+#endif
+};
 
 struct Cursor {
   uint32_t pos, end;
@@ -307,7 +375,7 @@ inline void decode_value(const uint8_t* body, const uint8_t* limit, Cursor& c, c
   }
   w >>= c.pos & 7;
   const uint32_t e = tab[w & (kLutSize - 1)], len = (e >> Baked::kLenShift) & 15;
-  uint32_t hi = e & Baked::kHiMask, used = (e >> Baked::kUsedShift) & 63;
+  uint32_t hi = e & RefTable::kHi, used = (e >> Baked::kUsedShift) & 63;
   uint64_t rest = w >> len;
   if (e & Baked::kEsc) [[unlikely]] {
     hi |= uint32_t(rest) & El::q_mask;
@@ -392,7 +460,7 @@ ZC_SIMD inline void simd_step(const uint8_t* body, __m512i vsize, const uint32_t
     w = _mm512_shrdv_epi32(lo, hi, shift);
     hi = _mm512_srlv_epi32(hi, shift);
   }
-  __m512i top = _mm512_and_si512(e, set(Baked::kHiMask)), off = len;
+  __m512i top = _mm512_and_si512(e, set(RefTable::kHi)), off = len;
   if (esc) {
     top = _mm512_mask_or_epi32(top, esc, top, _mm512_and_si512(_mm512_srlv_epi32(w, len), set(El::q_mask)));
     off = _mm512_mask_add_epi32(off, esc, off, set(lay.q_bits));

@@ -32,6 +32,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--elements", type=int, default=1 << 24, help="Gaussian values per dtype")
     g.add_argument("--core", type=int, default=None, help="pin to this CPU core")
     g.add_argument("--lm-steps", type=int, default=200, help="training steps of the LM whose traffic is measured")
+    g.add_argument("--versions", action="store_true",
+                   help="format versions 5 and 6 of the C++ codec side by side instead (speeds, ratios)")
+    g.add_argument("--rounds", type=int, default=3, help="--versions: rounds alternating which version runs first")
     b.add_argument("--platform", choices=["cpu", "gpu"], default=None,
                    help="collectives and train: run on this platform's devices (default: the default platform's, "
                         "or the virtual CPU devices where it has fewer than two)")
@@ -116,7 +119,10 @@ def main(argv=None) -> None:
     elif args.what == "codec":
         from .bench import codec
 
-        codec.run_codec(args.elements, args.repeat, args.core, args.json, args.plot, args.lm_steps)
+        if args.versions:
+            codec.run_versions(args.elements, args.repeat, args.core, args.rounds, args.json)
+        else:
+            codec.run_codec(args.elements, args.repeat, args.core, args.json, args.plot, args.lm_steps)
     elif args.what == "collectives":
         from .bench import collectives
 

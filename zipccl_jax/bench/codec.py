@@ -1,6 +1,7 @@
 """Codec benchmark: ratio and single-core speed, side by side with the baselines.
 
     python -m zipccl_jax bench codec [--elements N] [--repeat R] [--core C] [--lm-steps S]
+    python -m zipccl_jax bench codec --versions [--elements N] [--repeat R] [--core C] [--rounds K]
 
 Every codec runs on the same bytes in one process, pinned to one core. Ratios
 cover Gaussian data, every pretrained model of bench.data.MODELS that is
@@ -90,6 +91,65 @@ def speeds(x: np.ndarray, repeat: int) -> dict:
     if not np.array_equal(back, raw):
         raise AssertionError("zipccl round trip is not bit-exact")
     return {k: (v, v / gbs["numpy copy"]) for k, v in gbs.items()}
+
+
+def _version_calls(x: np.ndarray) -> dict:
+    """{version: {op: call}} of the C++ codec on x: version 5 (the library's format) and version 6
+    (docs/FORMAT6.md), each on its own reused buffers; checks both round trips bit for bit."""
+    raw = np.ascontiguousarray(x).view(np.uint8).ravel()
+    code = DTYPE_CODES[x.dtype.name]
+    calls = {}
+    for v, (comp, decomp, size) in {
+        5: (_zipccl_cpu.compress_into, _zipccl_cpu.decompress_into, _zipccl_cpu.stream_bytes),
+        6: (_zipccl_cpu.compress6_into, _zipccl_cpu.decompress6_into, _zipccl_cpu.stream_bytes6),
+    }.items():
+        out = np.empty(reference.max_stream_bytes(x.size, x.dtype), np.uint8)
+        back = np.empty_like(raw)
+        stream = out[: comp(raw, code, out)]
+        decomp(stream, code, back)
+        if not np.array_equal(back, raw):
+            raise AssertionError(f"version {v} round trip is not bit-exact")
+        calls[v] = {"ratio": raw.nbytes / stream.size,
+                    "compress": lambda c=comp, o=out: c(raw, code, o),
+                    "decompress": lambda d=decomp, s=stream, b=back: d(s, code, b),
+                    "size pass": lambda z=size: z(raw, code)}
+    return calls
+
+
+def version_speeds(x: np.ndarray, repeat: int, rounds: int) -> dict:
+    """Single-core GB/s of versions 5 and 6 on x, side by side: `rounds` rounds alternating which
+    version runs first, each op's median of `repeat` per round; the median of the rounds' medians,
+    and version 6 / version 5."""
+    calls = _version_calls(x)
+    ops = ("compress", "decompress", "size pass")
+    runs = {(v, op): [] for v in calls for op in ops}
+    for r in range(rounds):
+        for v in (5, 6) if r % 2 == 0 else (6, 5):
+            for op in ops:
+                runs[v, op].append(x.nbytes / 1e9 / _median_seconds(calls[v][op], repeat))
+    row = {"v5 ratio": f"{calls[5]['ratio']:.4f}", "v6 ratio": f"{calls[6]['ratio']:.4f}"}
+    for op in ops:
+        v5, v6 = float(np.median(runs[5, op])), float(np.median(runs[6, op]))
+        row[f"v5 {op}"], row[f"v6 {op}"], row[f"{op} v6/v5"] = f"{v5:.2f}", f"{v6:.2f}", f"{v6 / v5:.2f}"
+    return row
+
+
+def run_versions(elements: int, repeat: int, core: int | None, rounds: int, json_path=None) -> None:
+    """Versions 5 and 6 of the C++ CPU codec side by side (issue 26's CPU speed acceptance)."""
+    if core is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    datasets = [(f"gaussian {dt}", bench_data.gaussian(elements, dt)) for dt in bench_data.DTYPES]
+    datasets += [d for d in model_datasets() if d[0].startswith(("MiniLM bfloat16", "MiniLM float32", "CREPE bfloat16"))]
+    progress = report.Progress(len(datasets))
+    rows = []
+    for name, data in datasets:
+        progress.start(f"versions 5 and 6 {name}")
+        rows.append({"data": name, **version_speeds(_flat(data), repeat, rounds)})
+        progress.finish(f"compress x{rows[-1]['compress v6/v5']}, decompress x{rows[-1]['decompress v6/v5']}")
+    print(f"## Versions 5 and 6, single-core GB/s of input (median of {rounds} alternated rounds' medians of {repeat})\n")
+    print(report.table(rows))
+    if json_path:
+        report.save_json(json_path, elements=elements, repeat=repeat, rounds=rounds, versions=rows)
 
 
 def api_speeds(x: np.ndarray, repeat: int) -> dict:
