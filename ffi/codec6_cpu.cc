@@ -139,7 +139,8 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     block_stats<DT>(reinterpret_cast<const typename El::T*>(in) + int64_t(b) * kBlock, block_elems(count, b), gs, gs.syms[b], st);
     // exact sizes only where a combo can be the smallest: the others' least exceeds one's most
     uint64_t total[kCombos], bound = ~uint64_t(0);
-    for (int c = 0; c < kCombos; ++c) total[c] = total_bits(st, fam.lens[c], fixed.bits), bound = std::min(bound, most_size(total[c]));
+    family_totals(st, fixed.family, total);
+    for (int c = 0; c < kCombos; ++c) bound = std::min(bound, most_size(total[c]));
     for (int c = 0; c < kCombos; ++c) sizes[c] = least_size(total[c]) <= bound ? stats_size(st, fam.lens[c], fixed.bits) : kNoSize;
     g->blocks[b] = family_choice(sizes, st.ref, st.count, El::lay);
     same_refs = same_refs && st.ref == gs.st[0].ref;
@@ -294,7 +295,7 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
   uint8_t lens[kNumSyms], glens[kNumSyms];
   for (int64_t b = 0; b < nb; ++b) {
     const int cnt = block_elems(n, b);
-    BlockPlan p;
+    BlockPlan p{};
     status = plan_block(in, size, nb, b, cnt, lay, &p);
     if (status != kOk) return status;
     const uint8_t* body = in + data_at + p.start;

@@ -45,11 +45,16 @@ struct GroupScratch {
   BlockStats st[kGroupBlocks];
 };
 
-// Bits of a value of each symbol beside its code, by dtype.
+// Bits of a value of each symbol beside its code, by dtype,
+// and a value's bits (code and fixed) under each family combo (2 member + flip).
 struct FixedTable {
   uint8_t bits[kNumSyms];
+  uint8_t family[kNumSyms][kCombos];
   explicit FixedTable(Layout lay) {
-    for (int s = 0; s < kNumSyms; ++s) bits[s] = uint8_t(class_of_symbol(s) > kClassEsc ? 0 : fixed_bits(s, lay));
+    for (int s = 0; s < kNumSyms; ++s) {
+      bits[s] = uint8_t(class_of_symbol(s) > kClassEsc ? 0 : fixed_bits(s, lay));
+      for (int c = 0; c < kCombos; ++c) family[s][c] = uint8_t(kFamily[c >> 1][s ^ (c & 1 ? kSignSym : 0)] + bits[s]);
+    }
   }
 };
 
@@ -198,6 +203,18 @@ inline uint64_t total_bits(const BlockStats& s, const uint8_t* lens, const uint8
   }
   return total;
 }
+// total_bits under the 8 family combos at once: costs[s][c] is combo c's
+// length of symbol s plus its fixed bits (all present: the family codes every symbol).
+inline void family_totals(const BlockStats& s, const uint8_t (*costs)[kCombos], uint64_t* totals) {
+  uint32_t t[kCombos] = {};  // < 2^13 values of < 2^6 bits
+  for (int j = 0; j < s.nused; ++j) {
+    const uint32_t n = s.counts[s.used[j]];
+    const uint8_t* c = costs[s.used[j]];
+    for (int k = 0; k < kCombos; ++k) t[k] += n * c[k];
+  }
+  for (int k = 0; k < kCombos; ++k) totals[k] = t[k];
+}
+
 inline uint64_t least_size(uint64_t total) { return total == ~uint64_t(0) ? total : (total + head_bits(1) + 7) / 8; }
 inline uint64_t most_size(uint64_t total) { return total == ~uint64_t(0) ? total : (total + head_bits(kMaxWidth) + 7) / 8; }
 
