@@ -134,28 +134,12 @@ struct SimdLanes {
   }
 
  private:
-  struct Appended {
-    __m512i low;
-    __mmask16 full;
-  };
-
   template <int DT>
   ZC_SIMD void encode_half(const typename Elements<DT>::T* x, const uint32_t* keys, int h) {
     using El = Elements<DT>;
     constexpr Layout lay = El::lay;
     constexpr int kKeys = KeyTable<DT>::kKeys;
-    __m512i acc = _mm512_setzero_si512(), nb = acc;
-    const __m512i thirty_two = _mm512_set1_epi32(32);
-    // an append of n <= 32 bits v to each lane: a lane whose pending bits reach 32 completes a word
-    const auto put = [&](__m512i v, __m512i n) ZC_SIMD {
-      const __m512i low = _mm512_or_si512(acc, _mm512_sllv_epi32(v, nb));  // shifts of 32 give 0
-      const __m512i spill = _mm512_srlv_epi32(v, _mm512_sub_epi32(thirty_two, nb));
-      nb = _mm512_add_epi32(nb, n);
-      const __mmask16 full = _mm512_cmpge_epu32_mask(nb, thirty_two);
-      acc = _mm512_mask_mov_epi32(low, full, spill);
-      nb = _mm512_mask_sub_epi32(nb, full, nb, thirty_two);
-      return Appended{low, full};
-    };
+    LaneAppender lanes;
     uint32_t* count = this->count + 16 * h;
     for (int l = 0; l < 16; ++l) count[l] = 0;
     for (int j0 = 0; j0 < kBlock / kLanes; j0 += 16) {
@@ -177,14 +161,15 @@ struct SimdLanes {
         }
         fv = _mm512_mask_or_epi32(fv, joined, fv, _mm512_sllv_epi32(low, fn));
         fn = _mm512_mask_add_epi32(fn, joined, fn, _mm512_set1_epi32(lay.low_bits));
-        const Appended first = put(fv, fn);
+        const LaneAppender::Appended first = lanes.put(fv, fn);
         _mm512_store_si512(stage[r], first.low);
         stage_mask[r] = first.full;
         if constexpr (DT == kF32) {  // a step may complete two words (rows r, r + 16)
           stage_mask[16 + r] = 0;
           if (apart) {
             seconds = true;
-            const Appended second = put(_mm512_maskz_mov_epi32(apart, low), _mm512_maskz_mov_epi32(apart, _mm512_set1_epi32(lay.low_bits)));
+            const LaneAppender::Appended second =
+                lanes.put(_mm512_maskz_mov_epi32(apart, low), _mm512_maskz_mov_epi32(apart, _mm512_set1_epi32(lay.low_bits)));
             _mm512_store_si512(stage[16 + r], second.low);
             stage_mask[16 + r] = second.full;
           }
@@ -193,7 +178,7 @@ struct SimdLanes {
       keep_words(seconds ? 2 : 1, h);
     }
     alignas(64) uint32_t pending[16];
-    _mm512_store_si512(pending, acc);
+    _mm512_store_si512(pending, lanes.acc);
     for (int l = 0; l < 16; ++l) {  // a lane's words from word 16: a zero before, its pending bits, zeros
       uint32_t* lane = words[16 * h + l] + 16;
       lane[-1] = 0;

@@ -248,11 +248,6 @@ struct LaneCoder {
     }
   }
 
-  struct Appended {  // a step's append: every lane's low word, and which filled one
-    __m512i low;
-    __mmask16 full;
-  };
-
   // The lanes' fields, 16 elements (a step) at a time: with WRITE coded into
   // the word arrays as encode_lanes does, else only counted. Each step's
   // appends leave every lane's low 32 bits in a row of stage and the lanes that
@@ -262,20 +257,10 @@ struct LaneCoder {
   ZC_SIMD void simd_lanes(const uint8_t* in, uint32_t ref, uint32_t* bits) {
     using E = Elem<DT>;
     if (keys_ref != ref) build_keys<DT, SC, ZEROS>(ref);
-    // Each lane's pending bits (nb < 32 of them) in a 32-bit word: an append of n <= 26 bits v
-    // completes the word when nb + n >= 32, and what did not fit (v >> (32 - nb)) is pending next.
-    __m512i acc = _mm512_setzero_si512(), nb = acc, total = acc;
+    LaneAppender app;  // each lane's pending bits
+    __m512i total = _mm512_setzero_si512();
     uint32_t count[kLanes] = {};  // words each lane has kept
-    const __m512i thirty_two = _mm512_set1_epi32(32);
-    const auto put = [&](__m512i v, __m512i n) ZC_SIMD {
-      const __m512i low = _mm512_or_si512(acc, _mm512_sllv_epi32(v, nb));  // shifts of 32 give 0
-      const __m512i spill = _mm512_srlv_epi32(v, _mm512_sub_epi32(thirty_two, nb));
-      nb = _mm512_add_epi32(nb, n);
-      const __mmask16 full = _mm512_cmpge_epu32_mask(nb, thirty_two);
-      acc = _mm512_mask_mov_epi32(low, full, spill);
-      nb = _mm512_mask_sub_epi32(nb, full, nb, thirty_two);
-      return Appended{low, full};
-    };
+    const auto put = [&](__m512i v, __m512i n) ZC_SIMD { return app.put(v, n); };
     for (int i0 = 0; i0 < kBlock; i0 += kLanes * kLanes) {  // 16 steps
       bool seconds = false;  // fp32: whether a step of these made a second append
       for (int i = i0, r = 0; i < i0 + kLanes * kLanes; i += kLanes, ++r) {
@@ -310,7 +295,7 @@ struct LaneCoder {
     _mm512_storeu_si512(bits, total);
     if (!WRITE) return;
     alignas(64) uint32_t low[kLanes];
-    _mm512_store_si512(low, acc);
+    _mm512_store_si512(low, app.acc);
     for (int k = 0; k < kLanes; ++k) {
       uint32_t* lane = words + k * kLaneStride + 16;
       lane[-1] = 0;

@@ -146,6 +146,29 @@ constexpr Lanes kReverse5Words = words_of([](int i) {
 
 ZC_SIMD inline __m512i lanes(const Lanes& l) { return _mm512_load_si512(l.b); }
 
+// Appends to 16 lanes at once: each lane's pending bits (nb < 32 of them) sit in
+// its word of acc; an append of n <= 32 bits v completes the word when
+// nb + n >= 32 (put returns every lane's word and which completed), and what
+// did not fit (v >> (32 - nb)) is pending next. Both versions' lane coders use it.
+struct LaneAppender {
+  struct Appended {
+    __m512i low;
+    __mmask16 full;
+  };
+  __m512i acc, nb;
+  ZC_SIMD LaneAppender() : acc(_mm512_setzero_si512()), nb(_mm512_setzero_si512()) {}
+  ZC_SIMD Appended put(__m512i v, __m512i n) {
+    const __m512i thirty_two = _mm512_set1_epi32(32);
+    const __m512i low = _mm512_or_si512(acc, _mm512_sllv_epi32(v, nb));  // shifts of 32 give 0
+    const __m512i spill = _mm512_srlv_epi32(v, _mm512_sub_epi32(thirty_two, nb));
+    nb = _mm512_add_epi32(nb, n);
+    const __mmask16 full = _mm512_cmpge_epu32_mask(nb, thirty_two);
+    acc = _mm512_mask_mov_epi32(low, full, spill);
+    nb = _mm512_mask_sub_epi32(nb, full, nb, thirty_two);
+    return Appended{low, full};
+  }
+};
+
 // Transposes the 16 x 16 32-bit matrix of rows r.
 ZC_SIMD inline void transpose16(__m512i* r) {
   __m512i t[kLanes];

@@ -25,8 +25,6 @@ using namespace zipccl;
 
 namespace {
 
-bool same(const uint8_t* a, const uint8_t* b, int64_t bytes) { return bytes == 0 || !std::memcmp(a, b, size_t(bytes)); }
-
 // One random corruption of a stream of n elements.
 std::vector<uint8_t> corrupt(std::mt19937_64& rng, const std::vector<uint8_t>& s, int64_t n) {
   std::vector<uint8_t> c(s);

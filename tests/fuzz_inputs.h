@@ -1,7 +1,7 @@
 // Test inputs for the differential fuzzers (fuzz_codec_cpu.cc, fuzz_codec6_cpu.cc):
 // n elements of dtype, of one of 10 kinds: Gaussian, wide exponents with
 // escapes, zeros, Inf/NaN, block-varying scale, random bits, skewed signs over
-// many binades, ReLU outputs with -0 and subnormals among them.
+// many binades, ReLU outputs with -0 and subnormals among them; and same().
 #pragma once
 
 #include <cmath>
@@ -34,5 +34,8 @@ inline std::vector<uint8_t> make_input(std::mt19937_64& rng, int dtype, int64_t 
   }
   return x;
 }
+
+// Whether bytes bytes at a and b agree (none: they do).
+inline bool same(const uint8_t* a, const uint8_t* b, int64_t bytes) { return bytes == 0 || !std::memcmp(a, b, size_t(bytes)); }
 
 }  // namespace zipccl

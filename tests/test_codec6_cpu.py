@@ -4,7 +4,6 @@ coder (AVX-512 where the CPU has it, and without) and on format6.h's generic one
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import zlib
@@ -16,7 +15,7 @@ import pytest
 from zipccl_jax import _zipccl_cpu as cpu
 from zipccl_jax import reference_v6 as r6
 from zipccl_jax.bench.data import DTYPES, gaussian, random_bits
-from test_codec_cpu import mutate
+from test_codec_cpu import mutate, run_sanitized_fuzzer
 from test_reference_v6 import CODES, bits, descriptors, kinds, odd_values, with_descriptor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,15 +177,4 @@ def test_plain_paths_give_the_same_bytes_as_avx512():
 def test_sanitized_differential_fuzzer(tmp_path):
     """tests/fuzz_codec6_cpu.cc under AddressSanitizer and UBSan: fast and generic coders agree on
     random inputs and on corrupted streams (the same Status), on the SIMD and the portable paths."""
-    compiler = shutil.which("g++") or shutil.which("c++")
-    assert compiler, "a C++ compiler is needed to build the fuzzer"
-    exe = tmp_path / "fuzz_codec6_cpu"
-    subprocess.run([compiler, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    f"-I{ROOT / 'ffi'}", f"-I{ROOT / 'tests'}", str(ROOT / "tests" / "fuzz_codec6_cpu.cc"),
-                    str(ROOT / "ffi" / "codec6_cpu.cc"), "-o", str(exe)], check=True, timeout=600)
-    for seed, no_simd in [(1, False), (2, True)]:
-        env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
-        if no_simd:
-            env["ZIPCCL_NO_SIMD"] = "1"
-        run = subprocess.run([str(exe), str(seed), "150"], env=env, capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0 and ", 0 failures" in run.stdout, run.stdout[-2000:] + run.stderr[-3000:]
+    run_sanitized_fuzzer(tmp_path, "fuzz_codec6_cpu.cc", "codec6_cpu.cc")

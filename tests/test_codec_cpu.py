@@ -193,9 +193,9 @@ def test_plain_paths_give_the_same_bytes_as_the_simd_paths(tmp_path):
     assert digests[0] == digests[1] and len(digests[0]) == 64
 
 
-def test_sanitized_differential_fuzzer(tmp_path):
-    """tests/fuzz_codec_cpu.cc under AddressSanitizer and UBSan: fast and generic coders agree on
-    random inputs and on corrupted streams, on both the SIMD and the portable paths."""
+def run_sanitized_fuzzer(tmp_path, fuzzer: str, codec: str):
+    """Builds tests/<fuzzer> with ffi/<codec> under AddressSanitizer and UBSan and runs it on the
+    SIMD and the portable paths (150 inputs each); it must report no failure."""
     import os
     import shutil
     import subprocess
@@ -204,13 +204,19 @@ def test_sanitized_differential_fuzzer(tmp_path):
     compiler = shutil.which("g++") or shutil.which("c++")
     assert compiler, "a C++ compiler is needed to build the fuzzer"
     root = Path(__file__).resolve().parents[1]
-    exe = tmp_path / "fuzz_codec_cpu"
+    exe = tmp_path / Path(fuzzer).stem
     subprocess.run([compiler, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    f"-I{root / 'ffi'}", str(root / "tests" / "fuzz_codec_cpu.cc"), str(root / "ffi" / "codec_cpu.cc"),
-                    "-o", str(exe)], check=True, timeout=600)
+                    f"-I{root / 'ffi'}", str(root / "tests" / fuzzer), str(root / "ffi" / codec), "-o", str(exe)],
+                   check=True, timeout=600)
     for seed, no_simd in [(1, False), (2, True)]:
         env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
         if no_simd:
             env["ZIPCCL_NO_SIMD"] = "1"
         run = subprocess.run([str(exe), str(seed), "150"], env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0 and ", 0 failures" in run.stdout, run.stdout[-2000:] + run.stderr[-3000:]
+
+
+def test_sanitized_differential_fuzzer(tmp_path):
+    """tests/fuzz_codec_cpu.cc under AddressSanitizer and UBSan: fast and generic coders agree on
+    random inputs and on corrupted streams, on both the SIMD and the portable paths."""
+    run_sanitized_fuzzer(tmp_path, "fuzz_codec_cpu.cc", "codec_cpu.cc")
