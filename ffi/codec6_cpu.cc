@@ -293,11 +293,35 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
   int next_ref_table = 0, group_serial = 0;
   const Baked* fam_baked = family_baked<DT>();
   uint8_t lens[kNumSyms], glens[kNumSyms];
+  using T = typename Elements<DT>::T;
+  // A full coded block waits here to be decoded side by side with the next (their lanes' chains overlap):
+  // within a group (the group's tables stay), at most one (a failing pair is decoded again one by one).
+  struct Waiting {
+    int64_t b = -1;
+    const uint8_t* body;
+    uint32_t bytes, ref, starts[kLanes + 1];
+    const uint16_t* lut;
+    const RefTable* tab;
+    T* dst;
+  } wait;
+  const auto decode_alone = [&](const Waiting& w) {  // the exact verdict, or the values
+    return decode_body(w.body, w.bytes, kBlock, lay, w.ref, w.lut, reinterpret_cast<uint8_t*>(w.dst));
+  };
+  const auto flush = [&]() {
+    int st = kOk;
+    if (wait.b >= 0 && !decode_body_fast<DT>(wait.body, wait.bytes, in + size, kBlock, wait.tab->entry, wait.dst))
+      st = decode_alone(wait);
+    wait.b = -1;
+    return st;
+  };
   for (int64_t b = 0; b < nb; ++b) {
     const int cnt = block_elems(n, b);
     BlockPlan p{};
     status = plan_block(in, size, nb, b, cnt, lay, &p);
-    if (status != kOk) return status;
+    if (status != kOk) {  // the waiting block comes first
+      const int first = flush();
+      return first != kOk ? first : status;
+    }
     const uint8_t* body = in + data_at + p.start;
     uint8_t* dst = out + b * kBlock * lay.elem_bytes;
     const uint32_t bytes = p.end - p.start;
@@ -313,8 +337,12 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
     const Baked* baked = nullptr;
     if (p.d.code == kGroupCode) {
       status = unpack_table(in + data_at + p.table_at, glens);
-      if (status != kOk) return status;
+      if (status != kOk) {
+        const int first = flush();
+        return first != kOk ? first : status;
+      }
       if (!generic && lut_group != 2 * (b / kGroupBlocks) + p.d.flip) {
+        if ((status = flush()) != kOk) return status;  // the waiting block may take the tables rebuilt here
         block_lengths(kGroupCode, int(p.d.flip), glens, kFamily, lens);
         build_lut(lens, glut.get(), kNumSyms);
         gbaked->bake<DT>(glut.get());
@@ -336,27 +364,54 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
         t = ref_tables[i].from == baked && ref_tables[i].ref == p.d.ref && ref_tables[i].serial == serial ? &ref_tables[i] : nullptr;
       if (!t) {
         t = &ref_tables[next_ref_table++ % kRefTables];
+        if (t == wait.tab) t = &ref_tables[next_ref_table++ % kRefTables];  // not the waiting block's
         t->bake<DT>(*baked, p.d.ref);
         t->serial = serial;
       }
-      if (decode_body_fast<DT>(body, bytes, in + size, cnt, t->entry, reinterpret_cast<typename Elements<DT>::T*>(dst)))
+#if ZC_HAVE_SIMD
+      Waiting self{b, body, bytes, p.d.ref, {}, table, t, reinterpret_cast<T*>(dst)};
+      if (cnt == kBlock && simd_enabled() && body + bytes + 8 <= in + size && locate_lanes_fast(body, bytes, self.starts) == kOk) {
+        if (wait.b < 0) {
+          wait = self;
+          continue;
+        }
+        const uint8_t* bodies[2] = {wait.body, body};
+        const uint32_t sizes[2] = {wait.bytes, bytes};
+        uint32_t lanes[2][kLanes + 1];
+        std::memcpy(lanes[0], wait.starts, sizeof lanes[0]);
+        std::memcpy(lanes[1], self.starts, sizeof lanes[1]);
+        const uint32_t* tabs[2] = {wait.tab->entry, t->entry};
+        T* outs[2] = {wait.dst, self.dst};
+        const bool ok = simd_blocks<DT, 2>(bodies, sizes, lanes, tabs, outs);
+        const Waiting first = wait;
+        wait.b = -1;
+        if (ok) continue;
+        if ((status = decode_alone(first)) != kOk) return status;  // in block order
+        if ((status = decode_alone(self)) != kOk) return status;
         continue;
+      }
+#endif
+      if ((status = flush()) != kOk) return status;
+      if (decode_body_fast<DT>(body, bytes, in + size, cnt, t->entry, reinterpret_cast<T*>(dst))) continue;
     }
     status = decode_body(body, bytes, cnt, lay, p.d.ref, table, dst);
     if (status != kOk) return status;
   }
+  if ((status = flush()) != kOk) return status;
   return kOk;
 }
 
 }  // namespace
 
 int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
+  if (n > max_elements(dtype)) return -1;
   if (dtype == kBF16) return compress_typed<kBF16>(dtype, in, n, out, generic, true);
   if (dtype == kF16) return compress_typed<kF16>(dtype, in, n, out, generic, true);
   return compress_typed<kF32>(dtype, in, n, out, generic, true);
 }
 
 int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, bool generic) {
+  if (n > max_elements(dtype)) return -1;
   if (dtype == kBF16) return compress_typed<kBF16>(dtype, in, n, nullptr, generic, false);
   if (dtype == kF16) return compress_typed<kF16>(dtype, in, n, nullptr, generic, false);
   return compress_typed<kF32>(dtype, in, n, nullptr, generic, false);

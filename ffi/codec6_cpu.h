@@ -12,13 +12,18 @@
 namespace zipccl {
 namespace v6 {
 
+// The most elements a stream holds: its whole length must fit a uint32, as
+// the library's stream lengths do (and a descriptor's 32-bit end then always
+// fits). Longer arrays are split into streams (ops.compress_chunks).
+inline int64_t max_elements(int dtype) { return (int64_t(0xFFFFFFFF) - kHeaderBytes) / layout_of(dtype).elem_bytes; }
+
 // Writes one stream of n elements (bytes at in) to out, which has room for
 // max_stream_bytes(n, dtype) bytes (version 5's: the header and the raw
-// elements). Returns the stream's length.
+// elements). Returns the stream's length, or -1 if n > max_elements(dtype).
 int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic = false);
 
 // The length compress_stream would write, from the encoder's choices,
-// without writing the bodies.
+// without writing the bodies (-1 as compress_stream).
 int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, bool generic = false);
 
 // Decodes the stream in [in, in + size) into n elements at out. Validates

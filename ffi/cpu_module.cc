@@ -68,8 +68,17 @@ void decompress_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
 }
 
 // Format version 6 (docs/FORMAT6.md; not yet the library's format): the same three calls.
+// Version 6 streams hold at most max_elements (a uint32 length): longer arrays are split.
+int64_t check_elements6(int64_t n, int dtype) {
+  if (n > zipccl::v6::max_elements(dtype))
+    throw std::invalid_argument("zipccl: " + std::to_string(n) + " elements are over the " +
+                                std::to_string(zipccl::v6::max_elements(dtype)) +
+                                " one stream holds (its length is a uint32): split them into streams");
+  return n;
+}
+
 int64_t compress6_into(ConstBytes raw, int dtype, Bytes out, bool generic) {
-  const int64_t n = element_count(raw, dtype);
+  const int64_t n = check_elements6(element_count(raw, dtype), dtype);
   if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
     throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
   nb::gil_scoped_release release;
@@ -77,7 +86,7 @@ int64_t compress6_into(ConstBytes raw, int dtype, Bytes out, bool generic) {
 }
 
 int64_t stream_bytes6(ConstBytes raw, int dtype, bool generic) {
-  const int64_t n = element_count(raw, dtype);
+  const int64_t n = check_elements6(element_count(raw, dtype), dtype);
   nb::gil_scoped_release release;
   return zipccl::v6::stream_bytes(dtype, raw.data(), n, generic);
 }
@@ -126,6 +135,7 @@ NB_MODULE(_zipccl_cpu, m) {
   m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
   m.def("code_lengths", &code_lengths);
   m.def("compress6_into", &compress6_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false);
+  m.def("max_elements6", &zipccl::v6::max_elements);
   m.def("stream_bytes6", &stream_bytes6, nb::arg("raw"), nb::arg("dtype"), nb::arg("generic") = false);
   m.def("decompress6_into", &decompress6_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"),
         nb::arg("generic") = false);

@@ -459,25 +459,38 @@ ZC_SIMD inline void simd_step(const uint8_t* body, __m512i vsize, const uint32_t
   else _mm512_storeu_si512(out, x);
 }
 
-// A full block's 32 lanes, two vectors of 16 side by side (the lanes at a
-// step's stride: value i of lane k is out[k + 32 i]); false if a lane does
-// not end cleanly.
+// Full blocks' 32 lanes, two vectors of 16 each, NB blocks side by side (the
+// lanes at a step's stride: value i of lane k is out[k + 32 i]); false if a
+// lane does not end cleanly. Block j: body bodies[j] of sizes[j] bytes, lanes
+// from starts[j], table tabs[j], output outs[j].
+template <int DT, int NB>
+ZC_SIMD bool simd_blocks(const uint8_t* const* bodies, const uint32_t* sizes, const uint32_t (*starts)[kLanes + 1],
+                         const uint32_t* const* tabs, typename Elements<DT>::T* const* outs) {
+  __m512i pos[NB][2], vsize[NB];
+  __mmask16 bad[NB][2] = {};
+  for (int j = 0; j < NB; ++j) {
+    pos[j][0] = _mm512_loadu_si512(starts[j]), pos[j][1] = _mm512_loadu_si512(starts[j] + 16);
+    vsize[j] = _mm512_set1_epi32(int(sizes[j]));
+  }
+  for (int i = 0; i < kBlock / kLanes; ++i)
+    for (int j = 0; j < NB; ++j)
+      for (int h = 0; h < 2; ++h) simd_step<DT>(bodies[j], vsize[j], tabs[j], pos[j][h], bad[j][h], outs[j] + kLanes * i + 16 * h);
+  bool ok = true;
+  for (int j = 0; j < NB; ++j) {
+    alignas(64) uint32_t end[kLanes];
+    _mm512_store_si512(end, pos[j][0]);
+    _mm512_store_si512(end + 16, pos[j][1]);
+    ok &= !bad[j][0] && !bad[j][1];
+    for (int k = 0; k < kLanes; ++k) ok &= end[k] <= starts[j][k + 1] && lane_end_status(bodies[j], k, end[k], starts[j]) == kOk;
+  }
+  return ok;
+}
+
 template <int DT>
 ZC_SIMD bool simd_block(const uint8_t* body, uint32_t size, const uint32_t* starts, const uint32_t* tab,
                         typename Elements<DT>::T* out) {
-  __m512i pos0 = _mm512_loadu_si512(starts), pos1 = _mm512_loadu_si512(starts + 16);
-  const __m512i vsize = _mm512_set1_epi32(int(size));
-  __mmask16 bad0 = 0, bad1 = 0;
-  for (int j = 0; j < kBlock / kLanes; ++j) {
-    simd_step<DT>(body, vsize, tab, pos0, bad0, out + kLanes * j);
-    simd_step<DT>(body, vsize, tab, pos1, bad1, out + kLanes * j + 16);
-  }
-  alignas(64) uint32_t end[kLanes];
-  _mm512_store_si512(end, pos0);
-  _mm512_store_si512(end + 16, pos1);
-  bool ok = !bad0 && !bad1;
-  for (int k = 0; k < kLanes; ++k) ok &= end[k] <= starts[k + 1] && lane_end_status(body, k, end[k], starts) == kOk;
-  return ok;
+  const uint32_t(*lanes)[kLanes + 1] = reinterpret_cast<const uint32_t(*)[kLanes + 1]>(starts);
+  return simd_blocks<DT, 1>(&body, &size, lanes, &tab, &out);
 }
 #endif
 

@@ -62,6 +62,12 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(argc > 1 ? std::atoi(argv[1]) : 1);
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 200;
   int fails = 0, mutations = 0, accepted = 0;
+  for (int dtype = 1; dtype <= 3; ++dtype)  // a stream's length is a uint32: more elements are refused, untouched
+    if (v6::compress_stream(dtype, nullptr, v6::max_elements(dtype) + 1, nullptr) != -1 ||
+        v6::stream_bytes(dtype, nullptr, v6::max_elements(dtype) + 1) != -1 || v6::max_elements(dtype) * (dtype == 3 ? 4 : 2) + 16 > 0xFFFFFFFFll) {
+      std::printf("over-long stream not refused: dtype=%d\n", dtype);
+      ++fails;
+    }
   for (int it = 0; it < iterations; ++it) {
     const int dtype = 1 + it % 3, es = v6::layout_of(dtype).elem_bytes, kind = int(rng() % 10);
     const int64_t n = it % 7 == 0 ? int64_t(rng() % 5) : it % 3 == 0 ? 2 * 65536 + int64_t(rng() % 9000)

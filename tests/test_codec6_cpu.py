@@ -178,3 +178,25 @@ def test_sanitized_differential_fuzzer(tmp_path):
     """tests/fuzz_codec6_cpu.cc under AddressSanitizer and UBSan: fast and generic coders agree on
     random inputs and on corrupted streams (the same Status), on the SIMD and the portable paths."""
     run_sanitized_fuzzer(tmp_path, "fuzz_codec6_cpu.cc", "codec6_cpu.cc")
+
+
+def test_buffers_at_any_alignment_give_the_same_bytes():
+    """Inputs, streams and outputs need not be aligned to their elements (numpy views at odd offsets)."""
+    x = gaussian(2 * r6.BLOCK + 77, "float32", seed=42)
+    want = r6.compress(x)
+    for offset in (1, 3):
+        raw = np.zeros(x.nbytes + offset, np.uint8)[offset:]
+        raw[:] = x.view(np.uint8)
+        out = np.zeros(r6.max_stream_bytes(x.size, x.dtype) + offset, np.uint8)[offset:]
+        length = cpu.compress6_into(raw, CODES["float32"], out)
+        assert out[:length].tobytes() == want
+        back = np.zeros(x.nbytes + offset, np.uint8)[offset:]
+        cpu.decompress6_into(out[:length], CODES["float32"], back)
+        assert back.tobytes() == x.tobytes()
+
+
+def test_a_stream_holds_what_a_uint32_length_counts():
+    """docs/FORMAT6.md §1: a stream's length fits a uint32, so a descriptor's 32-bit end always fits;
+    the C++ fuzzer checks that one element more is refused before any byte is read."""
+    limit = cpu.max_elements6(CODES["bfloat16"])
+    assert limit == (2**32 - 1 - r6.HEADER_BYTES) // 2

@@ -45,6 +45,17 @@ def test_jit_round_trip_matches_reference_bytes(dtype, platform):
     assert bits(jax.jit(zc.decompress)(c)) == bits(x)
 
 
+def test_the_cpu_only_mark_passes_through_vmap():
+    """A build without the CUDA codec marks every op's operand (ops.codec_guard): vmap of compress must
+    still work there, so the mark batches as the identity."""
+    from zipccl_jax import ops
+
+    x = jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4)
+    for guard in (ops.codec_guard, lambda v: ops.cpu_only(v, "an option")):
+        np.testing.assert_array_equal(jax.vmap(guard)(x), x)
+        np.testing.assert_array_equal(jax.vmap(guard, in_axes=1, out_axes=1)(x), x)
+
+
 def test_batch_dims_and_vmap_give_one_stream_per_item():
     x = mixed(4 * 5000, jnp.bfloat16).reshape(4, 50, 100)
     c = zc.compress(x, batch_dims=1)

@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 
 from jax._src import core, dispatch
-from jax._src.interpreters import mlir
+from jax._src.interpreters import batching, mlir
 
 from . import _ffi, partitioning
 from . import _zipccl_cpu
@@ -334,6 +334,8 @@ def _refuse_off_cpu(ctx, x, *, option):
 
 mlir.register_lowering(cpu_only_p, _refuse_off_cpu)
 mlir.register_lowering(cpu_only_p, lambda ctx, x, *, option: [x], platform="cpu")
+# under vmap (compress of a batch, a build without the CUDA codec): the batched operand, marked as one
+batching.primitive_batchers[cpu_only_p] = lambda args, dims, *, option: (cpu_only_p.bind(args[0], option=option), dims[0])
 
 
 def cpu_only(x: jax.Array, option: str) -> jax.Array:
