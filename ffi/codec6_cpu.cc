@@ -23,6 +23,7 @@ struct Choice {
   uint32_t ref, size;  // size: the body's bytes
   int code, flip;
   bool raw;
+  uint16_t bits[kLanes];  // a coded block's lanes' bits (set once the group's choices are made)
 };
 
 // §6: a group's choices and, if it stores one, its code.
@@ -46,8 +47,8 @@ Choice family_choice(const uint32_t* sizes, uint32_t ref, int count, Layout lay)
   int best = 0;
   for (int c = 1; c < kCombos; ++c) best = sizes[c] < sizes[best] ? c : best;  // ties: the first
   const uint32_t raw_bytes = uint32_t(count) * uint32_t(lay.elem_bytes);
-  if (sizes[best] >= raw_bytes) return {0, raw_bytes, 0, 0, true};
-  return {ref, sizes[best], best >> 1, best & 1, false};
+  if (sizes[best] >= raw_bytes) return {0, raw_bytes, 0, 0, true, {}};
+  return {ref, sizes[best], best >> 1, best & 1, false, {}};
 }
 
 // §6 step 4's decision from the family choices and each candidate's sizes.
@@ -65,7 +66,7 @@ void group_decision(int nbk, const uint32_t (*z)[kGroupBlocks], const uint32_t* 
   if (!g->table) return;
   std::memcpy(g->lens, cand_lens[best], kNumSyms);
   for (int b = 0; b < nbk; ++b)
-    if (z[best][b] < g->blocks[b].size) g->blocks[b] = {cand_ref[best * kGroupBlocks + b], z[best][b], kGroupCode, 0, false};
+    if (z[best][b] < g->blocks[b].size) g->blocks[b] = {cand_ref[best * kGroupBlocks + b], z[best][b], kGroupCode, 0, false, {}};
 }
 
 // ---- the generic coder: format6.h, step by step ----------------------------
@@ -101,6 +102,14 @@ void choose_group_generic(const uint8_t* in, int64_t count, Layout lay, GroupCho
                           cand_ref[c * kGroupBlocks + b], cand_lens[c]);
   }
   group_decision(nbk, z, cand_ref, cand_lens, g);
+  for (int b = 0; b < nbk; ++b) {
+    Choice& c = g->blocks[b];
+    if (c.raw) continue;
+    uint32_t bits[kLanes];
+    block_lengths(c.code, c.flip, g->lens, kFamily, lens);
+    lane_bits(in + int64_t(b) * kBlock * lay.elem_bytes, block_elems(count, b), lay, c.ref, lens, bits);
+    for (int k = 0; k < kLanes; ++k) c.bits[k] = uint16_t(bits[k]);
+  }
   *nblocks = nbk;
 }
 
@@ -175,6 +184,18 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     }
   }
   group_decision(nbk, z, cand_ref, cand_lens, g);
+  uint8_t map[kNumSyms];
+  for (int b = 0; b < nbk; ++b) {
+    Choice& c = g->blocks[b];
+    if (c.raw) continue;
+    uint32_t bits[kLanes];
+    int32_t devs[kLanes - 1];
+    int width;
+    if (c.ref != gs.st[b].ref) shift_map(c.ref - gs.st[b].ref, map);
+    stats_size(gs.st[b], c.code == kGroupCode ? g->lens : fam.lens[2 * c.code + c.flip], fixed.bits,
+               c.ref != gs.st[b].ref ? map : nullptr, bits, devs, &width);
+    for (int k = 0; k < kLanes; ++k) c.bits[k] = uint16_t(bits[k]);
+  }
   *nblocks = nbk;
 }
 
@@ -191,38 +212,110 @@ const Baked* family_baked() {
 
 // ---- streams -----------------------------------------------------------------
 
+// A group's plan (stream_bytes's, for compress_stream): its choices and its
+// coded blocks' lanes' bits, so that coding it needs no sizing.
+constexpr int kBlockPlanBytes = 8 + 2 * kLanes;                             // ref u16, code | flip << 4 | raw << 5, pad, size u32, bits
+constexpr int kGroupPlanBytes = 128 + kGroupBlocks * kBlockPlanBytes;      // table flag, the table (§4), pad; the blocks
+
+void write_plan(const GroupChoice& g, int nbk, uint8_t* p) {
+  std::memset(p, 0, kGroupPlanBytes);
+  p[0] = g.table;
+  if (g.table) pack_table(g.lens, p + 1);
+  for (int b = 0; b < nbk; ++b) {
+    const Choice& c = g.blocks[b];
+    uint8_t* q = p + 128 + b * kBlockPlanBytes;
+    const uint16_t ref = uint16_t(c.ref);
+    std::memcpy(q, &ref, 2);
+    q[2] = uint8_t(c.code | c.flip << 4 | int(c.raw) << 5);
+    std::memcpy(q + 4, &c.size, 4);
+    std::memcpy(q + 8, c.bits, sizeof c.bits);
+  }
+}
+
+// A group's choices from its plan; false if they are out of range (what
+// check_plan refuses: the coder's memory safety, not that it is the plan of these values).
+bool read_plan(const uint8_t* p, int64_t count, Layout lay, GroupChoice* g) {
+  g->table = p[0] != 0;
+  if (p[0] > 1 || (g->table && unpack_table(p + 1, g->lens) != kOk)) return false;
+  const int nbk = int((count + kBlock - 1) / kBlock);
+  for (int b = 0; b < nbk; ++b) {
+    const uint8_t* q = p + 128 + b * kBlockPlanBytes;
+    Choice& c = g->blocks[b];
+    uint16_t ref;
+    std::memcpy(&ref, q, 2);
+    std::memcpy(&c.size, q + 4, 4);
+    std::memcpy(c.bits, q + 8, sizeof c.bits);
+    c.ref = ref, c.code = q[2] & 15, c.flip = q[2] >> 4 & 1, c.raw = q[2] >> 5 & 1;
+    const uint32_t raw_bytes = uint32_t(block_elems(count, b)) * uint32_t(lay.elem_bytes);
+    if (q[2] >> 6 || c.ref >> lay.q_bits) return false;
+    if (c.raw) {
+      if (c.size != raw_bytes || c.code || c.flip || c.ref) return false;
+      continue;
+    }
+    if (!(c.code < kMembers || (c.code == kGroupCode && g->table)) || c.size >= raw_bytes) return false;
+    uint32_t bits[kLanes], size;
+    int32_t devs[kLanes - 1];
+    for (int k = 0; k < kLanes; ++k) {  // no lane longer than 128 values of 43 bits: the lane buffers' room
+      if (c.bits[k] > kBlock / kLanes * 43) return false;
+      bits[k] = c.bits[k];
+    }
+    narrowest_width(bits, devs, &size);
+    if (size != c.size) return false;
+  }
+  return true;
+}
+
 template <int DT>
-int64_t compress_typed(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic, bool write) {
+int64_t compress_typed(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic, bool write, uint8_t* plan,
+                       bool planned, int64_t cap) {
+  using T = typename Elements<DT>::T;
   const Layout lay = layout_of(dtype);
   const FixedTable fixed(lay);
   const FamilyCodes& fam = family_codes();
-  const int64_t nb = num_blocks(n), data_at = data_offset(nb), room = n * lay.elem_bytes - kDescBytes * nb;
-  const int64_t cap = kHeaderBytes + n * lay.elem_bytes;  // out's bytes
+  const int64_t nb = num_blocks(n), data_at = data_offset(nb), raw_len = kHeaderBytes + n * lay.elem_bytes;
+  const int64_t room = n * lay.elem_bytes - kDescBytes * nb;  // a coded stream's data below this, or it is raw
+  if (cap < 0) cap = raw_len;
+  const auto raw = [&]() -> int64_t {
+    if (plan && !planned) {  // a plan that codes the same: every block raw
+      GroupChoice all_raw{};
+      for (int64_t b0 = 0; b0 < nb; b0 += kGroupBlocks) {
+        const int64_t count = std::min<int64_t>(int64_t(kGroupBlocks) * kBlock, n - b0 * kBlock);
+        for (int b = 0; b * int64_t(kBlock) < count; ++b)
+          all_raw.blocks[b] = {0, uint32_t(block_elems(count, b) * lay.elem_bytes), 0, 0, true, {}};
+        write_plan(all_raw, int((count + kBlock - 1) / kBlock), plan + b0 / kGroupBlocks * kGroupPlanBytes);
+      }
+    }
+    return !write ? raw_len : raw_len <= cap ? store_raw(dtype, in, n, out) : -1;
+  };
+  if (room <= 0) return raw();
   static thread_local std::unique_ptr<GroupScratch> scratch;
   static thread_local std::unique_ptr<uint8_t[]> record;  // a body near out's end, with slack
   if (!scratch) scratch.reset(new GroupScratch()), record.reset(new uint8_t[kMaxRecord + kBodySlack]);
   GroupScratch& gs = *scratch;
-  int64_t end = 0;
-  if (room <= 0) return write ? store_raw(dtype, in, n, out) : kHeaderBytes + n * lay.elem_bytes;
-  GroupChoice g;
   constexpr int kKeyCache = 4;
   static thread_local std::unique_ptr<KeyTable<DT>[]> key_cache;
   if (!key_cache) key_cache.reset(new KeyTable<DT>[kKeyCache]);
   for (int i = 0; i < kKeyCache; ++i) key_cache[i].table = -1;  // group serials are this stream's
   int next_key = 0, group_serial = 0;
-  uint16_t gcodes[kNumSyms];
+  GroupChoice g;
+  uint16_t gcodes[kNumSyms], codes[kNumSyms];
   uint8_t lens[kNumSyms], map[kNumSyms];
-  uint16_t codes[kNumSyms];
+  int64_t end = 0;
+  bool fits = write;  // still writing: the coded stream so far is within cap
   for (int64_t b0 = 0; b0 < nb; b0 += kGroupBlocks) {
     const uint8_t* gin = in + b0 * kBlock * lay.elem_bytes;
     const int64_t count = std::min<int64_t>(int64_t(kGroupBlocks) * kBlock, n - b0 * kBlock);
-    int nbk;
-    if (generic) choose_group_generic(gin, count, lay, &g, &nbk);
+    int nbk = int((count + kBlock - 1) / kBlock);
+    uint8_t* gplan = plan ? plan + b0 / kGroupBlocks * kGroupPlanBytes : nullptr;
+    if (planned) read_plan(gplan, count, lay, &g);  // checked by the caller (check_plan)
+    else if (generic) choose_group_generic(gin, count, lay, &g, &nbk);
     else choose_group_fast<DT>(gin, count, fixed, gs, &g, &nbk);
+    if (gplan && !planned) write_plan(g, nbk, gplan);
     int64_t bytes = g.table ? kTableBytes : 0;
     for (int b = 0; b < nbk; ++b) bytes += g.blocks[b].size;
-    if (end + bytes >= room) return write ? store_raw(dtype, in, n, out) : kHeaderBytes + n * lay.elem_bytes;
-    if (!write) {
+    if (end + bytes >= room) return raw();
+    fits = fits && data_at + end + bytes <= cap;
+    if (!fits) {  // sized only: the stream may yet be raw (and fit), or not fit
       end += bytes;
       continue;
     }
@@ -242,11 +335,13 @@ int64_t compress_typed(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bo
       } else {
         const bool group = c.code == kGroupCode;
         const int combo = 2 * c.code + c.flip;
-        if (c.ref != gs.st[b].ref) shift_map(c.ref - gs.st[b].ref, map);
         const bool direct = (rec - out) + int64_t(c.size) + kBodySlack <= cap;
-        const int which = group ? kCombos + group_serial : combo;
         KeyTable<DT>* keys = nullptr;  // a small cache: blocks mostly share a few (code, ref) pairs
-        if (cnt == kBlock) {
+        const uint8_t* syms = gs.syms[b];
+        const uint8_t* to_ref = nullptr;
+#if ZC_HAVE_SIMD
+        if (cnt == kBlock && simd_enabled()) {
+          const int which = group ? kCombos + group_serial : combo;
           for (int i = 0; i < kKeyCache && !keys; ++i) keys = key_cache[i].table == which && key_cache[i].ref == c.ref ? &key_cache[i] : nullptr;
           if (!keys) {
             keys = &key_cache[next_key++ % kKeyCache];
@@ -254,16 +349,25 @@ int64_t compress_typed(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bo
             keys->table = which;
           }
         }
-        encode_body_fast<DT>(reinterpret_cast<const typename Elements<DT>::T*>(bin), gs.syms[b], gs.st[b], fixed.bits,
-                            group ? g.lens : fam.lens[combo], group ? gcodes : fam.codes[combo],
-                            c.ref != gs.st[b].ref ? map : nullptr, keys, direct ? rec : record.get());
+#endif
+        if (!keys && planned) {  // the portable coder takes symbols: at the coded ref here
+          for (int i = 0; i < cnt; ++i) gs.syms[b][i] = uint8_t(symbol_of(load_element(bin + i * lay.elem_bytes, lay.elem_bytes), lay, c.ref));
+        } else if (!keys && c.ref != gs.st[b].ref) {
+          shift_map(c.ref - gs.st[b].ref, map), to_ref = map;
+        }
+        uint32_t bits[kLanes];
+        for (int k = 0; k < kLanes; ++k) bits[k] = c.bits[k];
+        encode_body_fast<DT>(reinterpret_cast<const T*>(bin), cnt, bits, syms, group ? g.lens : fam.lens[combo],
+                             group ? gcodes : fam.codes[combo], to_ref, keys, direct ? rec : record.get());
         if (!direct) std::memcpy(rec, record.get(), c.size);
       }
       end += (b == 0 && g.table ? kTableBytes : 0) + c.size;
       store_desc(out + kHeaderBytes + kDescBytes * (b0 + b), uint32_t(end), c.ref, c.code, c.flip, c.raw, b == 0 && g.table);
     }
   }
-  if (write) write_header(out, dtype, 0, n);
+  if (!write) return data_at + end;
+  if (!fits) return -1;  // coded, and longer than cap
+  write_header(out, dtype, 0, n);
   return data_at + end;
 }
 
@@ -403,18 +507,32 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
 
 }  // namespace
 
-int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic) {
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic, const uint8_t* plan,
+                        int64_t cap) {
   if (n > max_elements(dtype)) return -1;
-  if (dtype == kBF16) return compress_typed<kBF16>(dtype, in, n, out, generic, true);
-  if (dtype == kF16) return compress_typed<kF16>(dtype, in, n, out, generic, true);
-  return compress_typed<kF32>(dtype, in, n, out, generic, true);
+  uint8_t* p = const_cast<uint8_t*>(plan);  // read only when planned
+  if (dtype == kBF16) return compress_typed<kBF16>(dtype, in, n, out, generic, true, p, plan, cap);
+  if (dtype == kF16) return compress_typed<kF16>(dtype, in, n, out, generic, true, p, plan, cap);
+  return compress_typed<kF32>(dtype, in, n, out, generic, true, p, plan, cap);
 }
 
-int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, bool generic) {
+int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, uint8_t* plan, bool generic) {
   if (n > max_elements(dtype)) return -1;
-  if (dtype == kBF16) return compress_typed<kBF16>(dtype, in, n, nullptr, generic, false);
-  if (dtype == kF16) return compress_typed<kF16>(dtype, in, n, nullptr, generic, false);
-  return compress_typed<kF32>(dtype, in, n, nullptr, generic, false);
+  if (dtype == kBF16) return compress_typed<kBF16>(dtype, in, n, nullptr, generic, false, plan, false, -1);
+  if (dtype == kF16) return compress_typed<kF16>(dtype, in, n, nullptr, generic, false, plan, false, -1);
+  return compress_typed<kF32>(dtype, in, n, nullptr, generic, false, plan, false, -1);
+}
+
+int64_t plan_bytes(int64_t n) { return num_groups(num_blocks(n)) * kGroupPlanBytes; }
+
+bool check_plan(int dtype, const uint8_t* plan, int64_t n) {
+  const Layout lay = layout_of(dtype);
+  GroupChoice g;
+  for (int64_t b0 = 0; b0 < num_blocks(n); b0 += kGroupBlocks)
+    if (!read_plan(plan + b0 / kGroupBlocks * kGroupPlanBytes, std::min<int64_t>(int64_t(kGroupBlocks) * kBlock, n - b0 * kBlock),
+                   lay, &g))
+      return false;
+  return true;
 }
 
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {

@@ -19,12 +19,22 @@ inline int64_t max_elements(int dtype) { return (int64_t(0xFFFFFFFF) - kHeaderBy
 
 // Writes one stream of n elements (bytes at in) to out, which has room for
 // max_stream_bytes(n, dtype) bytes (version 5's: the header and the raw
-// elements). Returns the stream's length, or -1 if n > max_elements(dtype).
-int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic = false);
+// elements), or for cap bytes where cap >= 0: then nothing past out[cap) is
+// written and a stream longer than cap returns -1 (out's contents
+// unspecified). Returns the stream's length, or -1 if n > max_elements(dtype).
+// With a plan from stream_bytes of the same elements it codes without sizing
+// anything (FORMAT6.md §6 is the plan's); the plan must be that (check_plan
+// guards memory safety, not the match).
+int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic = false,
+                        const uint8_t* plan = nullptr, int64_t cap = -1);
 
 // The length compress_stream would write, from the encoder's choices,
-// without writing the bodies (-1 as compress_stream).
-int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, bool generic = false);
+// without writing the bodies (-1 as compress_stream); with plan (plan_bytes(n)
+// bytes) the choices and the lanes' bits, for compress_stream.
+int64_t stream_bytes(int dtype, const uint8_t* in, int64_t n, uint8_t* plan = nullptr, bool generic = false);
+int64_t plan_bytes(int64_t n);
+// Whether plan (plan_bytes(n) bytes) is safe to code n elements of dtype with.
+bool check_plan(int dtype, const uint8_t* plan, int64_t n);
 
 // Decodes the stream in [in, in + size) into n elements at out. Validates
 // everything, never reads or writes out of bounds, and returns a Status: the

@@ -88,7 +88,7 @@ int64_t compress6_into(ConstBytes raw, int dtype, Bytes out, bool generic) {
 int64_t stream_bytes6(ConstBytes raw, int dtype, bool generic) {
   const int64_t n = check_elements6(element_count(raw, dtype), dtype);
   nb::gil_scoped_release release;
-  return zipccl::v6::stream_bytes(dtype, raw.data(), n, generic);
+  return zipccl::v6::stream_bytes(dtype, raw.data(), n, nullptr, generic);
 }
 
 void decompress6_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {

@@ -211,24 +211,25 @@ struct SimdLanes {
 };
 #endif
 
-// Writes a coded block's body (its size from stats_size) to body (kBodySlack
-// bytes of slack after it). syms: the values' symbols at the block's own ref; map:
-// to its coded ref's, or null.
+// Writes a coded block's body (count values; its lanes' bits[32], from
+// stats_size) to body (kBodySlack bytes of slack after it). With keys (a
+// full block, the key table of its code at its ref) the AVX-512 coder codes
+// it; else syms (the values' symbols at the block's own ref) and map (to its
+// coded ref's, or null) give each value's symbol.
 template <int DT>
-void encode_body_fast(const typename Elements<DT>::T* x, const uint8_t* syms, const BlockStats& st, const uint8_t* fixed,
+void encode_body_fast(const typename Elements<DT>::T* x, int count, const uint32_t* bits, const uint8_t* syms,
                       const uint8_t* lens, const uint16_t* codes, const uint8_t* map, const KeyTable<DT>* keys, uint8_t* body) {
   static thread_local std::unique_ptr<uint8_t[][kLaneBytes]> lanes(new uint8_t[kLanes][kLaneBytes]);
-  uint32_t bits[kLanes];
   int32_t devs[kLanes - 1];
-  int width = kMaxWidth;
-  stats_size(st, lens, fixed, map, bits, devs, &width);
+  uint32_t size;
+  const int width = narrowest_width(bits, devs, &size);
   bool words = false;
 #if ZC_HAVE_SIMD
   static thread_local std::unique_ptr<SimdLanes> simd(new SimdLanes());
-  if (keys && st.count == kBlock && simd_enabled()) simd->encode<DT>(x, keys->e), words = true;
+  if (keys && count == kBlock && simd_enabled()) simd->encode<DT>(x, keys->e), words = true;
 #endif
   if (!words)
-    for (int k = 0; k < kLanes; k += 4) encode_lanes<DT, 4>(x, syms, st.count, k, lens, codes, map, lanes.get());
+    for (int k = 0; k < kLanes; k += 4) encode_lanes<DT, 4>(x, syms, count, k, lens, codes, map, lanes.get());
   FastWriter w{body};
   if (width_field_bits(width) == 3) w.put(uint32_t(width - kWidthShort), 3);
   else w.put(7u | uint32_t(width) << 3, 8);

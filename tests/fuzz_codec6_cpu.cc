@@ -5,7 +5,8 @@
 // For random inputs of every dtype and kind (fuzz_inputs.h) it checks that the
 // fast and the generic (format6.h's, the CUDA codec's) coders write the same
 // stream, that the size pass gives its length, and that it round-trips; then
-// it corrupts each stream many ways (bytes, descriptor fields, group tables,
+// the plan of the size pass codes the same stream, a capacity bounds what
+// is written; then it corrupts each stream many ways (bytes, descriptor fields, group tables,
 // width fields, truncation) and checks that both decoders give the same
 // Status and, when they accept, the same elements. Every output buffer is
 // exactly as large as the API promises, so the sanitizers see any access past it.
@@ -76,10 +77,34 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> fast(size_t(max_stream_bytes(n, dtype))), generic(fast.size());
     const int64_t len = v6::compress_stream(dtype, x.data(), n, fast.data());
     if (len != v6::compress_stream(dtype, x.data(), n, generic.data(), true) || !same(fast.data(), generic.data(), len) ||
-        v6::stream_bytes(dtype, x.data(), n) != len || v6::stream_bytes(dtype, x.data(), n, true) != len) {
+        v6::stream_bytes(dtype, x.data(), n) != len || v6::stream_bytes(dtype, x.data(), n, nullptr, true) != len) {
       std::printf("streams or sizes differ: it=%d dtype=%d n=%ld kind=%d\n", it, dtype, long(n), kind);
       ++fails;
       continue;
+    }
+    // The size pass's plan codes the same stream, on both coders; a capacity of exactly the stream's
+    // length gives the same bytes, one byte less is refused, and nothing is written past it.
+    std::vector<uint8_t> plan(size_t(v6::plan_bytes(n)) + 1), planned(fast.size());
+    for (bool gen : {false, true}) {
+      if (v6::stream_bytes(dtype, x.data(), n, plan.data(), gen) != len || !v6::check_plan(dtype, plan.data(), n) ||
+          v6::compress_stream(dtype, x.data(), n, planned.data(), gen, plan.data()) != len ||
+          !same(fast.data(), planned.data(), len)) {
+        std::printf("planned stream differs: it=%d dtype=%d n=%ld kind=%d generic=%d\n", it, dtype, long(n), kind, int(gen));
+        ++fails;
+      }
+    }
+    for (const uint8_t* p : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(plan.data())}) {
+      std::vector<uint8_t> exact(static_cast<size_t>(len)), short_by_one(static_cast<size_t>(len - 1));
+      if (v6::compress_stream(dtype, x.data(), n, exact.data(), false, p, len) != len || !same(fast.data(), exact.data(), len) ||
+          v6::compress_stream(dtype, x.data(), n, short_by_one.data(), false, p, len - 1) != -1) {
+        std::printf("bounded stream wrong: it=%d dtype=%d n=%ld kind=%d\n", it, dtype, long(n), kind);
+        ++fails;
+      }
+    }
+    if (plan.size() > 1) {  // a damaged plan: refused by check_plan, or coded within bounds (not promised to decode)
+      std::vector<uint8_t> bad = plan, out(size_t(max_stream_bytes(n, dtype)));
+      for (int r = 0; r < 4; ++r) bad[rng() % (bad.size() - 1)] ^= uint8_t(1 << (rng() % 8));
+      if (v6::check_plan(dtype, bad.data(), n)) v6::compress_stream(dtype, x.data(), n, out.data(), false, bad.data(), int64_t(out.size()));
     }
     fast.resize(size_t(len));
     std::vector<uint8_t> a(size_t(n * es)), b(a.size());
