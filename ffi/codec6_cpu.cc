@@ -5,6 +5,7 @@
 // one append, and decodes with 64-bit windows, falling back to the generic
 // decoder for the exact verdict of a block it finds anything wrong in.
 #include "codec6_cpu.h"
+#include "codec_cpu.h"  // accumulate_elements
 #include "encode_cpu.h"  // fast_code_lengths
 #include "lanes6_cpu.h"
 
@@ -539,6 +540,17 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
   if (dtype == kBF16) return decompress_typed<kBF16>(dtype, in, size, n, out, generic);
   if (dtype == kF16) return decompress_typed<kF16>(dtype, in, size, n, out, generic);
   return decompress_typed<kF32>(dtype, in, size, n, out, generic);
+}
+
+int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {
+  const int es = layout_of(dtype).elem_bytes;
+  std::unique_ptr<uint8_t[]> row(new uint8_t[size_t(n > 0 ? n * es : 1)]);
+  for (int64_t j = 0; j < k; ++j) {
+    const int status = decompress_stream(dtype, in + j * cap, cap, n, row.get());
+    if (status != kOk) return status;
+    accumulate_elements(dtype, row.get(), n, acc, j == 0);
+  }
+  return kOk;
 }
 
 }  // namespace v6

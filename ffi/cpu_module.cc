@@ -102,6 +102,23 @@ void decompress6_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
     throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
 }
 
+// Decodes rows [k, cap] of version-6 streams of n elements each and returns their float32 sum in
+// row order (the reduce step's arithmetic, FORMAT.md §8).
+nb::ndarray<nb::numpy, float, nb::ndim<1>> decompress_accumulate6(
+    nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> rows, int dtype, int64_t n) {
+  if (dtype < zipccl::kBF16 || dtype > zipccl::kF32 || n < 0) throw std::invalid_argument("zipccl: bad dtype code or count");
+  float* acc = new float[size_t(n > 0 ? n : 1)]();
+  nb::capsule owner(acc, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  int status;
+  {
+    nb::gil_scoped_release release;
+    status = zipccl::v6::decompress_accumulate(dtype, rows.data(), int64_t(rows.shape(1)), int64_t(rows.shape(0)), n, acc);
+  }
+  if (status != zipccl::kOk)
+    throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
+  return nb::ndarray<nb::numpy, float, nb::ndim<1>>(acc, {size_t(n)}, owner);
+}
+
 // §5.1 on given symbol counts (for tests against the reference).
 // 128 counts: the symbol alphabet; 256: a byte plane's (§5.4).
 std::vector<int> code_lengths(const std::vector<uint32_t>& counts) {
@@ -136,6 +153,7 @@ NB_MODULE(_zipccl_cpu, m) {
   m.def("code_lengths", &code_lengths);
   m.def("compress6_into", &compress6_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false);
   m.def("max_elements6", &zipccl::v6::max_elements);
+  m.def("decompress_accumulate6", &decompress_accumulate6, nb::arg("rows"), nb::arg("dtype"), nb::arg("n"));
   m.def("stream_bytes6", &stream_bytes6, nb::arg("raw"), nb::arg("dtype"), nb::arg("generic") = false);
   m.def("decompress6_into", &decompress6_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"),
         nb::arg("generic") = false);

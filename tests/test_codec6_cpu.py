@@ -200,3 +200,24 @@ def test_a_stream_holds_what_a_uint32_length_counts():
     the C++ fuzzer checks that one element more is refused before any byte is read."""
     limit = cpu.max_elements6(CODES["bfloat16"])
     assert limit == (2**32 - 1 - r6.HEADER_BYTES) // 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_decode_and_sum_in_row_order_bit_for_bit(dtype):
+    """The reduce step's arithmetic on version 6 (FORMAT.md §8): rows summed in order in float32,
+    NaN payloads, infinities and subnormals among the values; a corrupt row is refused by name."""
+    from zipccl_jax import reference as v5
+
+    n, k = 5000, 3
+    chunks = [with_odd_values(gaussian(n, dtype, seed=50 + j), 37 + j) for j in range(k)]
+    streams = [r6.compress(c) for c in chunks]
+    cap = max(len(s) for s in streams)
+    rows = np.zeros((k, cap), np.uint8)
+    for j, s in enumerate(streams):
+        rows[j, : len(s)] = np.frombuffer(s, np.uint8)
+    got = cpu.decompress_accumulate6(rows, CODES[dtype], n)
+    want = v5.accumulate(chunks, np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    rows[1, 16 + 8 * 2 - 1] ^= 0x40  # row 1's second descriptor: a reserved bit
+    with pytest.raises(ValueError, match="corrupt block descriptor"):
+        cpu.decompress_accumulate6(rows, CODES[dtype], n)
