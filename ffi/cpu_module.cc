@@ -77,18 +77,21 @@ int64_t check_elements6(int64_t n, int dtype) {
   return n;
 }
 
-int64_t compress6_into(ConstBytes raw, int dtype, Bytes out, bool generic) {
+int64_t compress6_into(ConstBytes raw, int dtype, Bytes out, bool generic, std::optional<ConstBytes> plan) {
   const int64_t n = check_elements6(element_count(raw, dtype), dtype);
   if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
     throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
+  if (plan && (int64_t(plan->shape(0)) < zipccl::v6::plan_bytes(n) || !zipccl::v6::check_plan(dtype, plan->data(), n)))
+    throw std::invalid_argument("zipccl: plan too small or corrupt");
   nb::gil_scoped_release release;
-  return zipccl::v6::compress_stream(dtype, raw.data(), n, out.data(), generic);
+  return zipccl::v6::compress_stream(dtype, raw.data(), n, out.data(), generic, plan ? plan->data() : nullptr);
 }
 
-int64_t stream_bytes6(ConstBytes raw, int dtype, bool generic) {
+int64_t stream_bytes6(ConstBytes raw, int dtype, std::optional<Bytes> plan, bool generic) {
   const int64_t n = check_elements6(element_count(raw, dtype), dtype);
+  if (plan && int64_t(plan->shape(0)) < zipccl::v6::plan_bytes(n)) throw std::invalid_argument("zipccl: plan too small");
   nb::gil_scoped_release release;
-  return zipccl::v6::stream_bytes(dtype, raw.data(), n, nullptr, generic);
+  return zipccl::v6::stream_bytes(dtype, raw.data(), n, plan ? plan->data() : nullptr, generic);
 }
 
 void decompress6_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
@@ -151,10 +154,13 @@ NB_MODULE(_zipccl_cpu, m) {
         nb::arg("generic") = false);
   m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
   m.def("code_lengths", &code_lengths);
-  m.def("compress6_into", &compress6_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false);
+  m.def("compress6_into", &compress6_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false,
+        nb::arg("plan") = nb::none());
+  m.def("plan_bytes6", &zipccl::v6::plan_bytes);
   m.def("max_elements6", &zipccl::v6::max_elements);
   m.def("decompress_accumulate6", &decompress_accumulate6, nb::arg("rows"), nb::arg("dtype"), nb::arg("n"));
-  m.def("stream_bytes6", &stream_bytes6, nb::arg("raw"), nb::arg("dtype"), nb::arg("generic") = false);
+  m.def("stream_bytes6", &stream_bytes6, nb::arg("raw"), nb::arg("dtype"), nb::arg("plan") = nb::none(),
+        nb::arg("generic") = false);
   m.def("decompress6_into", &decompress6_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"),
         nb::arg("generic") = false);
   // The decoder's message for a status code: the CUDA handlers return codes, Python words the error.

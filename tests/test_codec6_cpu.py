@@ -60,7 +60,12 @@ def test_streams_are_the_references_byte_for_byte_and_round_trip(dtype, generic)
     for name, x in cases.items():
         s = compress(x, generic)
         assert s == r6.compress(x), name
-        assert cpu.stream_bytes6(np.ascontiguousarray(x).view(np.uint8).ravel(), CODES[dtype], generic) == len(s), name
+        raw = np.ascontiguousarray(x).view(np.uint8).ravel()
+        assert cpu.stream_bytes6(raw, CODES[dtype], generic=generic) == len(s), name
+        plan = np.zeros(cpu.plan_bytes6(x.size), np.uint8)
+        assert cpu.stream_bytes6(raw, CODES[dtype], plan, generic=generic) == len(s), name
+        planned = np.zeros(r6.max_stream_bytes(x.size, dtype), np.uint8)  # the size pass's plan codes the same stream
+        assert planned[: cpu.compress6_into(raw, CODES[dtype], planned, generic, plan)].tobytes() == s, name
         np.testing.assert_array_equal(decompress(s, x, generic), bits(x), err_msg=name)
 
 

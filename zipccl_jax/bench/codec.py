@@ -99,9 +99,9 @@ def _version_calls(x: np.ndarray) -> dict:
     raw = np.ascontiguousarray(x).view(np.uint8).ravel()
     code = DTYPE_CODES[x.dtype.name]
     calls = {}
-    for v, (comp, decomp, size) in {
-        5: (_zipccl_cpu.compress_into, _zipccl_cpu.decompress_into, _zipccl_cpu.stream_bytes),
-        6: (_zipccl_cpu.compress6_into, _zipccl_cpu.decompress6_into, _zipccl_cpu.stream_bytes6),
+    for v, (comp, decomp, size, plan_bytes) in {
+        5: (_zipccl_cpu.compress_into, _zipccl_cpu.decompress_into, _zipccl_cpu.stream_bytes, _zipccl_cpu.plan_bytes),
+        6: (_zipccl_cpu.compress6_into, _zipccl_cpu.decompress6_into, _zipccl_cpu.stream_bytes6, _zipccl_cpu.plan_bytes6),
     }.items():
         out = np.empty(reference.max_stream_bytes(x.size, x.dtype), np.uint8)
         back = np.empty_like(raw)
@@ -109,10 +109,13 @@ def _version_calls(x: np.ndarray) -> dict:
         decomp(stream, code, back)
         if not np.array_equal(back, raw):
             raise AssertionError(f"version {v} round trip is not bit-exact")
+        plan = np.zeros(plan_bytes(x.size), np.uint8)
+        size(raw, code, plan)
         calls[v] = {"ratio": raw.nbytes / stream.size,
                     "compress": lambda c=comp, o=out: c(raw, code, o),
                     "decompress": lambda d=decomp, s=stream, b=back: d(s, code, b),
-                    "size pass": lambda z=size: z(raw, code)}
+                    "size pass": lambda z=size, p=plan: z(raw, code, p),
+                    "planned compress": lambda c=comp, o=out, p=plan: c(raw, code, o, False, p)}
     return calls
 
 
@@ -121,7 +124,7 @@ def version_speeds(x: np.ndarray, repeat: int, rounds: int) -> dict:
     version runs first, each op's median of `repeat` per round; the median of the rounds' medians,
     and version 6 / version 5."""
     calls = _version_calls(x)
-    ops = ("compress", "decompress", "size pass")
+    ops = ("compress", "decompress", "size pass", "planned compress")  # the last two: the collectives' encode
     runs = {(v, op): [] for v in calls for op in ops}
     for r in range(rounds):
         for v in (5, 6) if r % 2 == 0 else (6, 5):
