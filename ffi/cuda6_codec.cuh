@@ -13,7 +13,7 @@
 namespace zipccl {
 namespace cuda6 {
 
-constexpr int kDecodeCtasPerSm = 4;  // DecodeKernel's 58-63 registers: 4 CTAs of 256 threads an SM
+constexpr int kDecodeCtasPerSm = kDecodeMinCtas;  // DecodeKernel: 64 registers, 37 KB of shared memory
 
 inline int64_t NumBlocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 inline int64_t NumGroups(int64_t n) { return (NumBlocks(n) + kGroupBlocks - 1) / kGroupBlocks; }

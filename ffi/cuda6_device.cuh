@@ -12,6 +12,12 @@
 
 #include "format6.h"
 
+#ifdef ZIPCCL_HOST_EMULATION
+#define ZC_NOINLINE __attribute__((noinline))
+#else
+#define ZC_NOINLINE __noinline__
+#endif
+
 #ifndef ZIPCCL_HOST_EMULATION
 #ifndef ZC_SHARED
 #define ZC_SHARED(Type, name) __shared__ Type name
@@ -131,11 +137,25 @@ __device__ __forceinline__ BodyShape WarpBodyShape(uint32_t bits) {
   return s;
 }
 
-// The 12 low bits of v reversed (a canonical code as the stream holds it, LSB first).
+// The `len` low bits of v reversed (a canonical code as the stream holds it, LSB first).
 __device__ __forceinline__ uint32_t Reverse(uint32_t v, int len) {
+#ifdef ZIPCCL_HOST_EMULATION
   uint32_t r = 0;
   for (int b = 0; b < len; ++b) r |= ((v >> b) & 1u) << (len - 1 - b);
   return r;
+#else
+  return len ? __brev(v) >> (32 - len) : 0u;
+#endif
+}
+
+// The low 32 bits of hi:lo shifted right by s mod 32 (SHF.R.W: the 32 stream bits from bit s of lo).
+__device__ __forceinline__ uint32_t FunnelR(uint32_t lo, uint32_t hi, uint32_t s) {
+#ifdef ZIPCCL_HOST_EMULATION
+  s &= 31;
+  return s ? lo >> s | hi << (32 - s) : lo;
+#else
+  return __funnelshift_r(lo, hi, s);
+#endif
 }
 
 // The canonical code (version 5's §5.2, by (length, symbol)) of a 256-symbol
