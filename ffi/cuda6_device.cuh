@@ -116,9 +116,20 @@ __device__ __forceinline__ T WarpInclusiveScan(T v) {
   return v;
 }
 
+// The bits of v (0 for 0).
+__device__ __forceinline__ int BitLength(uint32_t v) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return v ? 32 - __builtin_clz(v) : 0;
+#else
+  return 32 - __clz(v);
+#endif
+}
+
 // §3, §6 step 3 for a warp's lanes (lane k holds lane k's bits): the narrowest
 // width whose 31 deviations fit, as format6.h choose_width, from the lanes'
-// sum, least and largest (lanes 0..30) instead of a pass a width.
+// sum, least and largest (lanes 0..30) instead of a pass a width. A width fits
+// only if the lanes' spread does (hi - lo < 2^w), so the search starts there:
+// the same width as from 1, in one or two steps.
 struct BodyShape {
   int width, field_bits;
   uint32_t size, base;  // the body's bytes; the base the lane lengths are relative to
@@ -127,7 +138,7 @@ __device__ __forceinline__ BodyShape WarpBodyShape(uint32_t bits) {
   const bool dev = LaneId() < kWarp - 1;
   const uint32_t total = WarpSum(bits), lo = WarpMin(dev ? bits : 0xFFFFFFFFu), hi = WarpMax(dev ? bits : 0u);
   BodyShape s{};
-  for (int w = 1; w <= kMaxWidth; ++w) {
+  for (int w = Min(kMaxWidth, Max(1, BitLength(hi - lo))); w <= kMaxWidth; ++w) {
     const uint32_t head = uint32_t(v6::head_bits(w));
     s = {w, width_field_bits(w), (head + total + 7) / 8, 0};
     s.base = v6::length_base(s.size, head);
