@@ -161,10 +161,12 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   if (s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms]) atomicAdd(&s.used[tid / v6::kNumSyms], 1u);
   __syncthreads();
   GroupCodeLengths(s);
-  // the blocks' sizes under both candidates
+  // the blocks' sizes under both candidates (a value's symbol at the group ref is its own-ref
+  // symbol shifted: the block's normal q are at most its ref)
   uint32_t bits0 = 0, bits1 = 0;
+  const uint32_t shift = s.gref - ref;
   for (int i = lane; i < count; i += kWarp) {
-    const int s0 = v6::symbol_of(xb[i], lay, ref), s1 = v6::symbol_of(xb[i], lay, s.gref);
+    const int s0 = v6::symbol_of(xb[i], lay, ref), s1 = v6::shifted_symbol(s0, shift);
     bits0 += s.lens[0][s0] + uint32_t(v6::fixed_bits(s0, lay));
     bits1 += s.lens[1][s1] + uint32_t(v6::fixed_bits(s1, lay));
   }

@@ -200,7 +200,8 @@ constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kL
 // through a 32-bit window over three stream words held in registers, a word loaded as one is
 // consumed (the caller checked that `values` values of kMaxValueBits stay in the stream's whole
 // words). kCheck: the block's ref admits classes whose q is not normal (ref < 123), so each
-// value's is checked (d <= ref - 4; the caller sent ref >= q_max to DecodeLane). Returns the bits
+// value's is checked (d <= ref - 4, folded into a maximum and tested at the lane's end; with
+// ref < 4 only zeros pass; the caller sent ref >= q_max to DecodeLane). Returns the bits
 // taken; *ok false if a value failed (the lane's later values are then garbage, and DecodeLane
 // decodes it again for the reference's verdict).
 template <int DT, bool kCheck>
@@ -210,7 +211,7 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   const uint32_t pos0 = uint32_t(bit % 32), qadd = ref << Fast<DT>::kLow16;
-  const int dmax = int(ref) - 4;
+  uint32_t dseen = 0, nonzero = 0;  // kCheck: the largest d << kLow16 of a fast value; bit 26: one was not a zero
   const uint32_t k0 = uint32_t(bit / 32);
   uint32_t cur = words[k0], next = words[k0 + 1], after = words[k0 + 2], pos = pos0, k = k0 + 3;
   bool good = true;
@@ -228,7 +229,7 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
       v = uint32_t(r), n = uint32_t(r >> 32) & 0xFF, zero = (r >> 40) & 1;
     } else {
       zero = e & kZeroBit;
-      if (kCheck) good = good && (zero || int(((0u - e) & 0x7FFFu) >> Fast<DT>::kLow16) <= dmax);
+      if (kCheck) dseen = Max(dseen, (0u - e) & 0x7FFFu), nonzero |= e ^ kZeroBit;  // a zero's d reads 0
       v = E::kBytes == 2 ? e + qadd + (FunnelR(peek, 0, e >> 16) & E::kLowMask) : e + qadd;
       v = zero ? e : v;
     }
@@ -242,6 +243,8 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
     *y = typename E::Word(v);
     y += kWarp;
   }
+  // kCheck: every fast value's q = ref - d >= 4 (with ref < 4, only zeros)
+  if (kCheck) good = good && (ref < 4 ? !(nonzero & kZeroBit) : dseen <= (ref - 4) << Fast<DT>::kLow16);
   *ok = good;
   return 32 * (k - k0 - 3) + pos - pos0;
 }
