@@ -3,10 +3,11 @@
 //
 // DecodeKernel<DT>: persistent CTAs of 8 warps, each CTA a run of batches of 8
 // blocks (half a group), a warp per block and a thread per lane. The family's
-// decode tables (a 10-bit first lookup whose entry carries the value's top bits,
-// its code's length and its whole length; the few longer codes from a 12-bit
+// decode tables (a 10-bit first lookup per combo, whose u16 entry carries the
+// value's top bits and its code's length; the few longer codes from a 12-bit
 // table in global memory) are built in shared memory once per CTA; a group's
-// table is checked and its 10-bit table built by the CTA when one of the batch's
+// table is checked and its 12-bit table (u32 entries that also carry the
+// value's whole length) built by the CTA when one of the batch's
 // blocks takes the group's code (once per group and CTA). Every block plans
 // itself from its descriptors (format6.h plan_block), locates its lanes (a
 // thread a deviation, a warp scan) and decodes them: FastLane, a 32-bit window
@@ -26,7 +27,7 @@ namespace cuda6 {
 constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
 constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
 
-// A decode table entry (u32) for the kPeek bits at a lane's position, LSB first:
+// A group table's entry (u32, FastEntry) for the 12 bits at a lane's position, LSB first:
 //   fast:  bits 0-15 the element's top 16 bits less ref << kLow16 (sign << 15 - d << kLow16, mod 2^16;
 //          a zero's: sign << 15), 16-19 the code's length, 26 a zero, 27-31 the bits the value takes
 //          (its code and, in 16-bit dtypes, its low bits; never 0);
@@ -34,6 +35,9 @@ constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
 //          bits or none (a 12-bit lookup then says which).
 // So a 16-bit value is a lookup, two shifts, a mask and a three-input add: entry + (ref << kLow16) + low.
 constexpr uint32_t kZeroBit = 1u << 26;
+// A family table's entry (u16, every combo's in 16 KB): the same top 16 bits, whose low kLow16 bits
+// are 0, hold the code's length (bits 0-3, 0: slow) and a zero (bit 4); one add and one select more.
+constexpr uint32_t kZero16 = 1u << 4;
 
 template <int DT>
 struct Fast {
@@ -51,9 +55,16 @@ __host__ __device__ __forceinline__ uint32_t FastEntry(uint32_t sym, uint32_t cl
   return (((sign << 15) - ((cls - 1) << Fast<DT>::kLow16)) & 0xFFFFu) | clen << 16 | total << 27;
 }
 
+template <int DT>
+__host__ __device__ __forceinline__ uint16_t FamEntry(uint32_t sym, uint32_t clen) {
+  const uint32_t e = FastEntry<DT>(sym, clen);
+  if (!(e >> 27)) return 0;  // slow: the 12-bit table says which
+  return uint16_t((e & 0xFFFFu) | (e >> 16 & 15u) | (e & kZeroBit ? kZero16 : 0u));
+}
+
 struct DecodeSmem {
-  uint32_t fam[kCombos][1 << kPeek];  // FastEntry of Tables::lut10, per combo
-  uint32_t group[1 << kPeek];         // the group's code (FastEntry)
+  uint16_t fam[kCombos][1 << kPeek];       // FamEntry of Tables::lut10, per combo
+  uint32_t group[kLutSize];                // the group's code (FastEntry, 12 bits: only escapes are slow)
   uint16_t start[v6::kNumSyms + 1];   // canonical index i's first 12-bit window, MSB first
   uint8_t order[v6::kNumSyms], olen[v6::kNumSyms];
   CanonScratch canon;
@@ -80,7 +91,7 @@ __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int f
   if (ok && len) s.order[index] = uint8_t(sym), s.olen[index] = uint8_t(len), s.start[index] = uint16_t(code << (kMaxCodeLen - len));
   __syncthreads();
   if (!ok) return kErrGroupTable;
-  // thread t: the 10-bit prefixes 4 t .. 4 t + 3 (MSB first); the codes' ranges are consecutive from 0 to kraft
+  // thread t: the 12-bit windows 16 t .. 16 t + 15 (MSB first); the codes' ranges are consecutive from 0 to kraft
   const uint32_t coded = s.canon.coded, from = 16 * uint32_t(sym);
   uint32_t i = 0;
   for (uint32_t lo = 0, hi = coded; lo + 1 < hi;) {  // the last index starting at or before `from`
@@ -88,10 +99,9 @@ __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int f
     if (s.start[mid] <= from) lo = mid, i = mid;
     else hi = mid;
   }
-  for (uint32_t m = 4 * uint32_t(sym); m < 4 * uint32_t(sym) + 4; ++m) {
-    const uint32_t w = m << (kMaxCodeLen - kPeek);
+  for (uint32_t w = from; w < from + 16; ++w) {
     while (i + 1 < coded && s.start[i + 1] <= w) ++i;
-    s.group[Reverse(m, kPeek)] = w < kraft && s.olen[i] <= kPeek ? FastEntry<DT>(s.order[i], s.olen[i]) : 0u;
+    s.group[Reverse(w, kMaxCodeLen)] = w < kraft ? FastEntry<DT>(s.order[i], s.olen[i]) : 0u;
   }
   __syncthreads();
   return kOk;
@@ -167,16 +177,17 @@ __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int6
 }
 
 // The fast path's rare values (a slow entry e: an escape, a code longer than
-// kPeek bits or none), from the 32 bits at the lane's position. Returns the
+// kPeek bits or none), from the 32 bits at the lane's position: a family code's
+// from its 12-bit table (lut12), the group's from e (its 12-bit table leaves only
+// escapes and windows of no code). Returns the
 // value (fp32: its top 16 bits, the caller takes the low 21) | bits taken << 32
 // | a zero << 40, or kSlowError (a window of no code, or a class whose q is not normal).
 constexpr uint64_t kSlowError = 1ull << 41;
 template <int DT>
-__device__ ZC_NOINLINE uint64_t SlowValue(uint32_t peek, uint32_t e, uint32_t ref, const uint16_t* lut12,
-                                          const DecodeSmem& s) {
+__device__ ZC_NOINLINE uint64_t SlowValue(uint32_t peek, uint32_t e, uint32_t ref, const uint16_t* lut12) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
-  if (!(e >> 8)) e = LongLookup(peek, lut12, s);
+  if (lut12) e = lut12[peek & (kLutSize - 1)];
   const uint32_t clen = e >> 8, sym = e & 0xFF, cls = sym & 127;
   if (!clen) return kSlowError;
   uint32_t q = 0, n = clen;
@@ -204,14 +215,14 @@ constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kL
 // ref < 4 only zeros pass; the caller sent ref >= q_max to DecodeLane). Returns the bits
 // taken; *ok false if a value failed (the lane's later values are then garbage, and DecodeLane
 // decodes it again for the reference's verdict).
-template <int DT, bool kCheck>
-__device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words, uint64_t bit, uint32_t ref, const uint32_t* lut,
-                                             const uint16_t* lut12, const DecodeSmem& s,
+template <int DT, bool kCheck, typename Entry>
+__device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words, uint64_t bit, uint32_t ref,
+                                             const Entry* lut, uint32_t mask, const uint16_t* lut12,
                                              typename Elem<DT>::Word* y, int values, bool* ok) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   const uint32_t pos0 = uint32_t(bit % 32), qadd = ref << Fast<DT>::kLow16;
-  uint32_t dseen = 0, nonzero = 0;  // kCheck: the largest d << kLow16 of a fast value; bit 26: one was not a zero
+  uint32_t dseen = 0, nonzero = 0;  // kCheck: the largest d << kLow16 of a fast value; one was not a zero
   const uint32_t k0 = uint32_t(bit / 32);
   uint32_t cur = words[k0], next = words[k0 + 1], after = words[k0 + 2], pos = pos0, k = k0 + 3;
   bool good = true;
@@ -220,18 +231,20 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   };
 #pragma unroll 4
   for (int i = 0; i < values; ++i) {
-    const uint32_t peek = FunnelR(cur, next, pos), e = lut[peek & ((1u << kPeek) - 1)];
-    uint32_t v, n = e >> 27;
-    bool zero;
-    if (n == 0) {  // an escape, a long code or none: no break, so that the loop has one exit
-      const uint64_t r = SlowValue<DT>(peek, e, ref, lut12, s);
+    const uint32_t peek = FunnelR(cur, next, pos), e = lut[peek & mask];
+    // the entry's fields: a u32's (FastEntry), or a u16's (FamEntry)
+    constexpr bool k32 = sizeof(Entry) == 4;
+    const uint32_t clen = k32 ? e >> 16 : e & 15u, out = k32 ? e : e & (0xFFFFu << Fast<DT>::kLow16);
+    bool zero = k32 ? (e & kZeroBit) != 0 : (e & kZero16) != 0;
+    uint32_t v, n = k32 ? e >> 27 : E::kBytes == 2 && !zero ? clen + lay.low_bits : clen;
+    if (k32 ? n == 0 : clen == 0) {  // an escape, a long code or none: no break, so that the loop has one exit
+      const uint64_t r = SlowValue<DT>(peek, e, ref, lut12);
       good = good && !(r & kSlowError);
       v = uint32_t(r), n = uint32_t(r >> 32) & 0xFF, zero = (r >> 40) & 1;
     } else {
-      zero = e & kZeroBit;
-      if (kCheck) dseen = Max(dseen, (0u - e) & 0x7FFFu), nonzero |= e ^ kZeroBit;  // a zero's d reads 0
-      v = E::kBytes == 2 ? e + qadd + (FunnelR(peek, 0, e >> 16) & E::kLowMask) : e + qadd;
-      v = zero ? e : v;
+      if (kCheck) dseen = Max(dseen, (0u - out) & 0x7FFFu), nonzero |= zero ? 0u : 1u;  // a zero's d reads 0
+      v = E::kBytes == 2 ? out + qadd + (FunnelR(peek, 0, clen) & E::kLowMask) : out + qadd;
+      v = zero ? out : v;
     }
     pos += n;
     advance();
@@ -244,7 +257,7 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
     y += kWarp;
   }
   // kCheck: every fast value's q = ref - d >= 4 (with ref < 4, only zeros)
-  if (kCheck) good = good && (ref < 4 ? !(nonzero & kZeroBit) : dseen <= (ref - 4) << Fast<DT>::kLow16);
+  if (kCheck) good = good && (ref < 4 ? !nonzero : dseen <= (ref - 4) << Fast<DT>::kLow16);
   *ok = good;
   return 32 * (k - k0 - 3) + pos - pos0;
 }
@@ -289,7 +302,6 @@ __device__ inline int DecodeBlock(const uint8_t* in, int64_t size, int64_t nb, i
   // the lane's elements
   const int values = count > lane ? (count - lane + kWarp - 1) / kWarp : 0;
   const int64_t bit = 8 * int64_t(body - in) + from;
-  const uint32_t* lut = group ? s.group : s.fam[c];
   const uint16_t* lut12 = group ? nullptr : tables->lut12[c];
   // the fast path where `values` values of the most bits stay in the stream's whole words and no
   // class's q exceeds q_max; it accepts a lane that decoded and ended where it must, else
@@ -300,8 +312,15 @@ __device__ inline int DecodeBlock(const uint8_t* in, int64_t size, int64_t nb, i
   bool ok = ref < E::kLay.q_max && bit / 32 + 2 + (31 + int64_t(values) * kMaxValueBits<DT>) / 32 < size / 4;
   if (ok) {
     const uint32_t* words = reinterpret_cast<const uint32_t*>(in);
-    used = ref < uint32_t(v6::kMaxD + 4) ? FastLane<DT, true>(words, uint64_t(bit), ref, lut, lut12, s, y + lane, values, &ok)
-                                         : FastLane<DT, false>(words, uint64_t(bit), ref, lut, lut12, s, y + lane, values, &ok);
+    const bool check = ref < uint32_t(v6::kMaxD + 4);
+    const uint64_t at = uint64_t(bit);
+    typename E::Word* out = y + lane;
+    if (group)
+      used = check ? FastLane<DT, true>(words, at, ref, s.group, kLutSize - 1, lut12, out, values, &ok)
+                   : FastLane<DT, false>(words, at, ref, s.group, kLutSize - 1, lut12, out, values, &ok);
+    else
+      used = check ? FastLane<DT, true>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, out, values, &ok)
+                   : FastLane<DT, false>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, out, values, &ok);
     ok = ok && (lane < kWarp - 1 ? used == len : used <= len);
   }
   if (!ok) {
@@ -341,7 +360,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(c
   }
   for (int i = tid; i < kCombos * (1 << kPeek); i += kDecodeThreads) {
     const uint32_t e = tables->lut10[i >> kPeek][i & ((1 << kPeek) - 1)];
-    s.fam[i >> kPeek][i & ((1 << kPeek) - 1)] = FastEntry<DT>(e & 0xFF, e >> 8);
+    s.fam[i >> kPeek][i & ((1 << kPeek) - 1)] = FamEntry<DT>(e & 0xFF, e >> 8);
   }
   __syncthreads();
   const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + gridDim.x - 1) / gridDim.x;
