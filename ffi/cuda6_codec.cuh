@@ -13,7 +13,7 @@
 namespace zipccl {
 namespace cuda6 {
 
-constexpr int kDecodeCtasPerSm = 4;  // DecodeKernel's 58-63 registers: 4 CTAs of 256 threads an SM
+constexpr int kDecodeCtasPerSm = kDecodeMinCtas;  // DecodeKernel: 64 registers, 37 KB of shared memory
 
 inline int64_t NumBlocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 inline int64_t NumGroups(int64_t n) { return (NumBlocks(n) + kGroupBlocks - 1) / kGroupBlocks; }
@@ -22,7 +22,7 @@ inline int64_t NumGroups(int64_t n) { return (NumBlocks(n) + kGroupBlocks - 1) /
 inline size_t CompressWorkspaceBytes(int64_t n) {
   const int64_t nb = NumBlocks(n), ng = NumGroups(n);
   auto up = [](int64_t v) { return size_t((v + 255) / 256 * 256); };
-  return up(8 * nb) + up(4 * nb) + up(4 * ng) + up(8 * ng) + up(v6::kNumSyms * ng) + up(2 * v6::kNumSyms * ng) + 256;
+  return up(8 * nb) + up(4 * nb) + up(64 * nb) + up(4 * ng) + up(8 * ng) + up(v6::kNumSyms * ng) + up(2 * v6::kNumSyms * ng) + 256;
 }
 
 inline Workspace CarveWorkspace(void* base, int64_t n) {
@@ -32,6 +32,7 @@ inline Workspace CarveWorkspace(void* base, int64_t n) {
   Workspace ws;
   ws.plan = reinterpret_cast<uint64_t*>(p), p += up(8 * nb);
   ws.rsize = reinterpret_cast<uint32_t*>(p), p += up(4 * nb);
+  ws.lanes = reinterpret_cast<uint16_t*>(p), p += up(64 * nb);
   ws.gbytes = reinterpret_cast<uint32_t*>(p), p += up(4 * ng);
   ws.goff = reinterpret_cast<uint64_t*>(p), p += up(8 * ng);
   ws.glens = p, p += up(v6::kNumSyms * ng);

@@ -28,6 +28,7 @@ constexpr uint32_t kRawStream = 1;                    // Workspace::flags: the s
 struct Workspace {
   uint64_t* plan;    // [nb] the descriptor's fields but `end`
   uint32_t* rsize;   // [nb] the record's bytes (a table included)
+  uint16_t* lanes;   // [nb][32] a coded block's lane bits under its code (GroupKernel's, for CodeKernel)
   uint32_t* gbytes;  // [ng] the group's records' bytes
   uint64_t* goff;    // [ng] where the group's records start in the data area
   uint8_t* glens;    // [ng][256] the group's code (lengths) if it stores a table
@@ -160,10 +161,12 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   if (s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms]) atomicAdd(&s.used[tid / v6::kNumSyms], 1u);
   __syncthreads();
   GroupCodeLengths(s);
-  // the blocks' sizes under both candidates
+  // the blocks' sizes under both candidates (a value's symbol at the group ref is its own-ref
+  // symbol shifted: the block's normal q are at most its ref)
   uint32_t bits0 = 0, bits1 = 0;
+  const uint32_t shift = s.gref - ref;
   for (int i = lane; i < count; i += kWarp) {
-    const int s0 = v6::symbol_of(xb[i], lay, ref), s1 = v6::symbol_of(xb[i], lay, s.gref);
+    const int s0 = v6::symbol_of(xb[i], lay, ref), s1 = v6::shifted_symbol(s0, shift);
     bits0 += s.lens[0][s0] + uint32_t(v6::fixed_bits(s0, lay));
     bits1 += s.lens[1][s1] + uint32_t(v6::fixed_bits(s1, lay));
   }
@@ -187,6 +190,12 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
     const uint32_t len = s.lens[best][tid];
     ws.glens[g * v6::kNumSyms + tid] = uint8_t(len);
     ws.gcodes[g * v6::kNumSyms + tid] = uint16_t(Reverse(code, int(len)));
+  }
+  if (w < blocks) {  // the lane's bits under the block's code, for CodeKernel
+    const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
+    const uint32_t c = s.fam_choice[w];
+    const uint32_t fam = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;
+    ws.lanes[b * kWarp + lane] = uint16_t(group ? (best ? bits1 : bits0) : c == ~0u ? 0u : fam + fixed);
   }
   if (lane == 0 && w < blocks) {
     const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
@@ -350,11 +359,7 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
       if (v) atomicOr(&stage[i], v);
     }
   } else {  // §3: the lanes' lengths, the head, then each lane's elements
-    uint32_t bits = 0;
-    for (int i = lane; i < count; i += kWarp) {
-      const int sym = v6::symbol_of(xb[i], lay, ref);
-      bits += (enc[sym] >> 16) + uint32_t(v6::fixed_bits(sym, lay));
-    }
+    const uint32_t bits = ws.lanes[b * kWarp + lane];  // GroupKernel's
     const BodyShape shape = WarpBodyShape(bits);
     const uint32_t before = WarpInclusiveScan(bits) - bits, body = 8 * (pad + tbl);
     if (lane == 0)

@@ -3,12 +3,17 @@
 //
 // DecodeKernel<DT>: persistent CTAs of 8 warps, each CTA a run of batches of 8
 // blocks (half a group), a warp per block and a thread per lane. The family's
-// decode tables (a 10-bit first lookup; the few longer codes from a 12-bit
-// table in global memory) are copied to shared memory once per CTA; a group's
-// table is checked and its 12-bit decode table built by the CTA when one of
-// the batch's blocks takes the group's code (once per group and CTA). Every
-// block plans itself from its descriptors (format6.h plan_block), locates its
-// lanes (a thread a deviation, a warp scan) and decodes them. A failing block
+// decode tables (a 10-bit first lookup per combo, whose u16 entry carries the
+// value's top bits and its code's length; the few longer codes from a 12-bit
+// table in global memory) are built in shared memory once per CTA; a group's
+// table is checked and its 12-bit table (u32 entries that also carry the
+// value's whole length) built by the CTA when one of the batch's
+// blocks takes the group's code (once per group and CTA). Every block plans
+// itself from its descriptors (format6.h plan_block), locates its lanes (a
+// thread a deviation, a warp scan) and decodes them: FastLane, a 32-bit window
+// over three stream words in registers, the rare values (escapes, long codes,
+// errors) in a call; a lane it does not accept is decoded again by DecodeLane,
+// format6.h's decode_element step by step, for the verdict. A failing block
 // reports (block + 1) << 8 | status by atomicMin, a failing header or length
 // its status alone: the stream's verdict is the lowest, as the reference's
 // first error.
@@ -20,10 +25,46 @@ namespace zipccl {
 namespace cuda6 {
 
 constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
+constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
+
+// A group table's entry (u32, FastEntry) for the 12 bits at a lane's position, LSB first:
+//   fast:  bits 0-15 the element's top 16 bits less ref << kLow16 (sign << 15 - d << kLow16, mod 2^16;
+//          a zero's: sign << 15), 16-19 the code's length, 26 a zero, 27-31 the bits the value takes
+//          (its code and, in 16-bit dtypes, its low bits; never 0);
+//   slow:  bits 27-31 are 0: sym | code length << 8 for an escape, 0 for a code longer than kPeek
+//          bits or none (a 12-bit lookup then says which).
+// So a 16-bit value is a lookup, two shifts, a mask and a three-input add: entry + (ref << kLow16) + low.
+constexpr uint32_t kZeroBit = 1u << 26;
+// A family table's entry (u16, every combo's in 16 KB): the same top 16 bits, whose low kLow16 bits
+// are 0, hold the code's length (bits 0-3, 0: slow) and a zero (bit 4); one add and one select more.
+constexpr uint32_t kZero16 = 1u << 4;
+
+template <int DT>
+struct Fast {
+  // the low bits' place in the element's top 16 bits (fp32: the top 5 of its 21)
+  static constexpr int kLow16 = Elem<DT>::kBytes == 2 ? Elem<DT>::kLay.low_bits : 5;
+};
+
+template <int DT>
+__host__ __device__ __forceinline__ uint32_t FastEntry(uint32_t sym, uint32_t clen) {
+  constexpr v6::Layout lay = Elem<DT>::kLay;
+  const uint32_t cls = sym & (v6::kSignSym - 1), sign = sym >> 7;
+  if (clen == 0 || cls >= uint32_t(v6::kClassEsc)) return clen ? sym | clen << 8 : 0u;
+  if (cls == uint32_t(v6::kClassZero)) return sign << 15 | kZeroBit | clen << 16 | clen << 27;
+  const uint32_t total = clen + (Elem<DT>::kBytes == 2 ? uint32_t(lay.low_bits) : 0u);
+  return (((sign << 15) - ((cls - 1) << Fast<DT>::kLow16)) & 0xFFFFu) | clen << 16 | total << 27;
+}
+
+template <int DT>
+__host__ __device__ __forceinline__ uint16_t FamEntry(uint32_t sym, uint32_t clen) {
+  const uint32_t e = FastEntry<DT>(sym, clen);
+  if (!(e >> 27)) return 0;  // slow: the 12-bit table says which
+  return uint16_t((e & 0xFFFFu) | (e >> 16 & 15u) | (e & kZeroBit ? kZero16 : 0u));
+}
 
 struct DecodeSmem {
-  uint16_t fam[kCombos][1 << kPeek];  // Tables::lut10
-  uint16_t group[kLutSize];           // the group's code: sym | length << 8, 0 = no code
+  uint16_t fam[kCombos][1 << kPeek];       // FamEntry of Tables::lut10, per combo
+  uint32_t group[kLutSize];                // the group's code (FastEntry, 12 bits: only escapes are slow)
   uint16_t start[v6::kNumSyms + 1];   // canonical index i's first 12-bit window, MSB first
   uint8_t order[v6::kNumSyms], olen[v6::kNumSyms];
   CanonScratch canon;
@@ -34,6 +75,7 @@ struct DecodeSmem {
 // §4: checks the group table at `table` (122 bytes, in the stream) and builds
 // its decode table, read with the sign inverted if flip (§2: a flip applies to
 // any code). Every thread of the CTA (256) calls it. Returns a Status.
+template <int DT>
 __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int flip) {
   const int sym = int(threadIdx.x), cls = sym & (v6::kSignSym - 1);
   const int j = ((sym >> 7) ^ flip) * 122 + cls;  // its length's place among the 244 valid symbols'
@@ -49,7 +91,7 @@ __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int f
   if (ok && len) s.order[index] = uint8_t(sym), s.olen[index] = uint8_t(len), s.start[index] = uint16_t(code << (kMaxCodeLen - len));
   __syncthreads();
   if (!ok) return kErrGroupTable;
-  // thread t: the 16 windows from 16 t, MSB first; the codes' ranges are consecutive from 0 to kraft
+  // thread t: the 12-bit windows 16 t .. 16 t + 15 (MSB first); the codes' ranges are consecutive from 0 to kraft
   const uint32_t coded = s.canon.coded, from = 16 * uint32_t(sym);
   uint32_t i = 0;
   for (uint32_t lo = 0, hi = coded; lo + 1 < hi;) {  // the last index starting at or before `from`
@@ -59,10 +101,25 @@ __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int f
   }
   for (uint32_t w = from; w < from + 16; ++w) {
     while (i + 1 < coded && s.start[i + 1] <= w) ++i;
-    s.group[Reverse(w, kMaxCodeLen)] = w < kraft ? uint16_t(s.order[i] | s.olen[i] << 8) : 0;
+    s.group[Reverse(w, kMaxCodeLen)] = w < kraft ? FastEntry<DT>(s.order[i], s.olen[i]) : 0u;
   }
   __syncthreads();
   return kOk;
+}
+
+// The code at a 12-bit window (LSB first) as build_lut's entry (sym | length << 8, 0 = none):
+// the family's 12-bit table, or (lut12 null) the group's canonical code by a binary search.
+__device__ __forceinline__ uint32_t LongLookup(uint32_t window, const uint16_t* lut12, const DecodeSmem& s) {
+  if (lut12) return lut12[window & (kLutSize - 1)];
+  const uint32_t w = Reverse(window, kMaxCodeLen);
+  if (w >= s.kraft) return 0;
+  uint32_t lo = 0, hi = s.canon.coded;
+  while (lo + 1 < hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (s.start[mid] <= w) lo = mid;
+    else hi = mid;
+  }
+  return s.order[lo] | uint32_t(s.olen[lo]) << 8;
 }
 
 // The 32-bit word idx of the stream, its bytes at or past `size` read as 0.
@@ -74,15 +131,17 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
   return v;
 }
 
-// §3: a lane of `len` bits from stream bit `bit`: `values` elements to y[0],
-// y[32], ... The window past the lane's end holds the next lane's bits, which
-// decode nothing the reference's zeros would not (a code that fits the lane is
-// found the same either way; one that does not fails either way). *used: the
-// bits taken. Returns a Status.
+// §3, exactly as format6.h decode_element: a lane of `len` bits from stream bit
+// `bit`: `values` elements to y[0], y[32], ... The window past the lane's end
+// holds the next lane's bits, which decode nothing the reference's zeros would
+// not (a code that fits the lane is found the same either way; one that does not
+// fails either way). Returns a Status | the bits taken << 32 (no pointer out: a
+// call without a stack frame). The fast path's fallback: a lane it did not
+// accept (FastLane) is decoded again here.
 template <int DT>
-__device__ __forceinline__ int DecodeLane(const uint8_t* in, int64_t size, int64_t bit, uint32_t len, uint32_t ref,
-                                          const uint16_t* lut, uint32_t mask, const uint16_t* fallback,
-                                          typename Elem<DT>::Word* y, int values, uint32_t* used) {
+__device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int64_t bit, uint32_t len, uint32_t ref,
+                                           const uint16_t* lut12, const DecodeSmem& s, typename Elem<DT>::Word* y,
+                                           int values) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   int64_t idx = bit / 32;
@@ -94,16 +153,15 @@ __device__ __forceinline__ int DecodeLane(const uint8_t* in, int64_t size, int64
   };
   for (int i = 0; i < values; ++i) {
     refill();
-    uint32_t e = lut[uint32_t(buf) & mask];
-    if (!(e >> 8) && fallback) e = fallback[uint32_t(buf) & (kLutSize - 1)];
-    if (!(e >> 8)) return kErrBitstream;
+    const uint32_t e = LongLookup(uint32_t(buf), lut12, s);
+    if (!(e >> 8)) return uint64_t(kErrBitstream);
     const uint32_t clen = e >> 8, sym = e & 0xFF, cls = sym & 127;
     uint32_t q = 0, head = clen;
     if (cls == uint32_t(v6::kClassEsc)) {
       q = uint32_t(buf >> clen) & E::kQMask, head += lay.q_bits;
     } else if (cls != uint32_t(v6::kClassZero)) {
       q = ref - (cls - 1);
-      if (!v6::normal_q(q, lay)) return kErrBitstream;
+      if (!v6::normal_q(q, lay)) return uint64_t(kErrBitstream);
     }
     buf >>= head, held -= int(head), taken += head;
     uint32_t low = 0;
@@ -112,11 +170,96 @@ __device__ __forceinline__ int DecodeLane(const uint8_t* in, int64_t size, int64
       low = uint32_t(buf) & E::kLowMask;
       buf >>= lay.low_bits, held -= lay.low_bits, taken += lay.low_bits;
     }
-    if (taken > len) return kErrBitstream;
+    if (taken > len) return uint64_t(kErrBitstream);
     y[kWarp * i] = typename E::Word((sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
   }
-  *used = taken;
-  return kOk;
+  return uint64_t(kOk) | uint64_t(taken) << 32;
+}
+
+// The fast path's rare values (a slow entry e: an escape, a code longer than
+// kPeek bits or none), from the 32 bits at the lane's position: a family code's
+// from its 12-bit table (lut12), the group's from e (its 12-bit table leaves only
+// escapes and windows of no code). Returns the
+// value (fp32: its top 16 bits, the caller takes the low 21) | bits taken << 32
+// | a zero << 40, or kSlowError (a window of no code, or a class whose q is not normal).
+constexpr uint64_t kSlowError = 1ull << 41;
+template <int DT>
+__device__ ZC_NOINLINE uint64_t SlowValue(uint32_t peek, uint32_t e, uint32_t ref, const uint16_t* lut12) {
+  using E = Elem<DT>;
+  constexpr v6::Layout lay = E::kLay;
+  if (lut12) e = lut12[peek & (kLutSize - 1)];
+  const uint32_t clen = e >> 8, sym = e & 0xFF, cls = sym & 127;
+  if (!clen) return kSlowError;
+  uint32_t q = 0, n = clen;
+  if (cls == uint32_t(v6::kClassEsc)) {
+    q = (peek >> n) & E::kQMask, n += lay.q_bits;
+  } else if (cls != uint32_t(v6::kClassZero)) {
+    q = ref - (cls - 1);
+    if (!v6::normal_q(q, lay)) return kSlowError;
+  }
+  const bool zero = cls == uint32_t(v6::kClassZero);
+  uint32_t v = (sym >> 7) << 15 | q << Fast<DT>::kLow16;
+  if (E::kBytes == 2 && !zero) v |= (peek >> n) & E::kLowMask, n += lay.low_bits;
+  return v | uint64_t(n) << 32 | uint64_t(zero) << 40;
+}
+
+// The most bits a value takes (its code, an escape's q, its low bits).
+template <int DT>
+constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kLay.low_bits;
+
+// §3, the common path: a lane of `values` elements from stream bit `bit` into y[0], y[32], ...
+// through a 32-bit window over three stream words held in registers, a word loaded as one is
+// consumed (the caller checked that `values` values of kMaxValueBits stay in the stream's whole
+// words). kCheck: the block's ref admits classes whose q is not normal (ref < 123), so each
+// value's is checked (d <= ref - 4, folded into a maximum and tested at the lane's end; with
+// ref < 4 only zeros pass; the caller sent ref >= q_max to DecodeLane). Returns the bits
+// taken; *ok false if a value failed (the lane's later values are then garbage, and DecodeLane
+// decodes it again for the reference's verdict).
+template <int DT, bool kCheck, typename Entry>
+__device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words, uint64_t bit, uint32_t ref,
+                                             const Entry* lut, uint32_t mask, const uint16_t* lut12,
+                                             typename Elem<DT>::Word* y, int values, bool* ok) {
+  using E = Elem<DT>;
+  constexpr v6::Layout lay = E::kLay;
+  const uint32_t pos0 = uint32_t(bit % 32), qadd = ref << Fast<DT>::kLow16;
+  uint32_t dseen = 0, nonzero = 0;  // kCheck: the largest d << kLow16 of a fast value; one was not a zero
+  const uint32_t k0 = uint32_t(bit / 32);
+  uint32_t cur = words[k0], next = words[k0 + 1], after = words[k0 + 2], pos = pos0, k = k0 + 3;
+  bool good = true;
+  auto advance = [&] {
+    if (pos >= 32) pos -= 32, cur = next, next = after, after = words[k++];
+  };
+#pragma unroll 4
+  for (int i = 0; i < values; ++i) {
+    const uint32_t peek = FunnelR(cur, next, pos), e = lut[peek & mask];
+    // the entry's fields: a u32's (FastEntry), or a u16's (FamEntry)
+    constexpr bool k32 = sizeof(Entry) == 4;
+    const uint32_t clen = k32 ? e >> 16 : e & 15u, out = k32 ? e : e & (0xFFFFu << Fast<DT>::kLow16);
+    bool zero = k32 ? (e & kZeroBit) != 0 : (e & kZero16) != 0;
+    uint32_t v, n = k32 ? e >> 27 : E::kBytes == 2 && !zero ? clen + lay.low_bits : clen;
+    if (k32 ? n == 0 : clen == 0) {  // an escape, a long code or none: no break, so that the loop has one exit
+      const uint64_t r = SlowValue<DT>(peek, e, ref, lut12);
+      good = good && !(r & kSlowError);
+      v = uint32_t(r), n = uint32_t(r >> 32) & 0xFF, zero = (r >> 40) & 1;
+    } else {
+      if (kCheck) dseen = Max(dseen, (0u - out) & 0x7FFFu), nonzero |= zero ? 0u : 1u;  // a zero's d reads 0
+      v = E::kBytes == 2 ? out + qadd + (FunnelR(peek, 0, clen) & E::kLowMask) : out + qadd;
+      v = zero ? out : v;
+    }
+    pos += n;
+    advance();
+    if (E::kBytes == 4) {  // the 21 low bits after the code (and an escape's q)
+      uint32_t low = 0;
+      if (!zero) low = FunnelR(cur, next, pos) & E::kLowMask, pos += lay.low_bits, advance();
+      v = v << 16 | low;
+    }
+    *y = typename E::Word(v);
+    y += kWarp;
+  }
+  // kCheck: every fast value's q = ref - d >= 4 (with ref < 4, only zeros)
+  if (kCheck) good = good && (ref < 4 ? !nonzero : dseen <= (ref - 4) << Fast<DT>::kLow16);
+  *ok = good;
+  return 32 * (k - k0 - 3) + pos - pos0;
 }
 
 // §2, §3: block b, by its warp. Returns the block's Status (the same in every lane).
@@ -158,10 +301,32 @@ __device__ inline int DecodeBlock(const uint8_t* in, int64_t size, int64_t nb, i
   const uint32_t from = head + uint32_t(after - mine), len = lane < kWarp - 1 ? uint32_t(mine) : end - from;
   // the lane's elements
   const int values = count > lane ? (count - lane + kWarp - 1) / kWarp : 0;
+  const int64_t bit = 8 * int64_t(body - in) + from;
+  const uint16_t* lut12 = group ? nullptr : tables->lut12[c];
+  // the fast path where `values` values of the most bits stay in the stream's whole words and no
+  // class's q exceeds q_max; it accepts a lane that decoded and ended where it must, else
+  // DecodeLane decodes it again
+  const uint32_t ref = p.d.ref;
   uint32_t used = 0;
-  int st = DecodeLane<DT>(in, size, 8 * int64_t(body - in) + from, len, p.d.ref, group ? s.group : s.fam[c],
-                          group ? kLutSize - 1 : (1u << kPeek) - 1, group ? nullptr : tables->lut12[c], y + lane,
-                          values, &used);
+  int st = kOk;
+  bool ok = ref < E::kLay.q_max && bit / 32 + 2 + (31 + int64_t(values) * kMaxValueBits<DT>) / 32 < size / 4;
+  if (ok) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(in);
+    const bool check = ref < uint32_t(v6::kMaxD + 4);
+    const uint64_t at = uint64_t(bit);
+    typename E::Word* out = y + lane;
+    if (group)
+      used = check ? FastLane<DT, true>(words, at, ref, s.group, kLutSize - 1, lut12, out, values, &ok)
+                   : FastLane<DT, false>(words, at, ref, s.group, kLutSize - 1, lut12, out, values, &ok);
+    else
+      used = check ? FastLane<DT, true>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, out, values, &ok)
+                   : FastLane<DT, false>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, out, values, &ok);
+    ok = ok && (lane < kWarp - 1 ? used == len : used <= len);
+  }
+  if (!ok) {
+    const uint64_t r = DecodeLane<DT>(in, size, bit, len, ref, lut12, s, y + lane, values);
+    st = int(uint32_t(r)), used = uint32_t(r >> 32);
+  }
   if (st == kOk && lane < kWarp - 1) st = used == len ? kOk : kErrTrailing;  // format6.h lane_end_status
   if (st == kOk && lane == kWarp - 1) {
     const uint32_t pos = from + used;
@@ -172,7 +337,7 @@ __device__ inline int DecodeBlock(const uint8_t* in, int64_t size, int64_t nb, i
 }
 
 template <int DT>
-__global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(const uint8_t* in, int64_t size, int64_t n,
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(const uint8_t* in, int64_t size, int64_t n,
                                                                const Tables* tables, typename Elem<DT>::Word* y,
                                                                unsigned long long* status) {
   using E = Elem<DT>;
@@ -193,7 +358,10 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(const uint8_t* in
       y[i] = src[i];
     return;
   }
-  for (int i = tid; i < kCombos * (1 << kPeek); i += kDecodeThreads) s.fam[i >> kPeek][i & ((1 << kPeek) - 1)] = tables->lut10[i >> kPeek][i & ((1 << kPeek) - 1)];
+  for (int i = tid; i < kCombos * (1 << kPeek); i += kDecodeThreads) {
+    const uint32_t e = tables->lut10[i >> kPeek][i & ((1 << kPeek) - 1)];
+    s.fam[i >> kPeek][i & ((1 << kPeek) - 1)] = FamEntry<DT>(e & 0xFF, e >> 8);
+  }
   __syncthreads();
   const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + gridDim.x - 1) / gridDim.x;
   int64_t built = -1;  // 2 group + flip of the code s.group holds
@@ -214,7 +382,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeKernel(const uint8_t* in
     for (int f = 0; f < 2; ++f) {
       if (needs ? !((needs >> f) & 1) : f == 1) continue;
       const int64_t key = 2 * (b / kGroupBlocks) + f;  // the same in every thread: a batch is in one group
-      if (needs && built != key) table_status = BuildGroupTable(s, in + v6::data_offset(nb) + at, f), built = key;
+      if (needs && built != key) table_status = BuildGroupTable<DT>(s, in + v6::data_offset(nb) + at, f), built = key;
       if (b < nb && (group ? p.d.flip == uint32_t(f) : !decoded)) {
         const int bs = DecodeBlock<DT>(in, size, nb, b, count, p, plan_status, table_status, s, tables, y + b * kBlock);
         if (bs != kOk && lane == 0) atomicMin(status, (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);

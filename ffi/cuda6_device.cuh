@@ -12,6 +12,12 @@
 
 #include "format6.h"
 
+#ifdef ZIPCCL_HOST_EMULATION
+#define ZC_NOINLINE __attribute__((noinline))
+#else
+#define ZC_NOINLINE __noinline__
+#endif
+
 #ifndef ZIPCCL_HOST_EMULATION
 #ifndef ZC_SHARED
 #define ZC_SHARED(Type, name) __shared__ Type name
@@ -110,9 +116,20 @@ __device__ __forceinline__ T WarpInclusiveScan(T v) {
   return v;
 }
 
+// The bits of v (0 for 0).
+__device__ __forceinline__ int BitLength(uint32_t v) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return v ? 32 - __builtin_clz(v) : 0;
+#else
+  return 32 - __clz(v);
+#endif
+}
+
 // §3, §6 step 3 for a warp's lanes (lane k holds lane k's bits): the narrowest
 // width whose 31 deviations fit, as format6.h choose_width, from the lanes'
-// sum, least and largest (lanes 0..30) instead of a pass a width.
+// sum, least and largest (lanes 0..30) instead of a pass a width. A width fits
+// only if the lanes' spread does (hi - lo < 2^w), so the search starts there:
+// the same width as from 1, in one or two steps.
 struct BodyShape {
   int width, field_bits;
   uint32_t size, base;  // the body's bytes; the base the lane lengths are relative to
@@ -121,7 +138,7 @@ __device__ __forceinline__ BodyShape WarpBodyShape(uint32_t bits) {
   const bool dev = LaneId() < kWarp - 1;
   const uint32_t total = WarpSum(bits), lo = WarpMin(dev ? bits : 0xFFFFFFFFu), hi = WarpMax(dev ? bits : 0u);
   BodyShape s{};
-  for (int w = 1; w <= kMaxWidth; ++w) {
+  for (int w = Min(kMaxWidth, Max(1, BitLength(hi - lo))); w <= kMaxWidth; ++w) {
     const uint32_t head = uint32_t(v6::head_bits(w));
     s = {w, width_field_bits(w), (head + total + 7) / 8, 0};
     s.base = v6::length_base(s.size, head);
@@ -131,11 +148,25 @@ __device__ __forceinline__ BodyShape WarpBodyShape(uint32_t bits) {
   return s;
 }
 
-// The 12 low bits of v reversed (a canonical code as the stream holds it, LSB first).
+// The `len` low bits of v reversed (a canonical code as the stream holds it, LSB first).
 __device__ __forceinline__ uint32_t Reverse(uint32_t v, int len) {
+#ifdef ZIPCCL_HOST_EMULATION
   uint32_t r = 0;
   for (int b = 0; b < len; ++b) r |= ((v >> b) & 1u) << (len - 1 - b);
   return r;
+#else
+  return len ? __brev(v) >> (32 - len) : 0u;
+#endif
+}
+
+// The low 32 bits of hi:lo shifted right by s mod 32 (SHF.R.W: the 32 stream bits from bit s of lo).
+__device__ __forceinline__ uint32_t FunnelR(uint32_t lo, uint32_t hi, uint32_t s) {
+#ifdef ZIPCCL_HOST_EMULATION
+  s &= 31;
+  return s ? lo >> s | hi << (32 - s) : lo;
+#else
+  return __funnelshift_r(lo, hi, s);
+#endif
 }
 
 // The canonical code (version 5's §5.2, by (length, symbol)) of a 256-symbol

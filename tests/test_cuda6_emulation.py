@@ -244,6 +244,71 @@ def test_hostile_headers_tables_and_descriptors(emulator):
     assert check_verdicts(replies, cases, bad) == len(bad) - 1
 
 
+@np.errstate(over="ignore")
+def fast_path_cases():
+    """The decoder's fast path (docs/GPU.md, "Second version"): long codes and escapes inside full
+    lanes, family and group codes; fp16, whose refs are all checked value by value (ref < 123)."""
+    B = r6.BLOCK
+    rng = np.random.default_rng(60)
+    narrow = rng.choice([1.0, 1.19, 1.41, 1.68, -1.0, -1.19], 3 * B + 17)  # member 1 (narrow): long codes
+    rare = rng.random(narrow.size) < 0.03
+    narrow[rare] *= np.exp2(-rng.integers(2, 25, rare.sum()))
+    tails = gaussian(r6.GROUP_BLOCKS * B // 4 + 300, "float32", seed=61)
+    tails[::53] *= np.exp2(rng.integers(-40, 12, tails[::53].size))  # rare classes: long group codes
+    fp16 = gaussian(2 * B + 45, "float16", seed=62)
+    specials = special_values("float16")
+    wide = specials.astype(np.float32)
+    fp16[::41] = np.resize(specials[~np.isfinite(wide) | (np.abs(wide) < 6e-5)], fp16[::41].size)
+    family = gaussian(B, "float32", seed=63)
+    family[::53] *= np.exp2(-rng.integers(8, 28, family[::53].size))  # one block: the family's long codes
+    mixed = gaussian(2 * B + 3, "bfloat16", seed=64)
+    specials = special_values("bfloat16")
+    wide = specials.astype(np.float32)
+    mixed[::97] = np.resize(specials[~np.isfinite(wide) | (np.abs(wide) < np.finfo(np.float32).tiny)], mixed[::97].size)
+    return {"bf16 narrow": narrow.astype("bfloat16"), "bf16 tails": tails.astype("bfloat16"),
+            "fp16 specials": fp16, "bf16 family": family.astype("bfloat16"), "bf16 escapes": mixed,
+            "fp32 tails": tails[: 2 * B + 9].copy()}
+
+
+def test_fast_path_values_and_verdicts_at_lane_ends(emulator):
+    """Every bit of streams whose full lanes hold escapes and long codes, then targeted corruptions:
+    each block's ref moved (classes whose q is not normal, a ref at q_max), a bit flipped in the lane
+    lengths and in the lanes (lanes that end early or late), the last bytes cut."""
+    rng = np.random.default_rng(64)
+    cases, streams, requests = [], [], []
+    for name, x in fast_path_cases().items():
+        stream = r6.compress(x)
+        code = CODES[x.dtype.name]
+        requests.append((DECOMPRESS, code, x.size, stream))
+        cases.append((name, x.dtype, x.size)), streams.append(stream)
+        nb = -(-x.size // r6.BLOCK)
+        data = r6.HEADER_BYTES + r6.DESC_BYTES * nb
+        q_max = {1: 1020, 2: 124, 3: 1020}[code]
+        bad = []
+        for b in range(nb):
+            d = r6.read_descriptor(stream, b)
+            if d["raw"]:
+                continue
+            at = r6.HEADER_BYTES + r6.DESC_BYTES * b
+            word = int.from_bytes(stream[at : at + 8], "little")
+            for ref in {d["ref"] - 1, d["ref"] + 1, d["ref"] - 7, 3, 4, 122, 123, q_max - 1, q_max}:
+                if 0 <= ref < 1 << (10 if code != 2 else 7):
+                    w = (word & ~(0x3FF << 32)) | ref << 32
+                    bad.append(stream[:at] + w.to_bytes(8, "little") + stream[at + 8 :])
+            start = data + (r6.read_descriptor(stream, b - 1)["end"] if b else 0) + (r6.TABLE_BYTES if d["table"] else 0)
+            for off in [0, 1, 2, 3, 5, 8, 13, 21] + list(rng.integers(0, data + d["end"] - start, 12)):
+                t = bytearray(stream)
+                t[start + int(off)] ^= 1 << int(rng.integers(0, 8))
+                bad.append(bytes(t))
+        bad += [stream[:-k] for k in (1, 2, 3, 4, 5)]
+        for t in bad:
+            requests.append((DECOMPRESS, code, x.size, t))
+            cases.append((name, x.dtype, x.size)), streams.append(t)
+    replies = run(emulator, requests, LAUNCHES[-1])
+    rejected = check_verdicts(replies, cases, streams)
+    assert rejected > len(cases) // 3, rejected
+
+
 def test_no_data_race_under_threadsanitizer(tmp_path):
     exe = build(tmp_path, "thread")
     for dtype in ("bfloat16", "float32"):
