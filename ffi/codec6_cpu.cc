@@ -543,14 +543,9 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
 }
 
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {
-  const int es = layout_of(dtype).elem_bytes;
-  std::unique_ptr<uint8_t[]> row(new uint8_t[size_t(n > 0 ? n * es : 1)]);
-  for (int64_t j = 0; j < k; ++j) {
-    const int status = decompress_stream(dtype, in + j * cap, cap, n, row.get());
-    if (status != kOk) return status;
-    accumulate_elements(dtype, row.get(), n, acc, j == 0);
-  }
-  return kOk;
+  return accumulate_rows(dtype, in, cap, k, n, acc, [](int d, const uint8_t* s, int64_t size, int64_t m, uint8_t* out) {
+    return decompress_stream(d, s, size, m, out);
+  });
 }
 
 }  // namespace v6

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "zipccl_format.h"
 
@@ -39,6 +40,10 @@ int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uin
 // them in row order in float32 into acc (FORMAT.md §8). Returns a Status.
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc);
 
+// decompress_accumulate with a stream decoder of either version: decode(dtype, in, size, n, out) -> Status.
+template <class Decode>
+int accumulate_rows(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc, Decode decode);
+
 // acc[i] = x[i] (first) or acc[i] + x[i] in float32, for n elements of dtype
 // at x: the rank-ordered sum's step (FORMAT.md §8; the caller turns flush-to-
 // zero and denormals-are-zero off). Typed loops the compiler vectorises.
@@ -47,5 +52,17 @@ void accumulate_elements(int dtype, const uint8_t* x, int64_t n, float* acc, boo
 // out[i] = acc[i] rounded once to dtype (round to nearest even; NaN to the
 // canonical quiet NaN of its sign, as numpy's cast does).
 void round_elements(int dtype, const float* acc, int64_t n, uint8_t* out);
+
+template <class Decode>
+int accumulate_rows(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc, Decode decode) {
+  const int es = layout_of(dtype).elem_bytes;
+  std::unique_ptr<uint8_t[]> row(new uint8_t[size_t(n > 0 ? n * es : 1)]);
+  for (int64_t j = 0; j < k; ++j) {
+    const int status = decode(dtype, in + j * cap, cap, n, row.get());
+    if (status != kOk) return status;
+    accumulate_elements(dtype, row.get(), n, acc, j == 0);
+  }
+  return kOk;
+}
 
 }  // namespace zipccl
