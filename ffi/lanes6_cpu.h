@@ -276,7 +276,7 @@ inline uint64_t load64(const uint8_t* p) {
 struct Baked {
   static constexpr uint32_t kSym = 0xFF;       // bits 0-7: the symbol, sign << 7 | class
   static constexpr int kLenShift = 16;         // bits 16-19: the code's length
-  static constexpr int kUsedShift = 20;        // bits 20-25: the value's bits in its lane (an escape: without q)
+  static constexpr int kUsedShift = 20;        // bits 20-25: the value's bits in its lane
   static constexpr uint32_t kLow = 1u << 26;   // the low bits follow
   static constexpr uint32_t kEsc = 1u << 27;   // q follows the code
   static constexpr uint32_t kNear = 1u << 28;  // classes 1..120: q = ref + 1 - class, which must be normal
@@ -288,7 +288,7 @@ struct Baked {
     for (int w = 0; w < kLutSize; ++w) {
       const uint32_t len = lut[w] >> 8, s = lut[w] & 0xFF, cls = s & 127;
       const uint32_t kind = cls == kClassEsc ? kEsc | kLow : cls == kClassZero ? 0 : kNear | kLow;
-      const uint32_t used = len + (kind & kLow ? lay.low_bits : 0);
+      const uint32_t used = len + (kind & kLow ? lay.low_bits : 0) + (kind & kEsc ? lay.q_bits : 0);
       entry[w] = len ? s | len << kLenShift | used << kUsedShift | kind : 0;
     }
   }
@@ -366,7 +366,6 @@ inline void decode_value(const uint8_t* body, const uint8_t* limit, Cursor& c, c
   if (e & Baked::kEsc) [[unlikely]] {
     hi |= uint32_t(rest) & El::q_mask;
     rest >>= lay.q_bits;
-    used += lay.q_bits;
   }
   const uint32_t low = uint32_t(rest) & ((e & Baked::kLow) ? El::low_mask : 0u);
   bad |= e == 0;
@@ -437,9 +436,7 @@ ZC_SIMD inline void simd_step(const uint8_t* body, __m512i vsize, const uint32_t
   bad |= _mm512_testn_epi32_mask(e, e);
   const __mmask16 esc = _mm512_test_epi32_mask(e, set(Baked::kEsc));
   const __m512i len = _mm512_and_si512(_mm512_srli_epi32(e, Baked::kLenShift), set(15));
-  const __m512i used = _mm512_mask_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, Baked::kUsedShift), set(63)), esc,
-                                             _mm512_and_si512(_mm512_srli_epi32(e, Baked::kUsedShift), set(63)),
-                                             set(lay.q_bits));
+  const __m512i used = _mm512_and_si512(_mm512_srli_epi32(e, Baked::kUsedShift), set(63));
   // 25 bits of w are the window's at least; fp32's fields, and a 16-bit escape late in its byte, need more
   if (DT == kF32 || _mm512_cmpgt_epu32_mask(_mm512_add_epi32(used, shift), set(32))) {
     hi = _mm512_i32gather_epi32(_mm512_add_epi32(byte, set(4)), body, 1);

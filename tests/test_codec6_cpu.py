@@ -182,7 +182,7 @@ def test_plain_paths_give_the_same_bytes_as_avx512():
 def test_sanitized_differential_fuzzer(tmp_path):
     """tests/fuzz_codec6_cpu.cc under AddressSanitizer and UBSan: fast and generic coders agree on
     random inputs and on corrupted streams (the same Status), on the SIMD and the portable paths."""
-    run_sanitized_fuzzer(tmp_path, "fuzz_codec6_cpu.cc", "codec6_cpu.cc")
+    run_sanitized_fuzzer(tmp_path, "fuzz_codec6_cpu.cc", "codec6_cpu.cc", "codec_cpu.cc")
 
 
 def test_buffers_at_any_alignment_give_the_same_bytes():

@@ -193,9 +193,9 @@ def test_plain_paths_give_the_same_bytes_as_the_simd_paths(tmp_path):
     assert digests[0] == digests[1] and len(digests[0]) == 64
 
 
-def run_sanitized_fuzzer(tmp_path, fuzzer: str, codec: str):
-    """Builds tests/<fuzzer> with ffi/<codec> under AddressSanitizer and UBSan and runs it on the
-    SIMD and the portable paths (150 inputs each); it must report no failure."""
+def run_sanitized_fuzzer(tmp_path, fuzzer: str, *codec: str):
+    """Builds tests/<fuzzer> with the ffi/ sources `codec` under AddressSanitizer and UBSan and runs
+    it on the SIMD and the portable paths (150 inputs each); it must report no failure."""
     import os
     import shutil
     import subprocess
@@ -206,7 +206,7 @@ def run_sanitized_fuzzer(tmp_path, fuzzer: str, codec: str):
     root = Path(__file__).resolve().parents[1]
     exe = tmp_path / Path(fuzzer).stem
     subprocess.run([compiler, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    f"-I{root / 'ffi'}", str(root / "tests" / fuzzer), str(root / "ffi" / codec), "-o", str(exe)],
+                    f"-I{root / 'ffi'}", str(root / "tests" / fuzzer), *(str(root / "ffi" / c) for c in codec), "-o", str(exe)],
                    check=True, timeout=600)
     for seed, no_simd in [(1, False), (2, True)]:
         env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
