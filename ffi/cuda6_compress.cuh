@@ -43,8 +43,11 @@ struct HuffScratch {
 };
 
 struct GroupSmem {
-  uint32_t hist[kGroupBlocks][v6::kNumSyms];  // each block's symbols at its own ref
-  uint64_t sizes[v6::kNumSyms][2];            // Tables::sizes
+  union {
+    uint32_t hist[kGroupBlocks][v6::kNumSyms];  // each block's symbols at its own ref, by exact index
+    uint32_t cand[kGroupBlocks][v6::kNumSyms];  // then per block, by own-ref symbol: its bits under the candidates
+  } u;
+  uint64_t sizes[v6::kNumSyms][2];            // Tables::sizes by exact index, each length plus the fixed bits
   uint32_t counts[2][v6::kNumSyms];           // the candidates' symbol counts (flattened in place)
   uint32_t keys[2][v6::kNumSyms];             // count << 8 | symbol, ~0 if unused: the sort's
   uint8_t lens[2][v6::kNumSyms];
@@ -70,7 +73,8 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
     __syncthreads();
     const uint32_t key = s.keys[h][sym];
     uint32_t rank = 0;
-    for (int u = 0; u < v6::kNumSyms; ++u) rank += s.keys[h][u] < key;
+    if (c)  // a warp of unused symbols (most of a Gaussian's) skips the ranks
+      for (int u = 0; u < v6::kNumSyms; ++u) rank += s.keys[h][u] < key;
     if (!done) {
       if (c) s.huff[h].leaf[rank] = uint8_t(sym);
       s.lens[h][sym] = 0;
@@ -106,36 +110,42 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   const int count = b < nb ? int(Min<int64_t>(kBlock, n - b * kBlock)) : 0;
   const int blocks = int(Min<int64_t>(kGroupBlocks, nb - g * kGroupBlocks));
   const typename E::Word* xb = x + b * kBlock;
-  for (int i = tid; i < kGroupBlocks * v6::kNumSyms; i += kGroupThreads) s.hist[i / v6::kNumSyms][i % v6::kNumSyms] = 0;
-  if (tid < v6::kNumSyms) s.sizes[tid][0] = tables->sizes[tid][0], s.sizes[tid][1] = tables->sizes[tid][1];
+  for (int i = tid; i < kGroupBlocks * v6::kNumSyms; i += kGroupThreads) s.u.hist[i / v6::kNumSyms][i % v6::kNumSyms] = 0;
+  if (tid < v6::kNumSyms) {  // a value's bits under each combo: its code's and the fixed ones
+    const int sym = PseudoSource(tid, v6::kClassEsc - 1);
+    const uint64_t fixed = uint64_t(v6::fixed_bits(sym, lay)) * 0x0001000100010001ull;
+    s.sizes[tid][0] = tables->sizes[sym][0] + fixed, s.sizes[tid][1] = tables->sizes[sym][1] + fixed;
+  }
   if (tid < 2 * v6::kNumSyms) s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms] = 0;
   if (tid < 2) s.used[tid] = 0;
-  // §6 step 1: the block's own ref
-  uint32_t ref = 0;
+  // §6 step 1: the block's own ref, the largest normal q, as the largest q << low | low of a normal q
+  constexpr uint32_t kBody = (1u << (E::kW - 1)) - 1, kLow4 = 4u << lay.low_bits;
+  uint32_t top = 0;
   for (int i = lane; i < count; i += kWarp) {
-    const uint32_t q = v6::q_of(xb[i], lay);
-    ref = v6::normal_q(q, lay) && q > ref ? q : ref;
+    const uint32_t body = xb[i] & kBody;
+    top = Max(top, body - kLow4 < (lay.q_max << lay.low_bits) - kLow4 ? body : 0u);
   }
-  ref = WarpMax(ref);
+  const uint32_t own = RedMax(top) >> lay.low_bits, own_lim = SymbolLimit(own);
   __syncthreads();
-  // §6 step 2: the symbols' histogram and the sizes under the 8 family choices
+  // §6 step 2: the symbols' histogram and the lanes' bits under the 8 family choices (16 bits each:
+  // a lane's 128 values take at most 128 x 43 bits)
   uint64_t fam0 = 0, fam1 = 0;
-  uint32_t fixed = 0;
   for (int i = lane; i < count; i += kWarp) {
-    const int sym = v6::symbol_of(xb[i], lay, ref);
-    atomicAdd(&s.hist[w][sym], 1u);
-    fam0 += s.sizes[sym][0], fam1 += s.sizes[sym][1];
-    fixed += uint32_t(v6::fixed_bits(sym, lay));
+    const uint32_t j = SymbolIndex<DT, true>(xb[i], own, own_lim);
+    atomicAdd(&s.u.hist[w][j], 1u);
+    fam0 += s.sizes[j][0], fam1 += s.sizes[j][1];
   }
   uint32_t best_size = 0xFFFFFFFFu, best_c = 0;
   for (int c = 0; c < kCombos; ++c) {
     const uint32_t bits = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;
-    const uint32_t size = WarpBodyShape(bits + fixed).size;
+    const uint32_t size = WarpBodyShape(bits).size;
     if (size < best_size) best_size = size, best_c = uint32_t(c);
   }
   const uint32_t raw_bytes = uint32_t(count) * E::kBytes;
+  // the lane's bits under the block's family choice (0 if raw), for CodeKernel
+  const uint32_t fam = best_size >= raw_bytes ? 0u : uint32_t((best_c < 4 ? fam0 : fam1) >> (16 * (best_c % 4))) & 0xFFFF;
   if (lane == 0) {
-    s.own[w] = ref;
+    s.own[w] = own;
     s.fam_size[w] = best_size >= raw_bytes ? raw_bytes : best_size;
     s.fam_choice[w] = best_size >= raw_bytes ? ~0u : best_c;
   }
@@ -151,7 +161,7 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
     const int h = tid / v6::kNumSyms, sym = tid % v6::kNumSyms;
     uint32_t own_total = 0;
     for (int i = 0; i < blocks; ++i) {
-      const uint32_t c = s.hist[i][sym];
+      const uint32_t c = s.u.hist[i][ExactIndex(sym)];
       own_total += c;
       if (h == 1 && c) atomicAdd(&s.counts[1][v6::shifted_symbol(sym, s.gref - s.own[i])], c);
     }
@@ -160,16 +170,21 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   __syncthreads();
   if (s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms]) atomicAdd(&s.used[tid / v6::kNumSyms], 1u);
   __syncthreads();
-  GroupCodeLengths(s);
-  // the blocks' sizes under both candidates (a value's symbol at the group ref is its own-ref
-  // symbol shifted: the block's normal q are at most its ref)
-  uint32_t bits0 = 0, bits1 = 0;
-  const uint32_t shift = s.gref - ref;
-  for (int i = lane; i < count; i += kWarp) {
-    const int s0 = v6::symbol_of(xb[i], lay, ref), s1 = v6::shifted_symbol(s0, shift);
-    bits0 += s.lens[0][s0] + uint32_t(v6::fixed_bits(s0, lay));
-    bits1 += s.lens[1][s1] + uint32_t(v6::fixed_bits(s1, lay));
+  GroupCodeLengths(s);  // its barriers order the histograms' last reads before the tables below
+  // the blocks' sizes under both candidates: per own-ref symbol the bits under candidate 0 and,
+  // shifted to the group ref, under candidate 1 (the block's normal q are at most its ref), so
+  // that a value is one lookup and one add for both (16 bits each, as the family's)
+  uint32_t* cand = s.u.cand[w];
+  const uint32_t ref = s.own[w], lim = SymbolLimit(ref), shift = s.gref - ref;  // (read again: the
+  // registers live across GroupCodeLengths's call are saved to the stack)
+  for (int k = lane; k < v6::kNumSyms; k += kWarp) {  // indexed by SymbolIndex
+    const int k0 = PseudoSource(k, lim), k1 = v6::shifted_symbol(k0, shift);
+    cand[k] = (s.lens[0][k0] + uint32_t(v6::fixed_bits(k0, lay))) | (s.lens[1][k1] + uint32_t(v6::fixed_bits(k1, lay))) << 16;
   }
+  __syncwarp();
+  uint32_t both = 0;
+  for (int i = lane; i < count; i += kWarp) both += cand[SymbolIndex<DT, false>(xb[i], ref, lim)];
+  const uint32_t bits0 = both & 0xFFFF, bits1 = both >> 16;
   const uint32_t size0 = WarpBodyShape(bits0).size, size1 = WarpBodyShape(bits1).size;
   if (lane == 0) s.cand_size[0][w] = size0, s.cand_size[1][w] = size1;
   __syncthreads();
@@ -193,9 +208,7 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   }
   if (w < blocks) {  // the lane's bits under the block's code, for CodeKernel
     const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
-    const uint32_t c = s.fam_choice[w];
-    const uint32_t fam = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;
-    ws.lanes[b * kWarp + lane] = uint16_t(group ? (best ? bits1 : bits0) : c == ~0u ? 0u : fam + fixed);
+    ws.lanes[b * kWarp + lane] = uint16_t(group ? (best ? bits1 : bits0) : fam);
   }
   if (lane == 0 && w < blocks) {
     const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
@@ -253,26 +266,25 @@ __device__ __forceinline__ void OrBits(uint32_t* stage, uint32_t bit, uint32_t v
   if (bit % 32 + uint32_t(len) > 32) atomicOr(&stage[bit / 32 + 1], uint32_t(t >> 32));
 }
 
-// A lane's bits into the stage from bit `bit`, LSB first: the words it shares
-// with the lanes beside it (its first and last) by atomicOr, the rest stored.
+// A lane's bits into the stage from bit `bit`, LSB first: a word of held bits,
+// a put one funnel-shifted append. A word is stored whole by the lane whose
+// bits reach its end (zeros below its first bit); the lane's last, partial
+// word is ored in by Finish, after a __syncwarp orders it after those stores
+// (the stage starts zeroed; the head and the table are ored in after that).
 struct LaneWriter {
-  uint32_t* stage;
-  uint32_t word;
-  uint64_t acc;
-  int held;  // bits in acc; the first `bit % 32` are other lanes' (zero here)
-  bool first;
-  __device__ LaneWriter(uint32_t* s, uint32_t bit) : stage(s), word(bit / 32), acc(0), held(int(bit % 32)), first(true) {}
-  __device__ __forceinline__ void Put(uint32_t v, int len) {
-    acc |= uint64_t(v) << held;
+  uint32_t* at;              // the word being filled
+  uint32_t cur, held;        // its bits so far (the first `bit % 32` are other lanes', zero here)
+  __device__ LaneWriter(uint32_t* stage, uint32_t bit) : at(stage + bit / 32), cur(0), held(bit % 32) {}
+  // v < 2^len, len <= 32 (0: nothing)
+  __device__ __forceinline__ void Put(uint32_t v, uint32_t len) {
+    const uint32_t lo = cur | v << held, hi = FunnelL(v, 0u, held);
     held += len;
-    if (held >= 32) {
-      if (first) atomicOr(&stage[word], uint32_t(acc)), first = false;
-      else stage[word] = uint32_t(acc);
-      ++word, acc >>= 32, held -= 32;
-    }
+    const bool full = held >= 32;
+    if (full) *at = lo;
+    at += full, cur = full ? hi : lo, held &= 31;
   }
-  __device__ __forceinline__ void Finish() {
-    if (held > 0) atomicOr(&stage[word], uint32_t(acc));
+  __device__ __forceinline__ void Finish() {  // after a __syncwarp
+    if (held > 0) atomicOr(at, cur);
   }
 };
 
@@ -288,21 +300,31 @@ struct CodeSmem {
   uint32_t stage[CodeShape<DT>::kWarps][CodeShape<DT>::kStageWords];
 };
 
-// §3: one element's code, an escape's q and its low bits to the lane's writer.
+// CodeKernel's table entry of a symbol: its code (bit-reversed) | its length << 16 | 1 << 23 if
+// low bits follow (fp32) | 1 << 24 for the escape | the bits of its first put << 25 (bf16, fp16:
+// the value's all, at most 27; fp32: the code and an escape's q). base: code | length << 16.
+constexpr uint32_t kPutMore = 1u << 23, kPutEsc = 1u << 24;
 template <int DT>
-__device__ __forceinline__ void PutElement(uint32_t xv, uint32_t ref, const uint32_t* enc, LaneWriter& out) {
+__device__ __forceinline__ uint32_t PutEntry(uint32_t base, int sym) {
   using E = Elem<DT>;
-  const int sym = v6::symbol_of(xv, E::kLay, ref), cls = v6::class_of_symbol(sym);
-  const uint32_t e = enc[sym], len = e >> 16, low = v6::low_of(xv, E::kLay);
-  uint32_t v = e & 0xFFFF;
-  int bits = int(len);
-  if (cls == v6::kClassEsc) v |= v6::q_of(xv, E::kLay) << bits, bits += E::kLay.q_bits;
-  if (E::kBytes == 2) {  // at most 12 + 7 + 8 or 12 + 10 + 5 bits: one put
-    if (cls != v6::kClassZero) v |= low << bits, bits += E::kLay.low_bits;
-    out.Put(v, bits);
+  const int cls = v6::class_of_symbol(sym);
+  const uint32_t len = base >> 16, esc = cls == v6::kClassEsc, more = cls != v6::kClassZero;
+  const uint32_t first = E::kBytes == 2 ? len + uint32_t(v6::fixed_bits(sym, E::kLay)) : len + esc * E::kLay.q_bits;
+  return base | (E::kBytes == 2 ? 0u : more * kPutMore) | esc * kPutEsc | first << 25;
+}
+
+// §3: one element's code, an escape's q and its low bits to the lane's writer: bf16 and fp16
+// in one put (at most 12 + 10 + 5 or 12 + 7 + 8 bits), fp32 in two.
+template <int DT>
+__device__ __forceinline__ void PutElement(uint32_t xv, uint32_t e, LaneWriter& out) {
+  using E = Elem<DT>;
+  const uint32_t code = e & 0xFFFF, low = xv & E::kLowMask, q = (xv >> E::kLay.low_bits) & E::kQMask;
+  const bool esc = e & kPutEsc;
+  if (E::kBytes == 2) {  // FunnelL(0, t, e >> 16): t << the code's length (the shift's low 5 bits)
+    out.Put(code | FunnelL(0u, esc ? q | low << E::kLay.q_bits : low, e >> 16), e >> 25);
   } else {
-    out.Put(v, bits);
-    if (cls != v6::kClassZero) out.Put(low, E::kLay.low_bits);
+    out.Put(code | (esc ? FunnelL(0u, q, e >> 16) : 0u), e >> 25);
+    out.Put(low, e & kPutMore ? uint32_t(E::kLay.low_bits) : 0u);
   }
 }
 
@@ -332,22 +354,17 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
   if (lane == 0) *reinterpret_cast<uint64_t*>(out + kHeaderBytes + v6::kDescBytes * b) = plan | (start + size);
   uint32_t* enc = s.enc[w];
   uint32_t* stage = s.stage[w];
-  for (int i = lane; i < v6::kNumSyms; i += kWarp)
-    enc[i] = code == uint32_t(v6::kGroupCode)
-                 ? ws.gcodes[g * v6::kNumSyms + i] | uint32_t(ws.glens[g * v6::kNumSyms + i]) << 16
-                 : tables->enc[2 * code + flip][i];
+  const uint32_t lim = SymbolLimit(ref);
+  for (int i = lane; i < v6::kNumSyms; i += kWarp) {  // indexed by SymbolIndex
+    const int k = PseudoSource(i, lim);
+    enc[i] = PutEntry<DT>(code == uint32_t(v6::kGroupCode)
+                              ? ws.gcodes[g * v6::kNumSyms + k] | uint32_t(ws.glens[g * v6::kNumSyms + k]) << 16
+                              : tables->enc[2 * code + flip][k], k);
+  }
   const int64_t at = v6::data_offset(nb) + start;  // the record in the stream
   const uint32_t pad = uint32_t(at % 4), words = (pad + size + 3) / 4, tbl = table ? v6::kTableBytes : 0;
   for (uint32_t i = lane; i < words; i += kWarp) stage[i] = 0;
   __syncwarp();
-  if (table) {  // §4: the group's code, two lengths a byte
-    const uint8_t* lens = ws.glens + g * v6::kNumSyms;
-    for (int j = lane; j < v6::kTableBytes; j += kWarp) {
-      const int a = 2 * j, c = 2 * j + 1;  // valid symbol indices: 122 a sign
-      const uint32_t lo = lens[(a / 122) * 128 + a % 122], hi = lens[(c / 122) * 128 + c % 122];
-      OrBits(stage, 8 * (pad + j), lo | hi << 4, 8);
-    }
-  }
   if (raw) {
     const uint8_t* bytes = reinterpret_cast<const uint8_t*>(xb);
     for (uint32_t i = lane; i < words; i += kWarp) {
@@ -358,19 +375,31 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
       }
       if (v) atomicOr(&stage[i], v);
     }
-  } else {  // §3: the lanes' lengths, the head, then each lane's elements
+  } else {  // §3: the lanes' lengths, each lane's elements, then the head
     const uint32_t bits = ws.lanes[b * kWarp + lane];  // GroupKernel's
     const BodyShape shape = WarpBodyShape(bits);
     const uint32_t before = WarpInclusiveScan(bits) - bits, body = 8 * (pad + tbl);
+    LaneWriter lw(stage, body + uint32_t(v6::head_bits(shape.width)) + before);
+    for (int i = lane; i < count; i += kWarp) {
+      const uint32_t xv = xb[i];
+      PutElement<DT>(xv, enc[SymbolIndex<DT, false>(xv, ref, lim)], lw);
+    }
+    __syncwarp();  // the lanes' whole words stored before the words they share are ored
+    lw.Finish();
     if (lane == 0)
       OrBits(stage, body, shape.field_bits == 3 ? uint32_t(shape.width - kWidthShort) : 7u | uint32_t(shape.width) << 3,
              shape.field_bits);
     if (lane < kWarp - 1)
       OrBits(stage, body + shape.field_bits + lane * shape.width,
              (bits - shape.base) & ((1u << shape.width) - 1), shape.width);
-    LaneWriter lw(stage, body + uint32_t(v6::head_bits(shape.width)) + before);
-    for (int i = lane; i < count; i += kWarp) PutElement<DT>(xb[i], ref, enc, lw);
-    lw.Finish();
+  }
+  if (table) {  // §4: the group's code, two lengths a byte
+    const uint8_t* lens = ws.glens + g * v6::kNumSyms;
+    for (int j = lane; j < v6::kTableBytes; j += kWarp) {
+      const int a = 2 * j, c = 2 * j + 1;  // valid symbol indices: 122 a sign
+      const uint32_t lo = lens[(a / 122) * 128 + a % 122], hi = lens[(c / 122) * 128 + c % 122];
+      OrBits(stage, 8 * (pad + j), lo | hi << 4, 8);
+    }
   }
   __syncwarp();
   // the record's whole words stored; the two it shares with its neighbours byte by byte

@@ -116,6 +116,30 @@ __device__ __forceinline__ T WarpInclusiveScan(T v) {
   return v;
 }
 
+// Warp reductions of a u32 in one instruction each (REDUX, sm_80 on); the
+// emulation's are the shuffle trees above.
+__device__ __forceinline__ uint32_t RedAdd(uint32_t v) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return WarpSum(v);
+#else
+  return __reduce_add_sync(kAll, v);
+#endif
+}
+__device__ __forceinline__ uint32_t RedMin(uint32_t v) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return WarpMin(v);
+#else
+  return __reduce_min_sync(kAll, v);
+#endif
+}
+__device__ __forceinline__ uint32_t RedMax(uint32_t v) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return WarpMax(v);
+#else
+  return __reduce_max_sync(kAll, v);
+#endif
+}
+
 // The bits of v (0 for 0).
 __device__ __forceinline__ int BitLength(uint32_t v) {
 #ifdef ZIPCCL_HOST_EMULATION
@@ -136,7 +160,7 @@ struct BodyShape {
 };
 __device__ __forceinline__ BodyShape WarpBodyShape(uint32_t bits) {
   const bool dev = LaneId() < kWarp - 1;
-  const uint32_t total = WarpSum(bits), lo = WarpMin(dev ? bits : 0xFFFFFFFFu), hi = WarpMax(dev ? bits : 0u);
+  const uint32_t total = RedAdd(bits), lo = RedMin(dev ? bits : 0xFFFFFFFFu), hi = RedMax(dev ? bits : 0u);
   BodyShape s{};
   for (int w = Min(kMaxWidth, Max(1, BitLength(hi - lo))); w <= kMaxWidth; ++w) {
     const uint32_t head = uint32_t(v6::head_bits(w));
@@ -167,6 +191,44 @@ __device__ __forceinline__ uint32_t FunnelR(uint32_t lo, uint32_t hi, uint32_t s
 #else
   return __funnelshift_r(lo, hi, s);
 #endif
+}
+
+// The high 32 bits of hi:lo shifted left by s mod 32 (SHF.L.W); FunnelL(v, 0, s): the bits of v a
+// left shift by s pushes out of a word (0 for s = 0).
+__device__ __forceinline__ uint32_t FunnelL(uint32_t lo, uint32_t hi, uint32_t s) {
+#ifdef ZIPCCL_HOST_EMULATION
+  s &= 31;
+  return s ? hi << s | lo >> (32 - s) : hi;
+#else
+  return __funnelshift_l(lo, hi, s);
+#endif
+}
+
+// §1's symbols, as the compress kernels index their tables by them: index j
+// < 127 (with the sign bit) for class j + 1, 127 for class 0 (+-0). For a ref
+// the encoder chose (a block's or a group's: 0 or a normal q, so below q_max)
+// and lim = SymbolLimit(ref), a value's d = ref - q is a class if d < lim
+// (d <= 119 and q >= 4; q <= ref < q_max then makes q normal; a q over ref
+// wraps d past lim). kExact: index d or, for an escape, 120 (PseudoSource(j,
+// 120) inverts it); else min(d, lim), one instruction less, for a table of the
+// block's own that holds the escape's entry at lim too (PseudoSource(j, lim)).
+__host__ __device__ __forceinline__ uint32_t SymbolLimit(uint32_t ref) { return ref >= 4 ? Min(120u, ref - 3) : 0u; }
+template <int DT, bool kExact>
+__device__ __forceinline__ uint32_t SymbolIndex(uint32_t x, uint32_t ref, uint32_t lim) {
+  using E = Elem<DT>;
+  const uint32_t d = ref - ((x >> E::kLay.low_bits) & E::kQMask), body = x & ((1u << (E::kW - 1)) - 1);
+  const uint32_t j = kExact ? (d < lim ? d : uint32_t(v6::kClassEsc - 1)) : Min(d, lim);
+  return ((x >> (E::kW - 8)) & uint32_t(v6::kSignSym)) | (body == 0 ? 127u : j);
+}
+// The symbol whose entry index k holds.
+__host__ __device__ __forceinline__ int PseudoSource(int k, uint32_t lim) {
+  const uint32_t j = uint32_t(v6::class_of_symbol(k));
+  return (k & v6::kSignSym) | int(j == 127 ? uint32_t(v6::kClassZero) : j == lim ? uint32_t(v6::kClassEsc) : j + 1);
+}
+// Symbol sym's exact index.
+__host__ __device__ __forceinline__ int ExactIndex(int sym) {
+  const int cls = v6::class_of_symbol(sym);
+  return (sym & v6::kSignSym) | (cls == v6::kClassZero ? 127 : cls - 1);
 }
 
 // The canonical code (version 5's §5.2, by (length, symbol)) of a 256-symbol
