@@ -100,7 +100,7 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
 }
 
 template <int DT>
-__global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
+__global__ void __launch_bounds__(kGroupThreads, 4) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
                                                              const Tables* tables, Workspace ws) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
@@ -121,6 +121,7 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   // §6 step 1: the block's own ref, the largest normal q, as the largest q << low | low of a normal q
   constexpr uint32_t kBody = (1u << (E::kW - 1)) - 1, kLow4 = 4u << lay.low_bits;
   uint32_t top = 0;
+#pragma unroll 8
   for (int i = lane; i < count; i += kWarp) {
     const uint32_t body = xb[i] & kBody;
     top = Max(top, body - kLow4 < (lay.q_max << lay.low_bits) - kLow4 ? body : 0u);
@@ -130,6 +131,7 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   // §6 step 2: the symbols' histogram and the lanes' bits under the 8 family choices (16 bits each:
   // a lane's 128 values take at most 128 x 43 bits)
   uint64_t fam0 = 0, fam1 = 0;
+#pragma unroll 8
   for (int i = lane; i < count; i += kWarp) {
     const uint32_t j = SymbolIndex<DT, true>(xb[i], own, own_lim);
     atomicAdd(&s.u.hist[w][j], 1u);
@@ -142,8 +144,10 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
     if (size < best_size) best_size = size, best_c = uint32_t(c);
   }
   const uint32_t raw_bytes = uint32_t(count) * E::kBytes;
-  // the lane's bits under the block's family choice (0 if raw), for CodeKernel
-  const uint32_t fam = best_size >= raw_bytes ? 0u : uint32_t((best_c < 4 ? fam0 : fam1) >> (16 * (best_c % 4))) & 0xFFFF;
+  if (w < blocks)  // the lane's bits under the block's family choice (0 if raw), for CodeKernel (replaced
+    // below if the block takes the group's code; written now, not held across GroupCodeLengths's call)
+    ws.lanes[b * kWarp + lane] =
+        uint16_t(best_size >= raw_bytes ? 0u : uint32_t((best_c < 4 ? fam0 : fam1) >> (16 * (best_c % 4))));
   if (lane == 0) {
     s.own[w] = own;
     s.fam_size[w] = best_size >= raw_bytes ? raw_bytes : best_size;
@@ -183,6 +187,7 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   }
   __syncwarp();
   uint32_t both = 0;
+#pragma unroll 8
   for (int i = lane; i < count; i += kWarp) both += cand[SymbolIndex<DT, false>(xb[i], ref, lim)];
   const uint32_t bits0 = both & 0xFFFF, bits1 = both >> 16;
   const uint32_t size0 = WarpBodyShape(bits0).size, size1 = WarpBodyShape(bits1).size;
@@ -206,10 +211,8 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
     ws.glens[g * v6::kNumSyms + tid] = uint8_t(len);
     ws.gcodes[g * v6::kNumSyms + tid] = uint16_t(Reverse(code, int(len)));
   }
-  if (w < blocks) {  // the lane's bits under the block's code, for CodeKernel
-    const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
-    ws.lanes[b * kWarp + lane] = uint16_t(group ? (best ? bits1 : bits0) : fam);
-  }
+  if (w < blocks && best >= 0 && s.cand_size[best][w] < s.fam_size[w])  // the block takes the group's code
+    ws.lanes[b * kWarp + lane] = uint16_t(best ? bits1 : bits0);
   if (lane == 0 && w < blocks) {
     const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
     const uint32_t choice = s.fam_choice[w], raw = !group && choice == ~0u;
@@ -380,6 +383,7 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
     const BodyShape shape = WarpBodyShape(bits);
     const uint32_t before = WarpInclusiveScan(bits) - bits, body = 8 * (pad + tbl);
     LaneWriter lw(stage, body + uint32_t(v6::head_bits(shape.width)) + before);
+#pragma unroll 8
     for (int i = lane; i < count; i += kWarp) {
       const uint32_t xv = xb[i];
       PutElement<DT>(xv, enc[SymbolIndex<DT, false>(xv, ref, lim)], lw);
