@@ -140,6 +140,9 @@ __global__ void __launch_bounds__(kGroupThreads, 4) GroupKernel(const typename E
   uint32_t best_size = 0xFFFFFFFFu, best_c = 0;
   for (int c = 0; c < kCombos; ++c) {
     const uint32_t bits = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;
+    // a body holds its lanes' bits and a head of at least head_bits(1): a combo whose bits alone
+    // cannot beat the best so far skips the width search (warp-uniform)
+    if ((RedAdd(bits) + uint32_t(v6::head_bits(1)) + 7) / 8 >= best_size) continue;
     const uint32_t size = WarpBodyShape(bits).size;
     if (size < best_size) best_size = size, best_c = uint32_t(c);
   }
@@ -358,11 +361,19 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
   uint32_t* enc = s.enc[w];
   uint32_t* stage = s.stage[w];
   const uint32_t lim = SymbolLimit(ref);
-  for (int i = lane; i < v6::kNumSyms; i += kWarp) {  // indexed by SymbolIndex
-    const int k = PseudoSource(i, lim);
-    enc[i] = PutEntry<DT>(code == uint32_t(v6::kGroupCode)
-                              ? ws.gcodes[g * v6::kNumSyms + k] | uint32_t(ws.glens[g * v6::kNumSyms + k]) << 16
-                              : tables->enc[2 * code + flip][k], k);
+  if (code == uint32_t(v6::kGroupCode)) {  // indexed by SymbolIndex
+    const uint16_t* codes = ws.gcodes + g * v6::kNumSyms;
+    const uint8_t* lens = ws.glens + g * v6::kNumSyms;
+    for (int i = lane; i < v6::kNumSyms; i += kWarp) {
+      const int k = PseudoSource(i, lim);
+      enc[i] = PutEntry<DT>(codes[k] | uint32_t(lens[k]) << 16, k);
+    }
+  } else {
+    const uint32_t* family = tables->enc[2 * code + flip];
+    for (int i = lane; i < v6::kNumSyms; i += kWarp) {
+      const int k = PseudoSource(i, lim);
+      enc[i] = PutEntry<DT>(family[k], k);
+    }
   }
   const int64_t at = v6::data_offset(nb) + start;  // the record in the stream
   const uint32_t pad = uint32_t(at % 4), words = (pad + size + 3) / 4, tbl = table ? v6::kTableBytes : 0;
@@ -406,16 +417,17 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
     }
   }
   __syncwarp();
-  // the record's whole words stored; the two it shares with its neighbours byte by byte
+  // the record's whole words [whole, last) stored; the two it may share with its neighbours byte
+  // by byte, the first (if pad) by lane 0, the last (if the record ends inside it and it is not
+  // the first) by lane 1
   uint32_t* dst = reinterpret_cast<uint32_t*>(out + (at - pad));
-  for (uint32_t i = lane; i < words; i += kWarp) {
-    const uint32_t lo = 4 * i, hi = lo + 4;
-    if (lo >= pad && hi <= pad + size) {
-      dst[i] = stage[i];
-    } else {
-      for (uint32_t k = lo; k < hi; ++k)
-        if (k >= pad && k < pad + size) reinterpret_cast<uint8_t*>(dst)[k] = uint8_t(stage[i] >> (8 * (k - lo)));
-    }
+  const uint32_t end = pad + size, whole = pad ? 1 : 0, last = end / 4;
+#pragma unroll 4
+  for (uint32_t i = whole + lane; i < last; i += kWarp) dst[i] = stage[i];
+  if (lane == 0 ? pad != 0 : lane == 1 && end % 4 != 0 && (last > 0 || pad == 0)) {
+    const uint32_t i = lane ? last : 0;
+    for (uint32_t k = 4 * i; k < 4 * i + 4; ++k)
+      if (k >= pad && k < end) reinterpret_cast<uint8_t*>(dst)[k] = uint8_t(stage[i] >> (8 * (k - 4 * i)));
   }
 }
 
