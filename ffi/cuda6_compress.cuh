@@ -32,7 +32,7 @@ struct Workspace {
   uint32_t* gbytes;  // [ng] the group's records' bytes
   uint64_t* goff;    // [ng] where the group's records start in the data area
   uint8_t* glens;    // [ng][256] the group's code (lengths) if it stores a table
-  uint16_t* gcodes;  // [ng][256] its canonical codes, bit-reversed
+  uint32_t* gput;    // [ng][256] its canonical codes as CodeKernel's entries (PutEntry)
   uint32_t* flags;   // kRawStream
 };
 
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kGroupThreads, 4) GroupKernel(const typename E
   if (best >= 0 && tid < v6::kNumSyms) {
     const uint32_t len = s.lens[best][tid];
     ws.glens[g * v6::kNumSyms + tid] = uint8_t(len);
-    ws.gcodes[g * v6::kNumSyms + tid] = uint16_t(Reverse(code, int(len)));
+    ws.gput[g * v6::kNumSyms + tid] = PutEntry<DT>(Reverse(code, int(len)) | len << 16, tid);
   }
   if (w < blocks && best >= 0 && s.cand_size[best][w] < s.fam_size[w])  // the block takes the group's code
     ws.lanes[b * kWarp + lane] = uint16_t(best ? bits1 : bits0);
@@ -306,19 +306,6 @@ struct CodeSmem {
   uint32_t stage[CodeShape<DT>::kWarps][CodeShape<DT>::kStageWords];
 };
 
-// CodeKernel's table entry of a symbol: its code (bit-reversed) | its length << 16 | 1 << 23 if
-// low bits follow (fp32) | 1 << 24 for the escape | the bits of its first put << 25 (bf16, fp16:
-// the value's all, at most 27; fp32: the code and an escape's q). base: code | length << 16.
-constexpr uint32_t kPutMore = 1u << 23, kPutEsc = 1u << 24;
-template <int DT>
-__device__ __forceinline__ uint32_t PutEntry(uint32_t base, int sym) {
-  using E = Elem<DT>;
-  const int cls = v6::class_of_symbol(sym);
-  const uint32_t len = base >> 16, esc = cls == v6::kClassEsc, more = cls != v6::kClassZero;
-  const uint32_t first = E::kBytes == 2 ? len + uint32_t(v6::fixed_bits(sym, E::kLay)) : len + esc * E::kLay.q_bits;
-  return base | (E::kBytes == 2 ? 0u : more * kPutMore) | esc * kPutEsc | first << 25;
-}
-
 // §3: one element's code, an escape's q and its low bits to the lane's writer: bf16 and fp16
 // in one put (at most 12 + 10 + 5 or 12 + 7 + 8 bits), fp32 in two.
 template <int DT>
@@ -361,20 +348,8 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
   uint32_t* enc = s.enc[w];
   uint32_t* stage = s.stage[w];
   const uint32_t lim = SymbolLimit(ref);
-  if (code == uint32_t(v6::kGroupCode)) {  // indexed by SymbolIndex
-    const uint16_t* codes = ws.gcodes + g * v6::kNumSyms;
-    const uint8_t* lens = ws.glens + g * v6::kNumSyms;
-    for (int i = lane; i < v6::kNumSyms; i += kWarp) {
-      const int k = PseudoSource(i, lim);
-      enc[i] = PutEntry<DT>(codes[k] | uint32_t(lens[k]) << 16, k);
-    }
-  } else {
-    const uint32_t* family = tables->enc[2 * code + flip];
-    for (int i = lane; i < v6::kNumSyms; i += kWarp) {
-      const int k = PseudoSource(i, lim);
-      enc[i] = PutEntry<DT>(family[k], k);
-    }
-  }
+  const uint32_t* src = code == uint32_t(v6::kGroupCode) ? ws.gput + g * v6::kNumSyms : tables->put[DT - 1][2 * code + flip];
+  for (int i = lane; i < v6::kNumSyms; i += kWarp) enc[i] = src[PseudoSource(i, lim)];  // indexed by SymbolIndex
   const int64_t at = v6::data_offset(nb) + start;  // the record in the stream
   const uint32_t pad = uint32_t(at % 4), words = (pad + size + 3) / 4, tbl = table ? v6::kTableBytes : 0;
   for (uint32_t i = lane; i < words; i += kWarp) stage[i] = 0;

@@ -38,10 +38,32 @@ constexpr int kCombos = 2 * v6::kMembers;  // a family code: 2 member + flip
 constexpr int kPeek = 10;                  // bits of the decoder's first lookup of a family code
 constexpr unsigned long long kNoError = ~0ull;
 
+// A dtype's layout and element word, as compile-time constants.
+template <int DT>
+struct Elem {
+  static constexpr v6::Layout kLay = v6::layout_of(DT);
+  static constexpr int kBytes = kLay.elem_bytes, kW = 8 * kBytes;
+  static constexpr uint32_t kQMask = (1u << kLay.q_bits) - 1, kLowMask = (1u << kLay.low_bits) - 1;
+  using Word = typename std::conditional<kBytes == 2, uint16_t, uint32_t>::type;
+};
+
+// CodeKernel's table entry of a symbol: its code (bit-reversed) | its length << 16 | 1 << 23 if
+// low bits follow (fp32) | 1 << 24 for the escape | the bits of its first put << 25 (bf16, fp16:
+// the value's all, at most 27; fp32: the code and an escape's q). base: code | length << 16.
+constexpr uint32_t kPutMore = 1u << 23, kPutEsc = 1u << 24;
+template <int DT>
+__host__ __device__ __forceinline__ uint32_t PutEntry(uint32_t base, int sym) {
+  using E = Elem<DT>;
+  const int cls = v6::class_of_symbol(sym);
+  const uint32_t len = base >> 16, esc = cls == v6::kClassEsc, more = cls != v6::kClassZero;
+  const uint32_t first = E::kBytes == 2 ? len + uint32_t(v6::fixed_bits(sym, E::kLay)) : len + esc * E::kLay.q_bits;
+  return base | (E::kBytes == 2 ? 0u : more * kPutMore) | esc * kPutEsc | first << 25;
+}
+
 // The family, as the kernels use it; built by BuildTables on the host, copied once to the device.
 struct Tables {
   uint64_t sizes[v6::kNumSyms][2];        // a symbol's code length under combo c: bits 16 (c % 4) of [c / 4]
-  uint32_t enc[kCombos][v6::kNumSyms];    // the bit-reversed canonical code | length << 16
+  uint32_t put[3][kCombos][v6::kNumSyms];  // per dtype (kBF16 - 1, ...): CodeKernel's entries (PutEntry)
   uint16_t lut10[kCombos][1 << kPeek];    // sym | length << 8 for codes of at most kPeek bits, else 0
   uint16_t lut12[kCombos][kLutSize];      // sym | length << 8 (build_lut): the long codes' fallback
 };
@@ -56,7 +78,10 @@ inline void BuildTables(Tables* t) {
     for (int s = 0; s < v6::kNumSyms; ++s) {
       if (c == 0) t->sizes[s][0] = t->sizes[s][1] = 0;
       t->sizes[s][c / 4] |= uint64_t(lens[s]) << (16 * (c % 4));
-      t->enc[c][s] = lens[s] ? codes[s] | uint32_t(lens[s]) << 16 : 0;
+      const uint32_t base = lens[s] ? codes[s] | uint32_t(lens[s]) << 16 : 0;
+      t->put[kBF16 - 1][c][s] = PutEntry<kBF16>(base, s);
+      t->put[kF16 - 1][c][s] = PutEntry<kF16>(base, s);
+      t->put[kF32 - 1][c][s] = PutEntry<kF32>(base, s);
     }
     for (int w = 0; w < (1 << kPeek); ++w) {
       const uint16_t e = t->lut12[c][w];
@@ -64,15 +89,6 @@ inline void BuildTables(Tables* t) {
     }
   }
 }
-
-// A dtype's layout and element word, as compile-time constants.
-template <int DT>
-struct Elem {
-  static constexpr v6::Layout kLay = v6::layout_of(DT);
-  static constexpr int kBytes = kLay.elem_bytes, kW = 8 * kBytes;
-  static constexpr uint32_t kQMask = (1u << kLay.q_bits) - 1, kLowMask = (1u << kLay.low_bits) - 1;
-  using Word = typename std::conditional<kBytes == 2, uint16_t, uint32_t>::type;
-};
 
 template <typename T>
 __host__ __device__ __forceinline__ T Min(T a, T b) {
