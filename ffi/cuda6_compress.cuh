@@ -36,6 +36,24 @@ struct Workspace {
   uint32_t* flags;   // kRawStream
 };
 
+// §6 step 1's images: a value's bits but the sign, plus 4 << low, wrapped at the sign bit, so
+// that normal q (4 <= q < q_max = 2^q_bits - 4) land at kNormal = 8 << low and over (at (q + 4)
+// << low | low), q < 4 (+-0, subnormals) below it and q >= q_max (Inf, NaN) below 4 << low: the
+// largest image gives the largest normal q. bf16 and fp16 two values a word (a u16x2 maximum).
+template <int DT>
+struct RefImage {
+  using E = Elem<DT>;
+  static_assert(E::kLay.q_max == (1u << E::kLay.q_bits) - 4, "q_max is the all-ones exponent's");
+  static constexpr int kPerLoad = 16 / E::kBytes;
+  static constexpr uint32_t kMask = E::kBytes == 2 ? 0x7FFF7FFFu : 0x7FFFFFFFu;
+  static constexpr uint32_t kAdd = (4u << E::kLay.low_bits) * (E::kBytes == 2 ? 0x10001u : 1u);
+  static constexpr uint32_t kNormal = 8u << E::kLay.low_bits;
+  __device__ static __forceinline__ uint32_t Of(uint32_t w) { return ((w & kMask) + kAdd) & kMask; }
+  __device__ static __forceinline__ uint32_t Max(uint32_t a, uint32_t b) {
+    return E::kBytes == 2 ? MaxU16x2(a, b) : cuda6::Max(a, b);
+  }
+};
+
 struct HuffScratch {
   uint32_t weight[2 * v6::kNumSyms];
   uint16_t parent[2 * v6::kNumSyms];
@@ -118,15 +136,20 @@ __global__ void __launch_bounds__(kGroupThreads, 4) GroupKernel(const typename E
   }
   if (tid < 2 * v6::kNumSyms) s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms] = 0;
   if (tid < 2) s.used[tid] = 0;
-  // §6 step 1: the block's own ref, the largest normal q, as the largest q << low | low of a normal q
-  constexpr uint32_t kBody = (1u << (E::kW - 1)) - 1, kLow4 = 4u << lay.low_bits;
+  // §6 step 1: the block's own ref, the largest normal q (0 if none), from the values' images
+  // (RefImage): 16 bytes a load where x is 16-byte aligned (then every block is), the rest one by one
+  using Img = RefImage<DT>;
+  const int vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 ? count / Img::kPerLoad : 0;
+  const Words4* xv = reinterpret_cast<const Words4*>(xb);
   uint32_t top = 0;
-#pragma unroll 8
-  for (int i = lane; i < count; i += kWarp) {
-    const uint32_t body = xb[i] & kBody;
-    top = Max(top, body - kLow4 < (lay.q_max << lay.low_bits) - kLow4 ? body : 0u);
+#pragma unroll 4
+  for (int i = lane; i < vec; i += kWarp) {
+    const Words4 v = xv[i];
+    top = Img::Max(top, Img::Max(Img::Max(Img::Of(v.x), Img::Of(v.y)), Img::Max(Img::Of(v.z), Img::Of(v.w))));
   }
-  const uint32_t own = RedMax(top) >> lay.low_bits, own_lim = SymbolLimit(own);
+  for (int i = vec * Img::kPerLoad + lane; i < count; i += kWarp) top = Img::Max(top, Img::Of(xb[i]));
+  top = RedMax(E::kBytes == 2 ? Max(top & 0xFFFFu, top >> 16) : top);
+  const uint32_t own = top >= Img::kNormal ? (top >> lay.low_bits) - 4 : 0u, own_lim = SymbolLimit(own);
   __syncthreads();
   // §6 step 2: the symbols' histogram and the lanes' bits under the 8 family choices (16 bits each:
   // a lane's 128 values take at most 128 x 43 bits)

@@ -156,6 +156,24 @@ __device__ __forceinline__ uint32_t RedMax(uint32_t v) {
 #endif
 }
 
+// Each 16-bit half's larger (VIMNMX.U16x2).
+__device__ __forceinline__ uint32_t MaxU16x2(uint32_t a, uint32_t b) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return Max(a & 0xFFFFu, b & 0xFFFFu) | Max(a >> 16, b >> 16) << 16;
+#else
+  return __vmaxu2(a, b);
+#endif
+}
+
+// 16 bytes of input, one load.
+#ifdef ZIPCCL_HOST_EMULATION
+struct Words4 {
+  uint32_t x, y, z, w;
+};
+#else
+using Words4 = uint4;
+#endif
+
 // The bits of v (0 for 0).
 __device__ __forceinline__ int BitLength(uint32_t v) {
 #ifdef ZIPCCL_HOST_EMULATION
