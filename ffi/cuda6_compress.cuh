@@ -71,18 +71,50 @@ struct GroupSmem {
   uint8_t lens[2][v6::kNumSyms];
   HuffScratch huff[2];
   CanonScratch canon;
+  uint16_t fam_lanes[kGroupBlocks][kWarp];  // the lanes' bits under the block's family choice (0 if raw)
   uint32_t own[kGroupBlocks], fam_size[kGroupBlocks], fam_choice[kGroupBlocks], cand_size[2][kGroupBlocks];
   uint32_t used[2], longest[2], gref;
   int best;
 };
 
+// zipccl_format.h huffman_tree_lengths's two-queue merge for one thread, the
+// queues' head weights in registers: t.weight[0..n) holds the n >= 2 used
+// symbols' counts in (count, symbol) order; fills t.parent of the 2n - 2
+// nodes below the root (node 2n - 2) and t.weight of the merged nodes.
+__device__ inline void HuffmanMerge(HuffScratch& t, int n) {
+  int li = 0, ni = n, total = n;
+  uint32_t wl = t.weight[0], wn = 0;  // weight[li] (li < n), weight[ni] (ni < total)
+#pragma unroll 1
+  while (total < 2 * n - 1) {
+    int pick[2];
+    uint32_t w[2];
+    for (int k = 0; k < 2; ++k) {  // a leaf on a tie, as huffman_tree_lengths; no branches
+      const bool leaf = li < n && (ni >= total || wl <= wn);
+      pick[k] = leaf ? li : ni, w[k] = leaf ? wl : wn;
+      li += leaf, ni += !leaf;
+      const uint32_t next = t.weight[leaf ? li : ni];  // the advanced queue's head (past its end: unused)
+      wl = leaf ? next : wl, wn = leaf ? wn : next;
+    }
+    t.parent[pick[0]] = t.parent[pick[1]] = uint16_t(total);
+    const uint32_t sum = w[0] + w[1];
+    t.weight[total] = sum;
+    if (ni == total) wn = sum;
+    ++total;
+  }
+}
+
 // §6 step 4: the lengths of candidate h's counts (threads 256 h .. 256 h + 255),
 // as code_lengths: Huffman over the used symbols by (count, symbol), the counts
-// flattened until no code exceeds 12 bits. The sort is a rank a thread, the
-// tree one thread's (huffman_tree_lengths). Every thread of the CTA calls it.
+// flattened until no code exceeds 12 bits. The sort is a rank a thread; the
+// merge one thread's (HuffmanMerge); the depths (huffman_tree_lengths's) by
+// pointer jumping, a thread per two nodes (nine rounds: a depth is at most
+// 242). Every thread of the CTA calls it.
 __device__ inline void GroupCodeLengths(GroupSmem& s) {
+  constexpr int kRounds = 9;  // 2^9 > the 2 x 244 - 1 nodes
   const int h = int(threadIdx.x) / v6::kNumSyms, sym = int(threadIdx.x) % v6::kNumSyms;
   uint32_t* counts = s.counts[h];
+  HuffScratch& t = s.huff[h];
+  const int n = int(s.used[h]), total = 2 * n - 1;
   bool done = false;
   for (;;) {
     // the rank of (count, symbol) among the used symbols: one compare of packed keys (counts < 2^17)
@@ -94,16 +126,37 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
     if (c)  // a warp of unused symbols (most of a Gaussian's) skips the ranks
       for (int u = 0; u < v6::kNumSyms; ++u) rank += s.keys[h][u] < key;
     if (!done) {
-      if (c) s.huff[h].leaf[rank] = uint8_t(sym);
-      s.lens[h][sym] = 0;
+      if (c) t.leaf[rank] = uint8_t(sym), t.weight[rank] = c;
+      if (sym == 0) s.longest[h] = 0;
     }
     __syncthreads();
-    if (sym == 0 && !done) {
-      HuffScratch& t = s.huff[h];
-      huffman_tree_lengths(counts, t.leaf, int(s.used[h]), s.lens[h], t.weight, t.parent, t.depth);
-      uint32_t longest = 0;
-      for (uint32_t i = 0; i < s.used[h]; ++i) longest = Max(longest, uint32_t(s.lens[h][t.leaf[i]]));
-      s.longest[h] = longest;
+    const bool tree = !done && n >= 2;
+    if (tree && sym == 0) HuffmanMerge(t, n);
+    __syncthreads();
+    // depth by pointer jumping: d += d[p], p = p[p]; the root (node total - 1) is its own parent, at 0
+    uint32_t d[2] = {0, 0}, p[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      const int j = sym + k * v6::kNumSyms;
+      if (tree && j < total) d[k] = j == total - 1 ? 0u : 1u, p[k] = j == total - 1 ? uint32_t(j) : t.parent[j];
+    }
+#pragma unroll 1
+    for (int r = 0; r <= kRounds; ++r) {
+      for (int k = 0; k < 2; ++k) {
+        const int j = sym + k * v6::kNumSyms;
+        if (tree && j < total) t.depth[j] = uint8_t(d[k]), t.parent[j] = uint16_t(p[k]);
+      }
+      __syncthreads();
+      if (r == kRounds) break;
+      for (int k = 0; k < 2; ++k) {
+        const int j = sym + k * v6::kNumSyms;
+        if (tree && j < total) d[k] += t.depth[p[k]], p[k] = t.parent[p[k]];
+      }
+      __syncthreads();
+    }
+    if (!done) {  // symbol sym is leaf `rank`, at its depth (a lone symbol: length 1)
+      const uint32_t len = !c ? 0u : n == 1 ? 1u : uint32_t(t.depth[rank]);
+      s.lens[h][sym] = uint8_t(len);
+      if (len) atomicMax(&s.longest[h], len);
     }
     __syncthreads();
     done = s.longest[h] <= uint32_t(kMaxCodeLen);
@@ -118,7 +171,7 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
 }
 
 template <int DT>
-__global__ void __launch_bounds__(kGroupThreads, 4) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
+__global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
                                                              const Tables* tables, Workspace ws) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
@@ -170,10 +223,8 @@ __global__ void __launch_bounds__(kGroupThreads, 4) GroupKernel(const typename E
     if (size < best_size) best_size = size, best_c = uint32_t(c);
   }
   const uint32_t raw_bytes = uint32_t(count) * E::kBytes;
-  if (w < blocks)  // the lane's bits under the block's family choice (0 if raw), for CodeKernel (replaced
-    // below if the block takes the group's code; written now, not held across GroupCodeLengths's call)
-    ws.lanes[b * kWarp + lane] =
-        uint16_t(best_size >= raw_bytes ? 0u : uint32_t((best_c < 4 ? fam0 : fam1) >> (16 * (best_c % 4))));
+  // (kept in shared memory, not in registers across GroupCodeLengths)
+  s.fam_lanes[w][lane] = uint16_t(best_size >= raw_bytes ? 0u : uint32_t((best_c < 4 ? fam0 : fam1) >> (16 * (best_c % 4))));
   if (lane == 0) {
     s.own[w] = own;
     s.fam_size[w] = best_size >= raw_bytes ? raw_bytes : best_size;
@@ -237,8 +288,10 @@ __global__ void __launch_bounds__(kGroupThreads, 4) GroupKernel(const typename E
     ws.glens[g * v6::kNumSyms + tid] = uint8_t(len);
     ws.gput[g * v6::kNumSyms + tid] = PutEntry<DT>(Reverse(code, int(len)) | len << 16, tid);
   }
-  if (w < blocks && best >= 0 && s.cand_size[best][w] < s.fam_size[w])  // the block takes the group's code
-    ws.lanes[b * kWarp + lane] = uint16_t(best ? bits1 : bits0);
+  if (w < blocks) {  // the lane's bits under the block's code, for CodeKernel
+    const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
+    ws.lanes[b * kWarp + lane] = group ? uint16_t(best ? bits1 : bits0) : s.fam_lanes[w][lane];
+  }
   if (lane == 0 && w < blocks) {
     const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
     const uint32_t choice = s.fam_choice[w], raw = !group && choice == ~0u;
