@@ -107,10 +107,12 @@ __device__ inline void HuffmanMerge(HuffScratch& t, int n) {
 // as code_lengths: Huffman over the used symbols by (count, symbol), the counts
 // flattened until no code exceeds 12 bits. The sort is a rank a thread; the
 // merge one thread's (HuffmanMerge); the depths (huffman_tree_lengths's) by
-// pointer jumping, a thread per two nodes (nine rounds: a depth is at most
-// 242). Every thread of the CTA calls it.
+// pointer jumping, a thread per two nodes. Every thread of the CTA calls it.
 __device__ inline void GroupCodeLengths(GroupSmem& s) {
-  constexpr int kRounds = 9;  // 2^9 > the 2 x 244 - 1 nodes
+  // jumps: a depth below 2^6. A Huffman tree of depth D has counts summing to at least
+  // Fibonacci(D + 2) (F1 = F2 = 1), and a group's at most 65,536: D <= 22
+  constexpr int kRounds = 6;
+  static_assert(kGroupBlocks * kBlock < 75025, "Fibonacci(25): a group's depths below 23");
   const int h = int(threadIdx.x) / v6::kNumSyms, sym = int(threadIdx.x) % v6::kNumSyms;
   uint32_t* counts = s.counts[h];
   HuffScratch& t = s.huff[h];
