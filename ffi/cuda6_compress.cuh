@@ -258,8 +258,8 @@ __global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename E
   // shifted to the group ref, under candidate 1 (the block's normal q are at most its ref), so
   // that a value is one lookup and one add for both (16 bits each, as the family's)
   uint32_t* cand = s.u.cand[w];
-  const uint32_t ref = s.own[w], lim = SymbolLimit(ref), shift = s.gref - ref;  // (read again: the
-  // registers live across GroupCodeLengths's call are saved to the stack)
+  // (the ref read again: fewer registers live across GroupCodeLengths)
+  const uint32_t ref = s.own[w], lim = SymbolLimit(ref), shift = s.gref - ref;
   for (int k = lane; k < v6::kNumSyms; k += kWarp) {  // indexed by SymbolIndex
     const int k0 = PseudoSource(k, lim), k1 = v6::shifted_symbol(k0, shift);
     cand[k] = (s.lens[0][k0] + uint32_t(v6::fixed_bits(k0, lay))) | (s.lens[1][k1] + uint32_t(v6::fixed_bits(k1, lay))) << 16;
