@@ -22,7 +22,7 @@ inline int64_t NumGroups(int64_t n) { return (NumBlocks(n) + kGroupBlocks - 1) /
 inline size_t CompressWorkspaceBytes(int64_t n) {
   const int64_t nb = NumBlocks(n), ng = NumGroups(n);
   auto up = [](int64_t v) { return size_t((v + 255) / 256 * 256); };
-  return up(8 * nb) + up(4 * nb) + up(64 * nb) + up(4 * ng) + up(8 * ng) + up(v6::kNumSyms * ng) + up(2 * v6::kNumSyms * ng) + 256;
+  return up(8 * nb) + up(4 * nb) + up(64 * nb) + up(4 * ng) + up(8 * ng) + up(v6::kNumSyms * ng) + up(4 * v6::kNumSyms * ng) + 256;
 }
 
 inline Workspace CarveWorkspace(void* base, int64_t n) {
@@ -36,7 +36,7 @@ inline Workspace CarveWorkspace(void* base, int64_t n) {
   ws.gbytes = reinterpret_cast<uint32_t*>(p), p += up(4 * ng);
   ws.goff = reinterpret_cast<uint64_t*>(p), p += up(8 * ng);
   ws.glens = p, p += up(v6::kNumSyms * ng);
-  ws.gcodes = reinterpret_cast<uint16_t*>(p), p += up(2 * v6::kNumSyms * ng);
+  ws.gput = reinterpret_cast<uint32_t*>(p), p += up(4 * v6::kNumSyms * ng);
   ws.flags = reinterpret_cast<uint32_t*>(p);
   return ws;
 }

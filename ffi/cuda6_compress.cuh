@@ -32,8 +32,26 @@ struct Workspace {
   uint32_t* gbytes;  // [ng] the group's records' bytes
   uint64_t* goff;    // [ng] where the group's records start in the data area
   uint8_t* glens;    // [ng][256] the group's code (lengths) if it stores a table
-  uint16_t* gcodes;  // [ng][256] its canonical codes, bit-reversed
+  uint32_t* gput;    // [ng][256] its canonical codes as CodeKernel's entries (PutEntry)
   uint32_t* flags;   // kRawStream
+};
+
+// §6 step 1's images: a value's bits but the sign, plus 4 << low, wrapped at the sign bit, so
+// that normal q (4 <= q < q_max = 2^q_bits - 4) land at kNormal = 8 << low and over (at (q + 4)
+// << low | low), q < 4 (+-0, subnormals) below it and q >= q_max (Inf, NaN) below 4 << low: the
+// largest image gives the largest normal q. bf16 and fp16 two values a word (a u16x2 maximum).
+template <int DT>
+struct RefImage {
+  using E = Elem<DT>;
+  static_assert(E::kLay.q_max == (1u << E::kLay.q_bits) - 4, "q_max is the all-ones exponent's");
+  static constexpr int kPerLoad = 16 / E::kBytes;
+  static constexpr uint32_t kMask = E::kBytes == 2 ? 0x7FFF7FFFu : 0x7FFFFFFFu;
+  static constexpr uint32_t kAdd = (4u << E::kLay.low_bits) * (E::kBytes == 2 ? 0x10001u : 1u);
+  static constexpr uint32_t kNormal = 8u << E::kLay.low_bits;
+  __device__ static __forceinline__ uint32_t Of(uint32_t w) { return ((w & kMask) + kAdd) & kMask; }
+  __device__ static __forceinline__ uint32_t Max(uint32_t a, uint32_t b) {
+    return E::kBytes == 2 ? MaxU16x2(a, b) : cuda6::Max(a, b);
+  }
 };
 
 struct HuffScratch {
@@ -43,25 +61,62 @@ struct HuffScratch {
 };
 
 struct GroupSmem {
-  uint32_t hist[kGroupBlocks][v6::kNumSyms];  // each block's symbols at its own ref
-  uint64_t sizes[v6::kNumSyms][2];            // Tables::sizes
+  union {
+    uint32_t hist[kGroupBlocks][v6::kNumSyms];  // each block's symbols at its own ref, by exact index
+    uint32_t cand[kGroupBlocks][v6::kNumSyms];  // then per block, by own-ref symbol: its bits under the candidates
+  } u;
+  uint64_t sizes[v6::kNumSyms][2];            // Tables::sizes by exact index, each length plus the fixed bits
   uint32_t counts[2][v6::kNumSyms];           // the candidates' symbol counts (flattened in place)
   uint32_t keys[2][v6::kNumSyms];             // count << 8 | symbol, ~0 if unused: the sort's
   uint8_t lens[2][v6::kNumSyms];
   HuffScratch huff[2];
   CanonScratch canon;
+  uint16_t fam_lanes[kGroupBlocks][kWarp];  // the lanes' bits under the block's family choice (0 if raw)
   uint32_t own[kGroupBlocks], fam_size[kGroupBlocks], fam_choice[kGroupBlocks], cand_size[2][kGroupBlocks];
   uint32_t used[2], longest[2], gref;
   int best;
 };
 
+// zipccl_format.h huffman_tree_lengths's two-queue merge for one thread, the
+// queues' head weights in registers: t.weight[0..n) holds the n >= 2 used
+// symbols' counts in (count, symbol) order; fills t.parent of the 2n - 2
+// nodes below the root (node 2n - 2) and t.weight of the merged nodes.
+__device__ inline void HuffmanMerge(HuffScratch& t, int n) {
+  int li = 0, ni = n, total = n;
+  uint32_t wl = t.weight[0], wn = 0;  // weight[li] (li < n), weight[ni] (ni < total)
+#pragma unroll 1
+  while (total < 2 * n - 1) {
+    int pick[2];
+    uint32_t w[2];
+    for (int k = 0; k < 2; ++k) {  // a leaf on a tie, as huffman_tree_lengths; no branches
+      const bool leaf = li < n && (ni >= total || wl <= wn);
+      pick[k] = leaf ? li : ni, w[k] = leaf ? wl : wn;
+      li += leaf, ni += !leaf;
+      const uint32_t next = t.weight[leaf ? li : ni];  // the advanced queue's head (past its end: unused)
+      wl = leaf ? next : wl, wn = leaf ? wn : next;
+    }
+    t.parent[pick[0]] = t.parent[pick[1]] = uint16_t(total);
+    const uint32_t sum = w[0] + w[1];
+    t.weight[total] = sum;
+    if (ni == total) wn = sum;
+    ++total;
+  }
+}
+
 // §6 step 4: the lengths of candidate h's counts (threads 256 h .. 256 h + 255),
 // as code_lengths: Huffman over the used symbols by (count, symbol), the counts
-// flattened until no code exceeds 12 bits. The sort is a rank a thread, the
-// tree one thread's (huffman_tree_lengths). Every thread of the CTA calls it.
+// flattened until no code exceeds 12 bits. The sort is a rank a thread; the
+// merge one thread's (HuffmanMerge); the depths (huffman_tree_lengths's) by
+// pointer jumping, a thread per two nodes. Every thread of the CTA calls it.
 __device__ inline void GroupCodeLengths(GroupSmem& s) {
+  // jumps: a depth below 2^6. A Huffman tree of depth D has counts summing to at least
+  // Fibonacci(D + 2) (F1 = F2 = 1), and a group's at most 65,536: D <= 22
+  constexpr int kRounds = 6;
+  static_assert(kGroupBlocks * kBlock < 75025, "Fibonacci(25): a group's depths below 23");
   const int h = int(threadIdx.x) / v6::kNumSyms, sym = int(threadIdx.x) % v6::kNumSyms;
   uint32_t* counts = s.counts[h];
+  HuffScratch& t = s.huff[h];
+  const int n = int(s.used[h]), total = 2 * n - 1;
   bool done = false;
   for (;;) {
     // the rank of (count, symbol) among the used symbols: one compare of packed keys (counts < 2^17)
@@ -70,18 +125,40 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
     __syncthreads();
     const uint32_t key = s.keys[h][sym];
     uint32_t rank = 0;
-    for (int u = 0; u < v6::kNumSyms; ++u) rank += s.keys[h][u] < key;
+    if (c)  // a warp of unused symbols (most of a Gaussian's) skips the ranks
+      for (int u = 0; u < v6::kNumSyms; ++u) rank += s.keys[h][u] < key;
     if (!done) {
-      if (c) s.huff[h].leaf[rank] = uint8_t(sym);
-      s.lens[h][sym] = 0;
+      if (c) t.leaf[rank] = uint8_t(sym), t.weight[rank] = c;
+      if (sym == 0) s.longest[h] = 0;
     }
     __syncthreads();
-    if (sym == 0 && !done) {
-      HuffScratch& t = s.huff[h];
-      huffman_tree_lengths(counts, t.leaf, int(s.used[h]), s.lens[h], t.weight, t.parent, t.depth);
-      uint32_t longest = 0;
-      for (uint32_t i = 0; i < s.used[h]; ++i) longest = Max(longest, uint32_t(s.lens[h][t.leaf[i]]));
-      s.longest[h] = longest;
+    const bool tree = !done && n >= 2;
+    if (tree && sym == 0) HuffmanMerge(t, n);
+    __syncthreads();
+    // depth by pointer jumping: d += d[p], p = p[p]; the root (node total - 1) is its own parent, at 0
+    uint32_t d[2] = {0, 0}, p[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      const int j = sym + k * v6::kNumSyms;
+      if (tree && j < total) d[k] = j == total - 1 ? 0u : 1u, p[k] = j == total - 1 ? uint32_t(j) : t.parent[j];
+    }
+#pragma unroll 1
+    for (int r = 0; r <= kRounds; ++r) {
+      for (int k = 0; k < 2; ++k) {
+        const int j = sym + k * v6::kNumSyms;
+        if (tree && j < total) t.depth[j] = uint8_t(d[k]), t.parent[j] = uint16_t(p[k]);
+      }
+      __syncthreads();
+      if (r == kRounds) break;
+      for (int k = 0; k < 2; ++k) {
+        const int j = sym + k * v6::kNumSyms;
+        if (tree && j < total) d[k] += t.depth[p[k]], p[k] = t.parent[p[k]];
+      }
+      __syncthreads();
+    }
+    if (!done) {  // symbol sym is leaf `rank`, at its depth (a lone symbol: length 1)
+      const uint32_t len = !c ? 0u : n == 1 ? 1u : uint32_t(t.depth[rank]);
+      s.lens[h][sym] = uint8_t(len);
+      if (len) atomicMax(&s.longest[h], len);
     }
     __syncthreads();
     done = s.longest[h] <= uint32_t(kMaxCodeLen);
@@ -96,7 +173,7 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
 }
 
 template <int DT>
-__global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
+__global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
                                                              const Tables* tables, Workspace ws) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
@@ -106,36 +183,52 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   const int count = b < nb ? int(Min<int64_t>(kBlock, n - b * kBlock)) : 0;
   const int blocks = int(Min<int64_t>(kGroupBlocks, nb - g * kGroupBlocks));
   const typename E::Word* xb = x + b * kBlock;
-  for (int i = tid; i < kGroupBlocks * v6::kNumSyms; i += kGroupThreads) s.hist[i / v6::kNumSyms][i % v6::kNumSyms] = 0;
-  if (tid < v6::kNumSyms) s.sizes[tid][0] = tables->sizes[tid][0], s.sizes[tid][1] = tables->sizes[tid][1];
+  for (int i = tid; i < kGroupBlocks * v6::kNumSyms; i += kGroupThreads) s.u.hist[i / v6::kNumSyms][i % v6::kNumSyms] = 0;
+  if (tid < v6::kNumSyms) {  // a value's bits under each combo: its code's and the fixed ones
+    const int sym = PseudoSource(tid, v6::kClassEsc - 1);
+    const uint64_t fixed = uint64_t(v6::fixed_bits(sym, lay)) * 0x0001000100010001ull;
+    s.sizes[tid][0] = tables->sizes[sym][0] + fixed, s.sizes[tid][1] = tables->sizes[sym][1] + fixed;
+  }
   if (tid < 2 * v6::kNumSyms) s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms] = 0;
   if (tid < 2) s.used[tid] = 0;
-  // §6 step 1: the block's own ref
-  uint32_t ref = 0;
-  for (int i = lane; i < count; i += kWarp) {
-    const uint32_t q = v6::q_of(xb[i], lay);
-    ref = v6::normal_q(q, lay) && q > ref ? q : ref;
+  // §6 step 1: the block's own ref, the largest normal q (0 if none), from the values' images
+  // (RefImage): 16 bytes a load where x is 16-byte aligned (then every block is), the rest one by one
+  using Img = RefImage<DT>;
+  const int vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 ? count / Img::kPerLoad : 0;
+  const Words4* xv = reinterpret_cast<const Words4*>(xb);
+  uint32_t top = 0;
+#pragma unroll 4
+  for (int i = lane; i < vec; i += kWarp) {
+    const Words4 v = xv[i];
+    top = Img::Max(top, Img::Max(Img::Max(Img::Of(v.x), Img::Of(v.y)), Img::Max(Img::Of(v.z), Img::Of(v.w))));
   }
-  ref = WarpMax(ref);
+  for (int i = vec * Img::kPerLoad + lane; i < count; i += kWarp) top = Img::Max(top, Img::Of(xb[i]));
+  top = RedMax(E::kBytes == 2 ? Max(top & 0xFFFFu, top >> 16) : top);
+  const uint32_t own = top >= Img::kNormal ? (top >> lay.low_bits) - 4 : 0u, own_lim = SymbolLimit(own);
   __syncthreads();
-  // §6 step 2: the symbols' histogram and the sizes under the 8 family choices
+  // §6 step 2: the symbols' histogram and the lanes' bits under the 8 family choices (16 bits each:
+  // a lane's 128 values take at most 128 x 43 bits)
   uint64_t fam0 = 0, fam1 = 0;
-  uint32_t fixed = 0;
+#pragma unroll 8
   for (int i = lane; i < count; i += kWarp) {
-    const int sym = v6::symbol_of(xb[i], lay, ref);
-    atomicAdd(&s.hist[w][sym], 1u);
-    fam0 += s.sizes[sym][0], fam1 += s.sizes[sym][1];
-    fixed += uint32_t(v6::fixed_bits(sym, lay));
+    const uint32_t j = SymbolIndex<DT, true>(xb[i], own, own_lim);
+    atomicAdd(&s.u.hist[w][j], 1u);
+    fam0 += s.sizes[j][0], fam1 += s.sizes[j][1];
   }
   uint32_t best_size = 0xFFFFFFFFu, best_c = 0;
   for (int c = 0; c < kCombos; ++c) {
     const uint32_t bits = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;
-    const uint32_t size = WarpBodyShape(bits + fixed).size;
+    // a body holds its lanes' bits and a head of at least head_bits(1): a combo whose bits alone
+    // cannot beat the best so far skips the width search (warp-uniform)
+    if ((RedAdd(bits) + uint32_t(v6::head_bits(1)) + 7) / 8 >= best_size) continue;
+    const uint32_t size = WarpBodyShape(bits).size;
     if (size < best_size) best_size = size, best_c = uint32_t(c);
   }
   const uint32_t raw_bytes = uint32_t(count) * E::kBytes;
+  // (kept in shared memory, not in registers across GroupCodeLengths)
+  s.fam_lanes[w][lane] = uint16_t(best_size >= raw_bytes ? 0u : uint32_t((best_c < 4 ? fam0 : fam1) >> (16 * (best_c % 4))));
   if (lane == 0) {
-    s.own[w] = ref;
+    s.own[w] = own;
     s.fam_size[w] = best_size >= raw_bytes ? raw_bytes : best_size;
     s.fam_choice[w] = best_size >= raw_bytes ? ~0u : best_c;
   }
@@ -151,7 +244,7 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
     const int h = tid / v6::kNumSyms, sym = tid % v6::kNumSyms;
     uint32_t own_total = 0;
     for (int i = 0; i < blocks; ++i) {
-      const uint32_t c = s.hist[i][sym];
+      const uint32_t c = s.u.hist[i][ExactIndex(sym)];
       own_total += c;
       if (h == 1 && c) atomicAdd(&s.counts[1][v6::shifted_symbol(sym, s.gref - s.own[i])], c);
     }
@@ -160,16 +253,22 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   __syncthreads();
   if (s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms]) atomicAdd(&s.used[tid / v6::kNumSyms], 1u);
   __syncthreads();
-  GroupCodeLengths(s);
-  // the blocks' sizes under both candidates (a value's symbol at the group ref is its own-ref
-  // symbol shifted: the block's normal q are at most its ref)
-  uint32_t bits0 = 0, bits1 = 0;
-  const uint32_t shift = s.gref - ref;
-  for (int i = lane; i < count; i += kWarp) {
-    const int s0 = v6::symbol_of(xb[i], lay, ref), s1 = v6::shifted_symbol(s0, shift);
-    bits0 += s.lens[0][s0] + uint32_t(v6::fixed_bits(s0, lay));
-    bits1 += s.lens[1][s1] + uint32_t(v6::fixed_bits(s1, lay));
+  GroupCodeLengths(s);  // its barriers order the histograms' last reads before the tables below
+  // the blocks' sizes under both candidates: per own-ref symbol the bits under candidate 0 and,
+  // shifted to the group ref, under candidate 1 (the block's normal q are at most its ref), so
+  // that a value is one lookup and one add for both (16 bits each, as the family's)
+  uint32_t* cand = s.u.cand[w];
+  // (the ref read again: fewer registers live across GroupCodeLengths)
+  const uint32_t ref = s.own[w], lim = SymbolLimit(ref), shift = s.gref - ref;
+  for (int k = lane; k < v6::kNumSyms; k += kWarp) {  // indexed by SymbolIndex
+    const int k0 = PseudoSource(k, lim), k1 = v6::shifted_symbol(k0, shift);
+    cand[k] = (s.lens[0][k0] + uint32_t(v6::fixed_bits(k0, lay))) | (s.lens[1][k1] + uint32_t(v6::fixed_bits(k1, lay))) << 16;
   }
+  __syncwarp();
+  uint32_t both = 0;
+#pragma unroll 8
+  for (int i = lane; i < count; i += kWarp) both += cand[SymbolIndex<DT, false>(xb[i], ref, lim)];
+  const uint32_t bits0 = both & 0xFFFF, bits1 = both >> 16;
   const uint32_t size0 = WarpBodyShape(bits0).size, size1 = WarpBodyShape(bits1).size;
   if (lane == 0) s.cand_size[0][w] = size0, s.cand_size[1][w] = size1;
   __syncthreads();
@@ -189,13 +288,11 @@ __global__ void __launch_bounds__(kGroupThreads) GroupKernel(const typename Elem
   if (best >= 0 && tid < v6::kNumSyms) {
     const uint32_t len = s.lens[best][tid];
     ws.glens[g * v6::kNumSyms + tid] = uint8_t(len);
-    ws.gcodes[g * v6::kNumSyms + tid] = uint16_t(Reverse(code, int(len)));
+    ws.gput[g * v6::kNumSyms + tid] = PutEntry<DT>(Reverse(code, int(len)) | len << 16, tid);
   }
   if (w < blocks) {  // the lane's bits under the block's code, for CodeKernel
     const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
-    const uint32_t c = s.fam_choice[w];
-    const uint32_t fam = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;
-    ws.lanes[b * kWarp + lane] = uint16_t(group ? (best ? bits1 : bits0) : c == ~0u ? 0u : fam + fixed);
+    ws.lanes[b * kWarp + lane] = group ? uint16_t(best ? bits1 : bits0) : s.fam_lanes[w][lane];
   }
   if (lane == 0 && w < blocks) {
     const bool group = best >= 0 && s.cand_size[best][w] < s.fam_size[w];
@@ -253,26 +350,25 @@ __device__ __forceinline__ void OrBits(uint32_t* stage, uint32_t bit, uint32_t v
   if (bit % 32 + uint32_t(len) > 32) atomicOr(&stage[bit / 32 + 1], uint32_t(t >> 32));
 }
 
-// A lane's bits into the stage from bit `bit`, LSB first: the words it shares
-// with the lanes beside it (its first and last) by atomicOr, the rest stored.
+// A lane's bits into the stage from bit `bit`, LSB first: a word of held bits,
+// a put one funnel-shifted append. A word is stored whole by the lane whose
+// bits reach its end (zeros below its first bit); the lane's last, partial
+// word is ored in by Finish, after a __syncwarp orders it after those stores
+// (the stage starts zeroed; the head and the table are ored in after that).
 struct LaneWriter {
-  uint32_t* stage;
-  uint32_t word;
-  uint64_t acc;
-  int held;  // bits in acc; the first `bit % 32` are other lanes' (zero here)
-  bool first;
-  __device__ LaneWriter(uint32_t* s, uint32_t bit) : stage(s), word(bit / 32), acc(0), held(int(bit % 32)), first(true) {}
-  __device__ __forceinline__ void Put(uint32_t v, int len) {
-    acc |= uint64_t(v) << held;
+  uint32_t* at;              // the word being filled
+  uint32_t cur, held;        // its bits so far (the first `bit % 32` are other lanes', zero here)
+  __device__ LaneWriter(uint32_t* stage, uint32_t bit) : at(stage + bit / 32), cur(0), held(bit % 32) {}
+  // v < 2^len, len <= 32 (0: nothing)
+  __device__ __forceinline__ void Put(uint32_t v, uint32_t len) {
+    const uint32_t lo = cur | v << held, hi = FunnelL(v, 0u, held);
     held += len;
-    if (held >= 32) {
-      if (first) atomicOr(&stage[word], uint32_t(acc)), first = false;
-      else stage[word] = uint32_t(acc);
-      ++word, acc >>= 32, held -= 32;
-    }
+    const bool full = held >= 32;
+    if (full) *at = lo;
+    at += full, cur = full ? hi : lo, held &= 31;
   }
-  __device__ __forceinline__ void Finish() {
-    if (held > 0) atomicOr(&stage[word], uint32_t(acc));
+  __device__ __forceinline__ void Finish() {  // after a __syncwarp
+    if (held > 0) atomicOr(at, cur);
   }
 };
 
@@ -288,21 +384,18 @@ struct CodeSmem {
   uint32_t stage[CodeShape<DT>::kWarps][CodeShape<DT>::kStageWords];
 };
 
-// §3: one element's code, an escape's q and its low bits to the lane's writer.
+// §3: one element's code, an escape's q and its low bits to the lane's writer: bf16 and fp16
+// in one put (at most 12 + 10 + 5 or 12 + 7 + 8 bits), fp32 in two.
 template <int DT>
-__device__ __forceinline__ void PutElement(uint32_t xv, uint32_t ref, const uint32_t* enc, LaneWriter& out) {
+__device__ __forceinline__ void PutElement(uint32_t xv, uint32_t e, LaneWriter& out) {
   using E = Elem<DT>;
-  const int sym = v6::symbol_of(xv, E::kLay, ref), cls = v6::class_of_symbol(sym);
-  const uint32_t e = enc[sym], len = e >> 16, low = v6::low_of(xv, E::kLay);
-  uint32_t v = e & 0xFFFF;
-  int bits = int(len);
-  if (cls == v6::kClassEsc) v |= v6::q_of(xv, E::kLay) << bits, bits += E::kLay.q_bits;
-  if (E::kBytes == 2) {  // at most 12 + 7 + 8 or 12 + 10 + 5 bits: one put
-    if (cls != v6::kClassZero) v |= low << bits, bits += E::kLay.low_bits;
-    out.Put(v, bits);
+  const uint32_t code = e & 0xFFFF, low = xv & E::kLowMask, q = (xv >> E::kLay.low_bits) & E::kQMask;
+  const bool esc = e & kPutEsc;
+  if (E::kBytes == 2) {  // FunnelL(0, t, e >> 16): t << the code's length (the shift's low 5 bits)
+    out.Put(code | FunnelL(0u, esc ? q | low << E::kLay.q_bits : low, e >> 16), e >> 25);
   } else {
-    out.Put(v, bits);
-    if (cls != v6::kClassZero) out.Put(low, E::kLay.low_bits);
+    out.Put(code | (esc ? FunnelL(0u, q, e >> 16) : 0u), e >> 25);
+    out.Put(low, e & kPutMore ? uint32_t(E::kLay.low_bits) : 0u);
   }
 }
 
@@ -332,22 +425,13 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
   if (lane == 0) *reinterpret_cast<uint64_t*>(out + kHeaderBytes + v6::kDescBytes * b) = plan | (start + size);
   uint32_t* enc = s.enc[w];
   uint32_t* stage = s.stage[w];
-  for (int i = lane; i < v6::kNumSyms; i += kWarp)
-    enc[i] = code == uint32_t(v6::kGroupCode)
-                 ? ws.gcodes[g * v6::kNumSyms + i] | uint32_t(ws.glens[g * v6::kNumSyms + i]) << 16
-                 : tables->enc[2 * code + flip][i];
+  const uint32_t lim = SymbolLimit(ref);
+  const uint32_t* src = code == uint32_t(v6::kGroupCode) ? ws.gput + g * v6::kNumSyms : tables->put[DT - 1][2 * code + flip];
+  for (int i = lane; i < v6::kNumSyms; i += kWarp) enc[i] = src[PseudoSource(i, lim)];  // indexed by SymbolIndex
   const int64_t at = v6::data_offset(nb) + start;  // the record in the stream
   const uint32_t pad = uint32_t(at % 4), words = (pad + size + 3) / 4, tbl = table ? v6::kTableBytes : 0;
   for (uint32_t i = lane; i < words; i += kWarp) stage[i] = 0;
   __syncwarp();
-  if (table) {  // §4: the group's code, two lengths a byte
-    const uint8_t* lens = ws.glens + g * v6::kNumSyms;
-    for (int j = lane; j < v6::kTableBytes; j += kWarp) {
-      const int a = 2 * j, c = 2 * j + 1;  // valid symbol indices: 122 a sign
-      const uint32_t lo = lens[(a / 122) * 128 + a % 122], hi = lens[(c / 122) * 128 + c % 122];
-      OrBits(stage, 8 * (pad + j), lo | hi << 4, 8);
-    }
-  }
   if (raw) {
     const uint8_t* bytes = reinterpret_cast<const uint8_t*>(xb);
     for (uint32_t i = lane; i < words; i += kWarp) {
@@ -358,31 +442,45 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
       }
       if (v) atomicOr(&stage[i], v);
     }
-  } else {  // §3: the lanes' lengths, the head, then each lane's elements
+  } else {  // §3: the lanes' lengths, each lane's elements, then the head
     const uint32_t bits = ws.lanes[b * kWarp + lane];  // GroupKernel's
     const BodyShape shape = WarpBodyShape(bits);
     const uint32_t before = WarpInclusiveScan(bits) - bits, body = 8 * (pad + tbl);
+    LaneWriter lw(stage, body + uint32_t(v6::head_bits(shape.width)) + before);
+#pragma unroll 8
+    for (int i = lane; i < count; i += kWarp) {
+      const uint32_t xv = xb[i];
+      PutElement<DT>(xv, enc[SymbolIndex<DT, false>(xv, ref, lim)], lw);
+    }
+    __syncwarp();  // the lanes' whole words stored before the words they share are ored
+    lw.Finish();
     if (lane == 0)
       OrBits(stage, body, shape.field_bits == 3 ? uint32_t(shape.width - kWidthShort) : 7u | uint32_t(shape.width) << 3,
              shape.field_bits);
     if (lane < kWarp - 1)
       OrBits(stage, body + shape.field_bits + lane * shape.width,
              (bits - shape.base) & ((1u << shape.width) - 1), shape.width);
-    LaneWriter lw(stage, body + uint32_t(v6::head_bits(shape.width)) + before);
-    for (int i = lane; i < count; i += kWarp) PutElement<DT>(xb[i], ref, enc, lw);
-    lw.Finish();
+  }
+  if (table) {  // §4: the group's code, two lengths a byte
+    const uint8_t* lens = ws.glens + g * v6::kNumSyms;
+    for (int j = lane; j < v6::kTableBytes; j += kWarp) {
+      const int a = 2 * j, c = 2 * j + 1;  // valid symbol indices: 122 a sign
+      const uint32_t lo = lens[(a / 122) * 128 + a % 122], hi = lens[(c / 122) * 128 + c % 122];
+      OrBits(stage, 8 * (pad + j), lo | hi << 4, 8);
+    }
   }
   __syncwarp();
-  // the record's whole words stored; the two it shares with its neighbours byte by byte
+  // the record's whole words [whole, last) stored; the two it may share with its neighbours byte
+  // by byte, the first (if pad) by lane 0, the last (if the record ends inside it and it is not
+  // the first) by lane 1
   uint32_t* dst = reinterpret_cast<uint32_t*>(out + (at - pad));
-  for (uint32_t i = lane; i < words; i += kWarp) {
-    const uint32_t lo = 4 * i, hi = lo + 4;
-    if (lo >= pad && hi <= pad + size) {
-      dst[i] = stage[i];
-    } else {
-      for (uint32_t k = lo; k < hi; ++k)
-        if (k >= pad && k < pad + size) reinterpret_cast<uint8_t*>(dst)[k] = uint8_t(stage[i] >> (8 * (k - lo)));
-    }
+  const uint32_t end = pad + size, whole = pad ? 1 : 0, last = end / 4;
+#pragma unroll 4
+  for (uint32_t i = whole + lane; i < last; i += kWarp) dst[i] = stage[i];
+  if (lane == 0 ? pad != 0 : lane == 1 && end % 4 != 0 && (last > 0 || pad == 0)) {
+    const uint32_t i = lane ? last : 0;
+    for (uint32_t k = 4 * i; k < 4 * i + 4; ++k)
+      if (k >= pad && k < end) reinterpret_cast<uint8_t*>(dst)[k] = uint8_t(stage[i] >> (8 * (k - 4 * i)));
   }
 }
 

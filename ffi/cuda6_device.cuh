@@ -38,10 +38,32 @@ constexpr int kCombos = 2 * v6::kMembers;  // a family code: 2 member + flip
 constexpr int kPeek = 10;                  // bits of the decoder's first lookup of a family code
 constexpr unsigned long long kNoError = ~0ull;
 
+// A dtype's layout and element word, as compile-time constants.
+template <int DT>
+struct Elem {
+  static constexpr v6::Layout kLay = v6::layout_of(DT);
+  static constexpr int kBytes = kLay.elem_bytes, kW = 8 * kBytes;
+  static constexpr uint32_t kQMask = (1u << kLay.q_bits) - 1, kLowMask = (1u << kLay.low_bits) - 1;
+  using Word = typename std::conditional<kBytes == 2, uint16_t, uint32_t>::type;
+};
+
+// CodeKernel's table entry of a symbol: its code (bit-reversed) | its length << 16 | 1 << 23 if
+// low bits follow (fp32) | 1 << 24 for the escape | the bits of its first put << 25 (bf16, fp16:
+// the value's all, at most 27; fp32: the code and an escape's q). base: code | length << 16.
+constexpr uint32_t kPutMore = 1u << 23, kPutEsc = 1u << 24;
+template <int DT>
+__host__ __device__ __forceinline__ uint32_t PutEntry(uint32_t base, int sym) {
+  using E = Elem<DT>;
+  const int cls = v6::class_of_symbol(sym);
+  const uint32_t len = base >> 16, esc = cls == v6::kClassEsc, more = cls != v6::kClassZero;
+  const uint32_t first = E::kBytes == 2 ? len + uint32_t(v6::fixed_bits(sym, E::kLay)) : len + esc * E::kLay.q_bits;
+  return base | (E::kBytes == 2 ? 0u : more * kPutMore) | esc * kPutEsc | first << 25;
+}
+
 // The family, as the kernels use it; built by BuildTables on the host, copied once to the device.
 struct Tables {
   uint64_t sizes[v6::kNumSyms][2];        // a symbol's code length under combo c: bits 16 (c % 4) of [c / 4]
-  uint32_t enc[kCombos][v6::kNumSyms];    // the bit-reversed canonical code | length << 16
+  uint32_t put[3][kCombos][v6::kNumSyms];  // per dtype (kBF16 - 1, ...): CodeKernel's entries (PutEntry)
   uint16_t lut10[kCombos][1 << kPeek];    // sym | length << 8 for codes of at most kPeek bits, else 0
   uint16_t lut12[kCombos][kLutSize];      // sym | length << 8 (build_lut): the long codes' fallback
 };
@@ -56,7 +78,10 @@ inline void BuildTables(Tables* t) {
     for (int s = 0; s < v6::kNumSyms; ++s) {
       if (c == 0) t->sizes[s][0] = t->sizes[s][1] = 0;
       t->sizes[s][c / 4] |= uint64_t(lens[s]) << (16 * (c % 4));
-      t->enc[c][s] = lens[s] ? codes[s] | uint32_t(lens[s]) << 16 : 0;
+      const uint32_t base = lens[s] ? codes[s] | uint32_t(lens[s]) << 16 : 0;
+      t->put[kBF16 - 1][c][s] = PutEntry<kBF16>(base, s);
+      t->put[kF16 - 1][c][s] = PutEntry<kF16>(base, s);
+      t->put[kF32 - 1][c][s] = PutEntry<kF32>(base, s);
     }
     for (int w = 0; w < (1 << kPeek); ++w) {
       const uint16_t e = t->lut12[c][w];
@@ -64,15 +89,6 @@ inline void BuildTables(Tables* t) {
     }
   }
 }
-
-// A dtype's layout and element word, as compile-time constants.
-template <int DT>
-struct Elem {
-  static constexpr v6::Layout kLay = v6::layout_of(DT);
-  static constexpr int kBytes = kLay.elem_bytes, kW = 8 * kBytes;
-  static constexpr uint32_t kQMask = (1u << kLay.q_bits) - 1, kLowMask = (1u << kLay.low_bits) - 1;
-  using Word = typename std::conditional<kBytes == 2, uint16_t, uint32_t>::type;
-};
 
 template <typename T>
 __host__ __device__ __forceinline__ T Min(T a, T b) {
@@ -116,6 +132,48 @@ __device__ __forceinline__ T WarpInclusiveScan(T v) {
   return v;
 }
 
+// Warp reductions of a u32 in one instruction each (REDUX, sm_80 on); the
+// emulation's are the shuffle trees above.
+__device__ __forceinline__ uint32_t RedAdd(uint32_t v) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return WarpSum(v);
+#else
+  return __reduce_add_sync(kAll, v);
+#endif
+}
+__device__ __forceinline__ uint32_t RedMin(uint32_t v) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return WarpMin(v);
+#else
+  return __reduce_min_sync(kAll, v);
+#endif
+}
+__device__ __forceinline__ uint32_t RedMax(uint32_t v) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return WarpMax(v);
+#else
+  return __reduce_max_sync(kAll, v);
+#endif
+}
+
+// Each 16-bit half's larger (VIMNMX.U16x2).
+__device__ __forceinline__ uint32_t MaxU16x2(uint32_t a, uint32_t b) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return Max(a & 0xFFFFu, b & 0xFFFFu) | Max(a >> 16, b >> 16) << 16;
+#else
+  return __vmaxu2(a, b);
+#endif
+}
+
+// 16 bytes of input, one load.
+#ifdef ZIPCCL_HOST_EMULATION
+struct Words4 {
+  uint32_t x, y, z, w;
+};
+#else
+using Words4 = uint4;
+#endif
+
 // The bits of v (0 for 0).
 __device__ __forceinline__ int BitLength(uint32_t v) {
 #ifdef ZIPCCL_HOST_EMULATION
@@ -136,7 +194,7 @@ struct BodyShape {
 };
 __device__ __forceinline__ BodyShape WarpBodyShape(uint32_t bits) {
   const bool dev = LaneId() < kWarp - 1;
-  const uint32_t total = WarpSum(bits), lo = WarpMin(dev ? bits : 0xFFFFFFFFu), hi = WarpMax(dev ? bits : 0u);
+  const uint32_t total = RedAdd(bits), lo = RedMin(dev ? bits : 0xFFFFFFFFu), hi = RedMax(dev ? bits : 0u);
   BodyShape s{};
   for (int w = Min(kMaxWidth, Max(1, BitLength(hi - lo))); w <= kMaxWidth; ++w) {
     const uint32_t head = uint32_t(v6::head_bits(w));
@@ -167,6 +225,44 @@ __device__ __forceinline__ uint32_t FunnelR(uint32_t lo, uint32_t hi, uint32_t s
 #else
   return __funnelshift_r(lo, hi, s);
 #endif
+}
+
+// The high 32 bits of hi:lo shifted left by s mod 32 (SHF.L.W); FunnelL(v, 0, s): the bits of v a
+// left shift by s pushes out of a word (0 for s = 0).
+__device__ __forceinline__ uint32_t FunnelL(uint32_t lo, uint32_t hi, uint32_t s) {
+#ifdef ZIPCCL_HOST_EMULATION
+  s &= 31;
+  return s ? hi << s | lo >> (32 - s) : hi;
+#else
+  return __funnelshift_l(lo, hi, s);
+#endif
+}
+
+// §1's symbols, as the compress kernels index their tables by them: index j
+// < 127 (with the sign bit) for class j + 1, 127 for class 0 (+-0). For a ref
+// the encoder chose (a block's or a group's: 0 or a normal q, so below q_max)
+// and lim = SymbolLimit(ref), a value's d = ref - q is a class if d < lim
+// (d <= 119 and q >= 4; q <= ref < q_max then makes q normal; a q over ref
+// wraps d past lim). kExact: index d or, for an escape, 120 (PseudoSource(j,
+// 120) inverts it); else min(d, lim), one instruction less, for a table of the
+// block's own that holds the escape's entry at lim too (PseudoSource(j, lim)).
+__host__ __device__ __forceinline__ uint32_t SymbolLimit(uint32_t ref) { return ref >= 4 ? Min(120u, ref - 3) : 0u; }
+template <int DT, bool kExact>
+__device__ __forceinline__ uint32_t SymbolIndex(uint32_t x, uint32_t ref, uint32_t lim) {
+  using E = Elem<DT>;
+  const uint32_t d = ref - ((x >> E::kLay.low_bits) & E::kQMask), body = x & ((1u << (E::kW - 1)) - 1);
+  const uint32_t j = kExact ? (d < lim ? d : uint32_t(v6::kClassEsc - 1)) : Min(d, lim);
+  return ((x >> (E::kW - 8)) & uint32_t(v6::kSignSym)) | (body == 0 ? 127u : j);
+}
+// The symbol whose entry index k holds.
+__host__ __device__ __forceinline__ int PseudoSource(int k, uint32_t lim) {
+  const uint32_t j = uint32_t(v6::class_of_symbol(k));
+  return (k & v6::kSignSym) | int(j == 127 ? uint32_t(v6::kClassZero) : j == lim ? uint32_t(v6::kClassEsc) : j + 1);
+}
+// Symbol sym's exact index.
+__host__ __device__ __forceinline__ int ExactIndex(int sym) {
+  const int cls = v6::class_of_symbol(sym);
+  return (sym & v6::kSignSym) | (cls == v6::kClassZero ? 127 : cls - 1);
 }
 
 // The canonical code (version 5's §5.2, by (length, symbol)) of a 256-symbol

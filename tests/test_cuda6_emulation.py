@@ -322,6 +322,30 @@ def test_no_data_race_under_threadsanitizer(tmp_path):
             assert replies[len(xs) + i][1] == x.tobytes()
 
 
+def test_symbol_indices_match_symbol_of(tmp_path):
+    """The compress kernels' table indices (cuda6_device.cuh SymbolIndex: exact, and the one-min
+    index of the per-block tables whose escape entry sits at the block's limit) give format6.h
+    symbol_of's symbol for every bf16 and fp16 value (fp32: every sign and q) at every ref."""
+    exe = tmp_path / "cuda6_symbol_index"
+    subprocess.run([shutil.which("g++") or "c++", "-std=c++20", "-O1", "-DZIPCCL_HOST_EMULATION",
+                    f"-I{ROOT / 'ffi'}", f"-I{ROOT / 'tests'}", str(ROOT / "tests" / "cuda6_symbol_index.cc"),
+                    "-pthread", "-o", str(exe)], check=True, timeout=300)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.startswith("ok "), out.stdout + out.stderr
+
+
+def test_group_code_lengths_match_code_lengths(tmp_path):
+    """GroupKernel's group-code lengths (the one-thread merge, the depths by pointer jumping, the
+    flattening rounds) are zipccl_format.h code_lengths's on deep (Fibonacci), tied, tiny and random
+    counts, under AddressSanitizer and UBSan."""
+    exe = tmp_path / "cuda6_group_code"
+    subprocess.run([shutil.which("g++") or "c++", "-std=c++20", "-O1", "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover=all", "-DZIPCCL_HOST_EMULATION", f"-I{ROOT / 'ffi'}", f"-I{ROOT / 'tests'}",
+                    str(ROOT / "tests" / "cuda6_group_code.cc"), "-pthread", "-o", str(exe)], check=True, timeout=600)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.startswith("ok "), out.stdout + out.stderr[-3000:]
+
+
 def test_cuda_build_compiles_for_sm90_within_budget(tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
