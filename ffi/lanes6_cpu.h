@@ -285,11 +285,15 @@ struct Baked {
   template <int DT>
   void bake(const uint16_t* lut) {
     constexpr Layout lay = Elements<DT>::lay;
-    for (int w = 0; w < kLutSize; ++w) {
-      const uint32_t len = lut[w] >> 8, s = lut[w] & 0xFF, cls = s & 127;
+    uint32_t tail[kNumSyms];  // per symbol: its kind and the bits after its code (at kUsedShift)
+    for (int s = 0; s < kNumSyms; ++s) {
+      const int cls = s & 127;
       const uint32_t kind = cls == kClassEsc ? kEsc | kLow : cls == kClassZero ? 0 : kNear | kLow;
-      const uint32_t used = len + (kind & kLow ? lay.low_bits : 0) + (kind & kEsc ? lay.q_bits : 0);
-      entry[w] = len ? s | len << kLenShift | used << kUsedShift | kind : 0;
+      tail[s] = kind | uint32_t((kind & kLow ? lay.low_bits : 0) + (kind & kEsc ? lay.q_bits : 0)) << kUsedShift;
+    }
+    for (int w = 0; w < kLutSize; ++w) {
+      const uint32_t len = lut[w] >> 8, s = lut[w] & 0xFF;
+      entry[w] = len ? (s | len << kLenShift | len << kUsedShift) + tail[s] : 0;
     }
   }
 };
