@@ -72,7 +72,7 @@ void group_decision(int nbk, const uint32_t (*z)[kGroupBlocks], const uint32_t* 
 
 // ---- the generic coder: format6.h, step by step ----------------------------
 
-void choose_group_generic(const uint8_t* in, int64_t count, Layout lay, GroupChoice* g, int* nblocks) {
+void choose_group_generic(const uint8_t* in, int64_t count, Layout lay, GroupChoice* g) {
   const int nbk = int((count + kBlock - 1) / kBlock);
   uint32_t own[kGroupBlocks], top = 0, sizes[kCombos];
   uint8_t lens[kNumSyms];
@@ -88,7 +88,7 @@ void choose_group_generic(const uint8_t* in, int64_t count, Layout lay, GroupCho
     g->blocks[b] = family_choice(sizes, own[b], cnt, lay);
   }
   uint32_t z[2][kGroupBlocks], cand_ref[2 * kGroupBlocks];
-  static thread_local uint8_t cand_lens[2][kNumSyms];
+  uint8_t cand_lens[2][kNumSyms];
   for (int c = 0; c < 2; ++c) {  // the blocks' own refs, then the group's
     uint32_t counts[kNumSyms] = {};
     for (int b = 0; b < nbk; ++b) {
@@ -111,7 +111,6 @@ void choose_group_generic(const uint8_t* in, int64_t count, Layout lay, GroupCho
     lane_bits(in + int64_t(b) * kBlock * lay.elem_bytes, block_elems(count, b), lay, c.ref, lens, bits);
     for (int k = 0; k < kLanes; ++k) c.bits[k] = uint16_t(bits[k]);
   }
-  *nblocks = nbk;
 }
 
 // ---- the fast coder ----------------------------------------------------------
@@ -137,8 +136,7 @@ const FamilyCodes& family_codes() {
 
 // §6 steps 1-4 for one group (count elements at in), from its blocks' stats.
 template <int DT>
-void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed, GroupScratch& gs, GroupChoice* g,
-                       int* nblocks) {
+void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed, GroupScratch& gs, GroupChoice* g) {
   using El = Elements<DT>;
   const int nbk = int((count + kBlock - 1) / kBlock);
   const FamilyCodes& fam = family_codes();
@@ -156,7 +154,7 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     same_refs = same_refs && st.ref == gs.st[0].ref;
     top = std::max(top, st.ref);
   }
-  static thread_local uint8_t cand_lens[2][kNumSyms];
+  uint8_t cand_lens[2][kNumSyms];
   uint32_t z[2][kGroupBlocks], cand_ref[2 * kGroupBlocks], counts[kNumSyms] = {};
   for (int b = 0; b < nbk; ++b)
     for (int j = 0; j < gs.st[b].nused; ++j) counts[gs.st[b].used[j]] += gs.st[b].counts[gs.st[b].used[j]];
@@ -168,10 +166,10 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     z[0][b] = can ? stats_size(gs.st[b], cand_lens[0], fixed.bits) : kNoSize;
   }
   // At one ref for all, the group-ref candidate is the own-ref one: it ties, and the first is kept.
+  uint8_t maps[kGroupBlocks][kNumSyms];  // each block's symbols at the group ref (when refs differ)
   if (same_refs) {
     for (int b = 0; b < nbk; ++b) z[1][b] = kNoSize;
   } else {
-    uint8_t maps[kGroupBlocks][kNumSyms];
     std::memset(counts, 0, sizeof counts);
     for (int b = 0; b < nbk; ++b) {
       shift_map(top - gs.st[b].ref, maps[b]);
@@ -185,19 +183,17 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     }
   }
   group_decision(nbk, z, cand_ref, cand_lens, g);
-  uint8_t map[kNumSyms];
   for (int b = 0; b < nbk; ++b) {
     Choice& c = g->blocks[b];
     if (c.raw) continue;
     uint32_t bits[kLanes];
     int32_t devs[kLanes - 1];
     int width;
-    if (c.ref != gs.st[b].ref) shift_map(c.ref - gs.st[b].ref, map);
+    // a block coded at another ref than its own is at the group's (candidate 1): its map is made
     stats_size(gs.st[b], c.code == kGroupCode ? g->lens : fam.lens[2 * c.code + c.flip], fixed.bits,
-               c.ref != gs.st[b].ref ? map : nullptr, bits, devs, &width);
+               c.ref != gs.st[b].ref ? maps[b] : nullptr, bits, devs, &width);
     for (int k = 0; k < kLanes; ++k) c.bits[k] = uint16_t(bits[k]);
   }
-  *nblocks = nbk;
 }
 
 // The family combos' decode tables for one dtype, built once.
@@ -306,11 +302,11 @@ int64_t compress_typed(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bo
   for (int64_t b0 = 0; b0 < nb; b0 += kGroupBlocks) {
     const uint8_t* gin = in + b0 * kBlock * lay.elem_bytes;
     const int64_t count = std::min<int64_t>(int64_t(kGroupBlocks) * kBlock, n - b0 * kBlock);
-    int nbk = int((count + kBlock - 1) / kBlock);
+    const int nbk = int((count + kBlock - 1) / kBlock);
     uint8_t* gplan = plan ? plan + b0 / kGroupBlocks * kGroupPlanBytes : nullptr;
     if (planned) read_plan(gplan, count, lay, &g);  // checked by the caller (check_plan)
-    else if (generic) choose_group_generic(gin, count, lay, &g, &nbk);
-    else choose_group_fast<DT>(gin, count, fixed, gs, &g, &nbk);
+    else if (generic) choose_group_generic(gin, count, lay, &g);
+    else choose_group_fast<DT>(gin, count, fixed, gs, &g);
     if (gplan && !planned) write_plan(g, nbk, gplan);
     int64_t bytes = g.table ? kTableBytes : 0;
     for (int b = 0; b < nbk; ++b) bytes += g.blocks[b].size;
