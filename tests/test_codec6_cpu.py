@@ -163,8 +163,9 @@ def test_hostile_descriptors_and_tables_get_the_references_verdicts():
             "unsupported format version"} <= seen
 
 
-def test_plain_paths_give_the_same_bytes_as_avx512():
-    """ZIPCCL_NO_SIMD=1 forces the portable decoder: the same streams and decodes, in a fresh process."""
+def test_plain_paths_give_the_same_bytes_as_avx512(tmp_path):
+    """ZIPCCL_NO_SIMD=1 forces the portable decoder: the same streams and decodes, in a fresh process
+    (run outside the checkout, so the installed package is imported, not the source tree)."""
     code = ("import numpy as np, sys, zlib; sys.path.insert(0, %r); import test_codec6_cpu as t; from zipccl_jax.bench.data import gaussian;"
             "x = gaussian(3 * 4096 + 5, 'bfloat16', seed=41); s = t.compress(x);"
             "print(zlib.crc32(s), t.decompress(s, x).tobytes() == x.tobytes())") % str(Path(__file__).parent)
@@ -173,7 +174,8 @@ def test_plain_paths_give_the_same_bytes_as_avx512():
         env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
         if no_simd:
             env["ZIPCCL_NO_SIMD"] = "1"
-        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                             cwd=tmp_path)
         assert run.returncode == 0, run.stderr[-2000:]
         outs.append(run.stdout.split())
     assert outs[0] == outs[1] and outs[0][1] == "True"
