@@ -152,8 +152,8 @@ COLLECTIVES = {
 @pytest.mark.parametrize("name", COLLECTIVES)
 def test_a_cuda_lowering_moves_streams_with_no_branch_loop_or_size_consensus(monkeypatch, name):
     """Lowered for CUDA alone, every compressed collective is straight-line code: one encode that
-    returns its streams' lengths (no size pass), a static-size collective for the bulk, the spill
-    lengths and one ragged_all_to_all, no pmax; lowered for the CPU it keeps the capacity ladder
+    returns its streams' lengths (no size pass), a static-size collective for the bulk with the
+    spill lengths and one ragged_all_to_all, no pmax; lowered for the CPU it keeps the capacity ladder
     (a case over the rungs, after a size pass and a pmax). The compiled schedule on 8 x H100 is
     tests/test_schedule.py's."""
     _ffi.register()

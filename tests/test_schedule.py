@@ -66,6 +66,30 @@ specs = ([jax.ShapeDtypeStruct((2048, 2048), jnp.float32, sharding=NamedSharding
 PROGRAMS["layers_static"] = ("1x1x8", "RAGGED = False" + _LAYERS)
 PROGRAMS["layers_ragged"] = ("1x1x8", "RAGGED = True" + _LAYERS)
 
+# Why (docs/GPU.md, "The compiled program"): XLA:GPU runs its latency-hiding scheduler by default only
+# on a module whose collectives its speed-of-light cost model knows, and ragged_all_to_all is not one.
+# The 4-layer step with each lax collective, plus one ragged_all_to_all of the input that no layer
+# reaches; with XLA's defaults and with the library's GPU_COMPILER_OPTIONS (the scheduler on).
+_RAGGED_OF_INPUT = """
+fn, (params, x) = schedule.mlp_step(mesh, "lax", COLLECTIVE)
+def with_ragged(params, x):
+    out = fn(params, x)
+    def spill(a):
+        src, off = a.reshape(-1)[:8 * 1024], jnp.arange(8, dtype=jnp.int32) * 1024
+        sizes = jnp.full((8,), 100, jnp.int32) + (a[0, 0] > 0).astype(jnp.int32)
+        return jnp.sum(lax.ragged_all_to_all(src, jnp.zeros_like(src), off, sizes, off, sizes, axis_name="d"))[None]
+    extra = jax.shard_map(spill, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False)(x)
+    return [out[0] + jnp.sum(extra)] + out[1:]
+f, specs = jax.jit(with_ragged), (params, x)
+"""
+LAX_KINDS = ("psum", "all_gather", "all_to_all", "ppermute")
+for _kind in ("psum", "all_gather", "psum_scatter", "all_to_all", "ppermute"):
+    PROGRAMS[f"mlp_{_kind}_lax"] = ("1x1x8", f"f, specs = schedule.mlp_step(mesh, 'lax', '{_kind}')")
+for _kind in LAX_KINDS:
+    PROGRAMS[f"mlp_{_kind}_lax_ragged"] = ("1x1x8", f"COLLECTIVE = '{_kind}'" + _RAGGED_OF_INPUT)
+    PROGRAMS[f"mlp_{_kind}_lax_ragged_lhs"] = ("1x1x8", f"COLLECTIVE = '{_kind}'" + _RAGGED_OF_INPUT
+                                               + "options = zc.GPU_COMPILER_OPTIONS")
+
 # zipccl's collectives alone, 16 MiB of bf16 per device, strategy="compressed" (the CUDA lowering)
 ZIP_CALLS = {
     "psum": "zc.zip_psum(a, 'd', strategy='compressed')",
@@ -79,6 +103,11 @@ for _name, _call in ZIP_CALLS.items():
     for _topology in ("1x1x8", "1x2x8"):
         PROGRAMS[f"zip_{_name}_{_topology}"] = (_topology, f"f, specs = lone(lambda a: {_call})")
 PROGRAMS["mlp_zip"] = ("1x1x8", "f, specs = schedule.mlp_step(mesh, 'zip')")
+PROGRAMS["mlp_lax_lhs"] = ("1x1x8", "f, specs = schedule.mlp_step(mesh, 'lax'); options = zc.GPU_COMPILER_OPTIONS")
+for _kind in ("psum", "all_gather", "psum_scatter", "all_to_all", "ppermute"):  # the library's options
+    PROGRAMS[f"mlp_zip_{_kind}_lhs"] = ("1x1x8", f"f, specs = schedule.mlp_step(mesh, 'zip', '{_kind}'); "
+                                        "options = zc.GPU_COMPILER_OPTIONS")
+PROGRAMS["mlp_zip_psum_lhs_2hosts"] = ("1x2x8", "f, specs = schedule.mlp_step(mesh, 'zip'); options = zc.GPU_COMPILER_OPTIONS")
 
 COMPILE = """
 import json, sys
@@ -100,7 +129,7 @@ for name, (topology, code) in programs.items():
     globals()["mesh"] = mesh
     scope = dict(globals())
     exec(code, scope)
-    compiled = schedule.compile_for_gpus(scope["f"], *scope["specs"])
+    compiled = schedule.compile_for_gpus(scope["f"], *scope["specs"], options=scope.get("options"))
     open(f"{out}/{name}.hlo", "w").write(compiled.hlo)
     open(f"{out}/{name}.temp", "w").write(str(compiled.temp_bytes))
 """
@@ -217,7 +246,7 @@ def test_compressed_collectives_compiled_for_gpus_have_no_branch_loop_or_host_wa
 
 # XLA's temporaries per device, in messages (16 MiB), compiled for 8 H100s: docs/DESIGN.md's "Memory"
 # (the encode's full-capacity streams, the CUDA workspace, the received bulk and spill and their join)
-GPU_TEMP_BOUND = {"psum": 3.7, "all_gather": 11.0, "psum_scatter": 2.8, "all_to_all": 2.5, "ppermute": 3.1}
+GPU_TEMP_BOUND = {"psum": 3.7, "all_gather": 11.0, "psum_scatter": 2.8, "all_to_all": 2.8, "ppermute": 3.1}
 
 
 @pytest.mark.parametrize("name", list(ZIP_CALLS))
@@ -226,19 +255,70 @@ def test_compressed_collectives_on_gpus_stay_within_their_memory_bound(compiled,
     assert GPU_TEMP_BOUND[name] - 0.6 < temp <= GPU_TEMP_BOUND[name], temp
 
 
+def gemm_overlapped(transfers) -> int:
+    """How many of the transfers have a GEMM (other layers' backward compute) between start and done."""
+    return sum(any("gemm" in name for name in c.overlaps) for c in transfers)
+
+
 def test_a_zip_train_step_overlaps_as_many_transfers_as_lax(compiled):
-    """The 4-layer step with one zip_psum per layer's gradients: no conditional, no host round trip,
-    and at least as many payload transfers overlapping compute as with lax.psum (4 of 4 there).
-    What overlaps them is docs/GPU.md's ("The compiled program"): XLA's scheduler gives the compute
-    to the spill transfers, not to the bulk, once a ragged_all_to_all is in each layer's chain."""
-    ours, theirs = compiled["mlp_zip"], compiled["mlp_lax"]
+    """The 4-layer step with one zip_psum per layer's gradients, compiled with the library's
+    GPU_COMPILER_OPTIONS (XLA's latency-hiding scheduler on): no conditional, no host round trip,
+    every payload transfer a start/done pair at the top level with compute between, and at least
+    as many transfers overlapping compute, and overlapping the other layers' GEMMs, as with
+    lax.psum (4 of 4 and 3 of 4 there)."""
+    ours, theirs = compiled["mlp_zip_psum_lhs"], compiled["mlp_lax"]
     assert ours.conditionals == [] and ours.whiles == {}
     hlo.assert_no_host_round_trip(ours)
+    hlo.assert_payload_async_at_top_level(ours)
     assert ours.summary()["overlapped"] >= theirs.summary()["overlapped"] == 4
     bulk, spill = bulk_and_spill(ours)
     # 4 reduce-scatter bulks; XLA may combine the all-gather phases' bulks (their buffers are small)
     assert [c.op for c in bulk].count("all-to-all") == 4 and "all-gather" in {c.op for c in bulk}
-    assert len(spill) == 8 and all(top_level_pair(c) for c in bulk)
+    assert len(spill) == 8 and all(c.asynchronous and c.top_level and c.overlaps for c in bulk + spill)
+    lax_gemm = gemm_overlapped(hlo.payload_transfers(theirs))
+    assert gemm_overlapped(bulk) >= lax_gemm == 3
+    # the flag changes nothing in the lax step: XLA runs the scheduler there already
+    assert [(c.op, c.overlaps) for c in hlo.payload_transfers(compiled["mlp_lax_lhs"])] == \
+        [(c.op, c.overlaps) for c in hlo.payload_transfers(theirs)]
+    # across two hosts the same, with one host round trip per spill (XLA's NCCL fallback)
+    two = compiled["mlp_zip_psum_lhs_2hosts"]
+    assert two.summary()["overlapped"] == two.summary()["payload transfers"] == 14
+    assert len(two.host_round_trips) == 8
+
+
+@pytest.mark.parametrize("name", ["all_gather", "psum_scatter", "all_to_all", "ppermute"])
+def test_every_zip_collective_in_a_train_step_overlaps_as_lax_does(compiled, name):
+    """The same step with each other collective: with GPU_COMPILER_OPTIONS every payload transfer of
+    the compressed step overlaps compute, and as many bulks overlap other layers' GEMMs as lax's
+    transfers do (psum_scatter: XLA combines lax's four reduce-scatters into one that overlaps
+    nothing). zip_ppermute's bulks are smaller than XLA's combine threshold in pairs, so XLA sends
+    two layers' bulks by one collective-permute (xla_gpu_collective_permute_combine_threshold_bytes=0
+    would keep them apart: 3 of 4 over GEMMs then, as lax's)."""
+    ours, theirs = compiled[f"mlp_zip_{name}_lhs"], compiled[f"mlp_{name}_lax"]
+    assert ours.conditionals == [] and ours.whiles == {}
+    hlo.assert_no_host_round_trip(ours)
+    hlo.assert_payload_async_at_top_level(ours)
+    transfers = hlo.payload_transfers(ours)
+    assert all(c.overlaps for c in transfers)
+    assert ours.summary()["overlapped"] >= theirs.summary()["overlapped"]
+    bulk, _ = bulk_and_spill(ours)
+    if name == "ppermute":  # XLA combines the compressed bulks in pairs (14 MB each, under its 30 MiB
+        assert gemm_overlapped(bulk) >= 1  # combine threshold; lax's 16 MiB are over): 1 of 2, over 2 layers' GEMMs
+    else:
+        assert gemm_overlapped(bulk) >= max(2, gemm_overlapped(hlo.payload_transfers(theirs)))
+
+
+def test_without_the_options_the_zip_step_overlaps_no_gemm(compiled):
+    """XLA's defaults (docs/GPU.md, "The compiled program"): the spill's ragged_all_to_all keeps
+    XLA's latency-hiding scheduler off for the whole module; the bulks are still start/done pairs at
+    the top level, no conditional and no host wait, but no GEMM runs under any transfer. When XLA
+    changes this, this test says so."""
+    ours = compiled["mlp_zip"]
+    assert ours.conditionals == [] and ours.whiles == {}
+    hlo.assert_no_host_round_trip(ours)
+    bulk, spill = bulk_and_spill(ours)
+    assert all(top_level_pair(c) for c in bulk) and len(spill) == 8
+    assert gemm_overlapped(hlo.payload_transfers(ours)) == 0
 
 
 def test_xla_overlaps_no_static_transfer_whose_chain_holds_a_ragged_all_to_all(compiled):
@@ -251,6 +331,26 @@ def test_xla_overlaps_no_static_transfer_whose_chain_holds_a_ragged_all_to_all(c
     assert any("gemm" in name for c in hlo.payload_transfers(alone) for name in c.overlaps)
     static = [c for c in hlo.payload_transfers(ragged) if c.op == "all-to-all"]
     assert len(static) == 4 and not any(c.overlaps for c in static)
+
+
+@pytest.mark.parametrize("kind", LAX_KINDS)
+def test_one_ragged_all_to_all_anywhere_turns_xlas_scheduler_off_for_every_collective(compiled, kind):
+    """One ragged_all_to_all of the step's input, which no layer reaches, and lax's per-layer
+    all-reduces, all-gathers, all-to-alls or collective-permutes overlap at most one (by the order
+    of XLA's memory scheduler) instead of 4 of 4: XLA:GPU runs its latency-hiding scheduler by
+    default only on a module whose collectives all have a speed-of-light cost model, which
+    ragged-all-to-all has not (gpu_hlo_schedule.cc IsLHSEnabled, sol_latency_estimator.cc
+    HasOnlySupportedCollectives). xla_gpu_enable_latency_hiding_scheduler (GPU_COMPILER_OPTIONS)
+    gives the 4 back."""
+    alone, ragged, lhs = (compiled[f"mlp_{kind}_lax{suffix}"] for suffix in ("", "_ragged", "_ragged_lhs"))
+    op = {"psum": "all-reduce", "all_gather": "all-gather", "all_to_all": "all-to-all",
+          "ppermute": "collective-permute"}[kind]
+    for s in (alone, ragged, lhs):
+        assert [c.op for c in hlo.payload_transfers(s) if c.op != "ragged-all-to-all"] == [op] * 4
+    static = lambda s: [c for c in hlo.payload_transfers(s) if c.op == op]  # noqa: E731
+    assert sum(bool(c.overlaps) for c in static(alone)) == 4
+    assert sum(bool(c.overlaps) for c in static(ragged)) <= 1
+    assert sum(bool(c.overlaps) for c in static(lhs)) == 4 and all(c.asynchronous for c in static(lhs))
 
 
 def test_cli_json_compares_zip_with_lax(tmp_path):
@@ -275,6 +375,23 @@ def test_cli_json_compares_zip_with_lax(tmp_path):
 
 # ---------------------------------------------------------------------------
 # the parser alone (no plugin needed)
+
+
+def test_gpu_compiler_options_are_what_bench_schedule_passes_and_the_cpu_accepts_them():
+    import argparse
+
+    import jax
+    import jax.numpy as jnp
+
+    assert zipccl_jax.GPU_COMPILER_OPTIONS == {"xla_gpu_enable_latency_hiding_scheduler": True}
+    args = argparse.Namespace(gpu_compiler_options=True, compiler_option=["a=1", "b=false", "c=0.5", "d=x"])
+    assert schedule.compiler_options(args) == {"xla_gpu_enable_latency_hiding_scheduler": True,
+                                               "a": 1, "b": False, "c": 0.5, "d": "x"}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        schedule.compiler_options(argparse.Namespace(gpu_compiler_options=False, compiler_option=["a"]))
+    # a step jitted with them runs on the CPU too (the option is XLA:GPU's; the CPU compile takes it)
+    f = jax.jit(lambda x: 2 * x, compiler_options=zipccl_jax.GPU_COMPILER_OPTIONS)
+    assert f(jnp.ones(3)).tolist() == [2.0, 2.0, 2.0]
 
 
 def test_shape_bytes_and_replica_groups():

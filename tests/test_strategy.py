@@ -229,15 +229,16 @@ def test_platform_defaults_are_what_an_untuned_process_uses(monkeypatch):
 
 def test_the_static_transfer_is_modelled_as_it_runs():
     """A module lowered for CUDA alone moves compressed streams by the static transfer: per sized
-    transfer three collectives (bulk, spill lengths, spill) and no consensus, the bulk's bytes at
-    static_fraction of the raw ones, no size pass; the ladder's terms elsewhere. The transfer's own
-    capacity (collectives/_transfer.static_capacity) is that fraction of the raw bytes."""
+    transfer two collectives (the bulk, which carries the spill lengths, and the spill) and no
+    consensus, the bulk's bytes at static_fraction of the raw ones, no size pass; the ladder's terms
+    elsewhere. The transfer's own capacity (collectives/_transfer.static_capacity) is that fraction
+    of the raw bytes."""
     model = dataclasses.replace(strategy.PLATFORM_DEFAULTS["gpu"], latency=30e-6, consensus_latency=50e-6)
     ladder = strategy.modelled_terms("psum", 16 << 20, BF16, 8, model)
     static = strategy.modelled_terms("psum", 16 << 20, BF16, 8, model, static=True)
     for algo, steps in (("reduce_scatter+all_gather", 2), ("all_gather+local_reduce", 1)):
         lt, st = ladder[(True, algo)], static[(True, algo)]
-        assert st.fixed == pytest.approx(steps * 3 * 30e-6) and lt.fixed == pytest.approx(steps * 80e-6)
+        assert st.fixed == pytest.approx(steps * 2 * 30e-6) and lt.fixed == pytest.approx(steps * 80e-6)
         assert st.size_pass == 0 < lt.size_pass and (st.encode, st.decode) == (lt.encode, lt.decode)
         assert st.wire / lt.wire == pytest.approx(strategy.static_fraction(model, BF16)
                                                   / strategy.wire_fraction(model, BF16))

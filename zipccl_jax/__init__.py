@@ -9,7 +9,16 @@ docs/FORMAT.md and `zipccl_jax.reference` is its numpy oracle.
 
 from ._ffi import NoCudaCodecError
 from .autotune import autotune
-from .collectives import Stats, compressed, zip_all_gather, zip_all_to_all, zip_ppermute, zip_psum, zip_psum_scatter
+from .collectives import (
+    GPU_COMPILER_OPTIONS,
+    Stats,
+    compressed,
+    zip_all_gather,
+    zip_all_to_all,
+    zip_ppermute,
+    zip_psum,
+    zip_psum_scatter,
+)
 from .dtypes import is_compressible
 from .ops import (
     Compressed,
@@ -26,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Compressed",
+    "GPU_COMPILER_OPTIONS",
     "compressed",
     "compress",
     "compress_chunks",

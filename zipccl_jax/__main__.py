@@ -84,6 +84,12 @@ def parser() -> argparse.ArgumentParser:
                    help="mlp: the collective each layer's gradient crosses")
     g.add_argument("--command-buffer", default=None, metavar="FUSION,CUSTOM_CALL,...",
                    help="XLA's xla_gpu_enable_command_buffer for the compile ('' : none; default: XLA's)")
+    g.add_argument("--gpu-compiler-options", action="store_true",
+                   help="compile both steps with zipccl_jax.GPU_COMPILER_OPTIONS (XLA:GPU's latency-hiding scheduler "
+                        "on: without it a module holding a ragged_all_to_all overlaps no collective; docs/GPU.md)")
+    g.add_argument("--compiler-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an XLA compile option for both steps (repeatable), e.g. "
+                        "xla_gpu_enable_latency_hiding_scheduler=true")
     g.add_argument("--thunks", action="store_true",
                    help="also dump the thunk sequence and count the thunks command buffers captured")
     g.add_argument("--fn", default=None, metavar="MODULE:FUNCTION",

@@ -28,9 +28,9 @@ reduce-scatter+all-gather or all-gather+local-reduce. It compares, per plan:
      size_rate defaults to compress_rate), the compress at the rung
      (compress_rate) and the decode, fused with the sum (decompress_rate);
    - compressed, in a module lowered for CUDA alone (`static=True`: the
-     static transfer of collectives/_transfer.py), per phase three
-     transfers' latencies (the bulk at its fixed capacity, the spill lengths,
-     the spill), the bulk's bytes (static_fraction of the raw ones) /
+     static transfer of collectives/_transfer.py), per phase two
+     transfers' latencies (the bulk at its fixed capacity, carrying the spill
+     lengths; the spill), the bulk's bytes (static_fraction of the raw ones) /
      link_bandwidth, no size pass (the encoder returns the lengths), the
      compress and the decode.
 
@@ -444,7 +444,7 @@ def wire_fraction(model: CostModel, dtype) -> float:
 # expected ratio gives: data that compress as expected fill it and spill nothing; a margin sends up to
 # this much more than the codec's bytes, a stream over it spills its excess by a synchronous transfer.
 STATIC_MARGIN = 0.01
-STATIC_TRANSFERS = 3  # per sized transfer: the bulk, the spill lengths, the spill (usually empty)
+STATIC_TRANSFERS = 2  # per sized transfer: the bulk (with the spill lengths), the spill (usually empty)
 
 
 def static_fraction(model: CostModel, dtype) -> float:

@@ -233,6 +233,31 @@ def grouped(schedule: hlo.Schedule, min_bytes: int = PAYLOAD_BYTES) -> list[dict
     return list(rows.values())
 
 
+def compiler_options(args) -> dict:
+    """The compile options `bench schedule` was given: --gpu-compiler-options (the library's
+    GPU_COMPILER_OPTIONS), then each --compiler-option KEY=VALUE (true/false, a number, or text)."""
+    options = {}
+    if getattr(args, "gpu_compiler_options", False):
+        from ..collectives import GPU_COMPILER_OPTIONS
+
+        options.update(GPU_COMPILER_OPTIONS)
+    for item in getattr(args, "compiler_option", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--compiler-option takes KEY=VALUE, got {item!r}")
+        if value.lower() in ("true", "false"):
+            options[key] = value.lower() == "true"
+        else:
+            try:
+                options[key] = int(value)
+            except ValueError:
+                try:
+                    options[key] = float(value)
+                except ValueError:
+                    options[key] = value
+    return options
+
+
 def compile_steps(args) -> list[dict]:
     """Compiles the chosen step with each sync; a result per sync."""
     jax.config.update("jax_platforms", "cpu")  # before any backend starts: the GPUs are compile-only
@@ -248,7 +273,8 @@ def compile_steps(args) -> list[dict]:
     for sync in syncs:
         progress.start(f"schedule {args.fn or args.step} sync={sync} on {args.topology}")
         fn, specs = builder(mesh, sync=sync) if sync else builder(mesh)
-        compiled = compile_for_gpus(fn, *specs, command_buffer=args.command_buffer, dump=args.thunks)
+        compiled = compile_for_gpus(fn, *specs, command_buffer=args.command_buffer, dump=args.thunks,
+                                    options=compiler_options(args))
         schedule = hlo.analyze(compiled.hlo, per_host)
         summary = schedule.summary(PAYLOAD_BYTES)
         progress.finish(", ".join(f"{k} {v}" for k, v in summary.items()))
@@ -263,13 +289,15 @@ def compile_steps(args) -> list[dict]:
 def run(args) -> list[dict]:
     results = compile_steps(args)
     setup = {"topology": args.topology, "step": args.fn or args.step, "command_buffer": args.command_buffer,
-             "collective": args.collective, "jax": jax.__version__, "payload_bytes": PAYLOAD_BYTES}
+             "collective": args.collective, "jax": jax.__version__, "payload_bytes": PAYLOAD_BYTES,
+             "compiler_options": compiler_options(args)}
     if args.json == "-":
         json.dump({"setup": setup, "results": results}, sys.stdout, indent=1)
         print()
         return results
     for r in results:
-        print(f"\n## {setup['step']}, sync={r['sync']}, {args.topology} x H100 (jax {jax.__version__})\n")
+        options = "".join(f", {k}={v}" for k, v in setup["compiler_options"].items())
+        print(f"\n## {setup['step']}, sync={r['sync']}, {args.topology} x H100 (jax {jax.__version__}{options})\n")
         print(report.table(r["transfers"]))
         s = r["summary"]
         print(f"\nconditionals {s['conditionals']}, whiles {s['whiles']}, payload transfers (>= 64 KiB) "

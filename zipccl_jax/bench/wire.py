@@ -290,7 +290,7 @@ class Scheme:
         if self.sizing == "ragged":
             return "2 (lengths, then ragged_all_to_all)"
         if self.sizing == "static":
-            return "3 (static bulk, spill lengths, ragged spill; no consensus)"
+            return "2 (static bulk with the spill lengths, ragged spill; no consensus)"
         return "2 (head unsized)" if self.ladder is not None and self.ladder.head else "1"
 
 

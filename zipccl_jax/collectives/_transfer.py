@@ -111,6 +111,15 @@ def static_lowering(info) -> bool:
     return set(info.platforms) <= STATIC_PLATFORMS
 ragged_all_to_all = lax.ragged_all_to_all  # module-level: tests stand in for it on the CPU
 
+# What a program that uses the compressed collectives on GPUs should be compiled with:
+# jax.jit(step, compiler_options=GPU_COMPILER_OPTIONS), or XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true.
+# XLA:GPU runs its latency-hiding scheduler by default only on a module whose collectives are all
+# ones its speed-of-light cost model knows (gpu_hlo_schedule.cc IsLHSEnabled ->
+# SolLatencyEstimator::IsSupportedForModule -> HasOnlySupportedCollectives): one ragged_all_to_all
+# (the spill) and no collective of the program overlaps compute; with the flag every one can
+# (docs/GPU.md, "The compiled program"). A lowering cannot set it: it belongs to the compile.
+GPU_COMPILER_OPTIONS = {"xla_gpu_enable_latency_hiding_scheduler": True}
+
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
@@ -284,12 +293,18 @@ def static_transfer(rows: Rows, axes: Axes, route, decode, sizing: Sizing):
     """Moves the rows' streams with no branch and no size consensus (GPUs:
     docs/DESIGN.md, "Static transfers on GPUs"): one encode writes each stream
     whole and returns its length; its first `c` bytes (static_capacity: fixed when
-    tracing) go by one static-size collective, a start/done pair XLA may
-    overlap with compute (docs/GPU.md, "The compiled program", says when its
-    scheduler does); the bytes past c (the spill: none when the
-    data compress as expected, all but c of a STORED_RAW stream) go by
-    ragged_all_to_all at their exact lengths, after one exchange of int32
-    spill lengths. The receiver joins each stream's two parts and decodes.
+    tracing) and the int32 length of what did not fit go by one static-size
+    collective, a start/done pair XLA may overlap with compute (docs/GPU.md,
+    "The compiled program", says when its scheduler does); the bytes past c
+    (the spill: none when the data compress as expected, all but c of a
+    STORED_RAW stream) go by ragged_all_to_all at their exact lengths, which
+    the receiver reads from the bulk. The receiver joins each stream's two
+    parts and decodes.
+
+    The spill lengths travel in the bulk's rows, not in a collective of their
+    own: XLA combines small collectives of several calls into one (its
+    all-gather combiner does), and one collective that waits for every layer's
+    encode leaves no compute to overlap the layers' transfers with.
 
     route: "all_to_all" (row j to device j), "all_gather" (one row to every
     device) or a ppermute perm (one row to the perm's destination).
@@ -303,32 +318,38 @@ def static_transfer(rows: Rows, axes: Axes, route, decode, sizing: Sizing):
     spill = jnp.maximum(lengths.astype(jnp.int32) - c, 0)
     me, rest = axes.position(), cap - c
     at = jnp.arange(n, dtype=jnp.int32)
-    per_copy = jnp.float32(c + 4)  # the bulk and the spill's int32 length, per destination
+    tail = 4 if rest else 0  # the spill's int32 length, at the end of each bulk row
+    bulk_rows = payload[:, :c]
+    if rest:
+        bulk_rows = jnp.concatenate([bulk_rows, lax.bitcast_convert_type(spill, jnp.uint8)], axis=1)
+    per_copy = jnp.float32(c + tail)  # per destination
     if route == "all_to_all":
-        bulk = lax.all_to_all(payload[:, :c], axes.names, 0, 0, tiled=True, **axes.kw())
+        bulk = lax.all_to_all(bulk_rows, axes.names, 0, 0, tiled=True, **axes.kw())
         sends, offsets = spill, at * cap + c
-        recv = lax.all_to_all(spill, axes.names, 0, 0, tiled=True, **axes.kw())
         sent = (n - 1) * per_copy + (jnp.sum(spill) - spill[me]).astype(jnp.float32)
     elif route == "all_gather":
-        bulk = lax.all_gather(payload[0, :c], axes.names, axis=0, tiled=False, **axes.kw())
+        bulk = lax.all_gather(bulk_rows[0], axes.names, axis=0, tiled=False, **axes.kw())
         sends, offsets = jnp.broadcast_to(spill, (n,)), jnp.full((n,), c, jnp.int32)
-        recv = lax.all_gather(spill[0], axes.names, axis=0, tiled=False, **axes.kw())
         sent = (n - 1) * (per_copy + spill[0].astype(jnp.float32))
     else:  # a ppermute perm: (source, destination) pairs
         dest, source = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
         for s, d in route:
             dest[s], source[d] = d, s
-        bulk = lax.ppermute(payload[:, :c], axes.names, route)
+        bulk = lax.ppermute(bulk_rows, axes.names, route)
         sends, offsets = jnp.where(at == jnp.asarray(dest)[me], spill[0], 0), jnp.full((n,), c, jnp.int32)
-        recv = jnp.where(at == jnp.asarray(source)[me], lax.ppermute(spill, axes.names, route), 0)
         sent = per_copy + spill[0].astype(jnp.float32)
     r = bulk.shape[0]
     if rest:
+        got = lax.bitcast_convert_type(bulk[:, c:].reshape(r, 1, 4), jnp.int32).reshape(r)  # each source's spill
+        if route == "all_to_all" or route == "all_gather":
+            recv = got
+        else:  # one row, from this device's source (a device no one sends to receives zeros: nothing)
+            recv = jnp.where(at == jnp.asarray(source)[me], got[0], 0)
         into = (me if r > 1 else 0) * rest  # where this device's spill lands in each receiver's buffer
         spilled = ragged_all_to_all(payload.reshape(-1), jnp.zeros(r * rest, jnp.uint8), offsets, sends,
                                     jnp.broadcast_to(jnp.asarray(into, jnp.int32), (n,)), recv,
                                     axis_name=axes.names, **axes.kw())
-        bulk = jnp.concatenate([bulk, spilled.reshape(r, rest)], axis=1)
+        bulk = jnp.concatenate([bulk[:, :c], spilled.reshape(r, rest)], axis=1)
     if route not in ("all_to_all", "all_gather"):  # a device no one sends to decodes its own stream (then zeroed)
         bulk = jnp.where(jnp.asarray(source)[me] >= 0, bulk, payload)
     return decode([bulk]), sent
