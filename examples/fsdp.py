@@ -78,8 +78,11 @@ def make_step(mesh, lr=0.1, use_zip=True, compress=True):
     """jit (params, x, y) -> (params, loss, wire bytes, raw bytes) per fsdp rank."""
     body = functools.partial(local_step, lr=lr, use_zip=use_zip, compress=compress)
     specs = {k: P("fsdp") for k in PARAM_SPECS}  # only the manual axis; `model` stays automatic
+    # GPU_COMPILER_OPTIONS: on GPUs, XLA's latency-hiding scheduler for a module holding the spill's
+    # ragged_all_to_all (docs/GPU.md, "The compiled program"); the CPU compile takes it too
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, P("fsdp"), P("fsdp")),
-                                 out_specs=(specs, P(), P(), P()), axis_names={"fsdp"}))
+                                 out_specs=(specs, P(), P(), P()), axis_names={"fsdp"}),
+                   compiler_options=zc.GPU_COMPILER_OPTIONS)
 
 
 def make_mesh(fsdp=4, model=2):

@@ -89,7 +89,10 @@ def make_loss(mesh, capacity, use_zip, compress=True, axis="expert", wrap=False)
         return jnp.sum(y * cotangent), (y, sent)
 
     step = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
-    return jax.jit(zc.compressed(step, compress=compress, strategy="compressed") if wrap else step)
+    # GPU_COMPILER_OPTIONS: on GPUs, XLA's latency-hiding scheduler for a module holding the spill's
+    # ragged_all_to_all (docs/GPU.md, "The compiled program"); the CPU compile takes it too
+    return jax.jit(zc.compressed(step, compress=compress, strategy="compressed") if wrap else step,
+                   compiler_options=zc.GPU_COMPILER_OPTIONS)
 
 
 def setup(n_devices=8, tokens_per_device=256, d_model=128, d_ff=256, capacity_factor=1.25, seed=0):
