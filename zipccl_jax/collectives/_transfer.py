@@ -340,8 +340,8 @@ def static_transfer(rows: Rows, axes: Axes, route, decode, sizing: Sizing):
         sent = per_copy + spill[0].astype(jnp.float32)
     r = bulk.shape[0]
     if rest:
-        got = lax.bitcast_convert_type(bulk[:, c:].reshape(r, 1, 4), jnp.int32).reshape(r)  # each source's spill
-        if route == "all_to_all" or route == "all_gather":
+        got = lax.bitcast_convert_type(bulk[:, c:], jnp.int32)  # [r]: each source's spill length
+        if route in ("all_to_all", "all_gather"):
             recv = got
         else:  # one row, from this device's source (a device no one sends to receives zeros: nothing)
             recv = jnp.where(at == jnp.asarray(source)[me], got[0], 0)
