@@ -5,8 +5,8 @@
 // one append, and decodes with 64-bit windows, falling back to the generic
 // decoder for the exact verdict of a block it finds anything wrong in.
 #include "codec6_cpu.h"
-#include "codec_cpu.h"  // accumulate_elements
-#include "encode_cpu.h"  // fast_code_lengths
+#include "accumulate_cpu.h"
+#include "code_lengths_cpu.h"
 #include "lanes6_cpu.h"
 
 #include <algorithm>

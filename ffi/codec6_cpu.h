@@ -42,9 +42,8 @@ bool check_plan(int dtype, const uint8_t* plan, int64_t n);
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic = false);
 
 // Decodes k streams of n elements, each in its own row of cap bytes, and sums
-// them in row order in float32 into acc (FORMAT.md §8, the same for this
-// version; version 5's accumulate_elements). Returns a Status: the first
-// failing row's verdict.
+// them in row order in float32 into acc (FORMAT.md §7). Returns a Status:
+// the first failing row's verdict.
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc);
 
 }  // namespace v6

@@ -11,7 +11,6 @@
 #include <string>
 
 #include "codec6_cpu.h"
-#include "codec_cpu.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace nb = nanobind;
@@ -35,41 +34,8 @@ int64_t element_count(const A& raw, int dtype) {
   return int64_t(raw.shape(0)) / zipccl::layout_of(dtype).elem_bytes;
 }
 
-// Compresses the elements whose bytes are in `raw` into `out`; returns the
-// length. With a plan from stream_bytes of the same elements, skips the choices.
-int64_t compress_into(ConstBytes raw, int dtype, Bytes out, bool generic, std::optional<ConstBytes> plan) {
-  const int64_t n = element_count(raw, dtype);
-  if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
-    throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
-  if (plan && int64_t(plan->shape(0)) < zipccl::plan_bytes(n)) throw std::invalid_argument("zipccl: plan too small");
-  nb::gil_scoped_release release;
-  return zipccl::compress_stream(dtype, raw.data(), n, out.data(), generic, plan ? plan->data() : nullptr);
-}
-
-// The length compress_into would return, without coding; with plan
-// (plan_bytes(n) bytes), the encoder's choices for compress_into.
-int64_t stream_bytes(ConstBytes raw, int dtype, std::optional<Bytes> plan, bool generic) {
-  const int64_t n = element_count(raw, dtype);
-  if (plan && int64_t(plan->shape(0)) < zipccl::plan_bytes(n)) throw std::invalid_argument("zipccl: plan too small");
-  nb::gil_scoped_release release;
-  return zipccl::stream_bytes(dtype, raw.data(), n, plan ? plan->data() : nullptr, generic);
-}
-
-// Decodes `payload` into `raw` (whose size gives the element count).
-void decompress_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
-  const int64_t n = element_count(raw, dtype);
-  int status;
-  {
-    nb::gil_scoped_release release;
-    status = zipccl::decompress_stream(dtype, payload.data(), int64_t(payload.shape(0)), n, raw.data(), generic);
-  }
-  if (status != zipccl::kOk)
-    throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
-}
-
-// Format version 6 (docs/FORMAT6.md; not yet the library's format): the same three calls.
-// Version 6 streams hold at most max_elements (a uint32 length): longer arrays are split.
-int64_t check_elements6(int64_t n, int dtype) {
+// Streams hold at most max_elements (a uint32 length, FORMAT.md §1): longer arrays are split.
+int64_t check_elements(int64_t n, int dtype) {
   if (n > zipccl::v6::max_elements(dtype))
     throw std::invalid_argument("zipccl: " + std::to_string(n) + " elements are over the " +
                                 std::to_string(zipccl::v6::max_elements(dtype)) +
@@ -77,8 +43,10 @@ int64_t check_elements6(int64_t n, int dtype) {
   return n;
 }
 
-int64_t compress6_into(ConstBytes raw, int dtype, Bytes out, bool generic, std::optional<ConstBytes> plan) {
-  const int64_t n = check_elements6(element_count(raw, dtype), dtype);
+// Compresses the elements whose bytes are in `raw` into `out`; returns the
+// length. With a plan from stream_bytes of the same elements, skips the choices.
+int64_t compress_into(ConstBytes raw, int dtype, Bytes out, bool generic, std::optional<ConstBytes> plan) {
+  const int64_t n = check_elements(element_count(raw, dtype), dtype);
   if (int64_t(out.shape(0)) < zipccl::max_stream_bytes(n, dtype))
     throw std::invalid_argument("zipccl: output buffer smaller than max_stream_bytes");
   if (plan && (int64_t(plan->shape(0)) < zipccl::v6::plan_bytes(n) || !zipccl::v6::check_plan(dtype, plan->data(), n)))
@@ -87,27 +55,34 @@ int64_t compress6_into(ConstBytes raw, int dtype, Bytes out, bool generic, std::
   return zipccl::v6::compress_stream(dtype, raw.data(), n, out.data(), generic, plan ? plan->data() : nullptr);
 }
 
-int64_t stream_bytes6(ConstBytes raw, int dtype, std::optional<Bytes> plan, bool generic) {
-  const int64_t n = check_elements6(element_count(raw, dtype), dtype);
+// The length compress_into would return, without coding; with plan
+// (plan_bytes(n) bytes), the encoder's choices for compress_into.
+int64_t stream_bytes(ConstBytes raw, int dtype, std::optional<Bytes> plan, bool generic) {
+  const int64_t n = check_elements(element_count(raw, dtype), dtype);
   if (plan && int64_t(plan->shape(0)) < zipccl::v6::plan_bytes(n)) throw std::invalid_argument("zipccl: plan too small");
   nb::gil_scoped_release release;
   return zipccl::v6::stream_bytes(dtype, raw.data(), n, plan ? plan->data() : nullptr, generic);
 }
 
-void decompress6_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
+void check_status(int status) {
+  if (status != zipccl::kOk)
+    throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
+}
+
+// Decodes `payload` into `raw` (whose size gives the element count).
+void decompress_into(ConstBytes payload, int dtype, Bytes raw, bool generic) {
   const int64_t n = element_count(raw, dtype);
   int status;
   {
     nb::gil_scoped_release release;
     status = zipccl::v6::decompress_stream(dtype, payload.data(), int64_t(payload.shape(0)), n, raw.data(), generic);
   }
-  if (status != zipccl::kOk)
-    throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
+  check_status(status);
 }
 
-// Decodes rows [k, cap] of version-6 streams of n elements each and returns their float32 sum in
-// row order (the reduce step's arithmetic, FORMAT.md §8).
-nb::ndarray<nb::numpy, float, nb::ndim<1>> decompress_accumulate6(
+// Decodes rows [k, cap] of streams of n elements each and returns their float32 sum in row
+// order (the reduce step's arithmetic, FORMAT.md §7).
+nb::ndarray<nb::numpy, float, nb::ndim<1>> decompress_accumulate(
     nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> rows, int dtype, int64_t n) {
   if (dtype < zipccl::kBF16 || dtype > zipccl::kF32 || n < 0) throw std::invalid_argument("zipccl: bad dtype code or count");
   float* acc = new float[size_t(n > 0 ? n : 1)]();
@@ -117,17 +92,14 @@ nb::ndarray<nb::numpy, float, nb::ndim<1>> decompress_accumulate6(
     nb::gil_scoped_release release;
     status = zipccl::v6::decompress_accumulate(dtype, rows.data(), int64_t(rows.shape(1)), int64_t(rows.shape(0)), n, acc);
   }
-  if (status != zipccl::kOk)
-    throw std::invalid_argument(std::string("zipccl: corrupt payload: ") + zipccl::error_message(status));
+  check_status(status);
   return nb::ndarray<nb::numpy, float, nb::ndim<1>>(acc, {size_t(n)}, owner);
 }
 
-// §5.1 on given symbol counts (for tests against the reference).
-// 128 counts: the symbol alphabet; 256: a byte plane's (§5.4).
+// A group code's lengths from its symbol counts (FORMAT.md §4; for tests against the reference).
 std::vector<int> code_lengths(const std::vector<uint32_t>& counts) {
   const int nsym = int(counts.size());
-  if (nsym != zipccl::kNumSyms && nsym != zipccl::kPlaneSyms)
-    throw std::invalid_argument("zipccl: need 128 or 256 counts");
+  if (nsym != zipccl::v6::kNumSyms) throw std::invalid_argument("zipccl: need 256 counts");
   uint8_t lens[zipccl::kMaxSyms];
   zipccl::code_lengths(counts.data(), lens, nsym);
   return std::vector<int>(lens, lens + nsym);
@@ -149,20 +121,13 @@ NB_MODULE(_zipccl_cpu, m) {
   });
   m.def("compress_into", &compress_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false,
         nb::arg("plan") = nb::none());
-  m.def("plan_bytes", &zipccl::plan_bytes);
+  m.def("plan_bytes", &zipccl::v6::plan_bytes);
+  m.def("max_elements", &zipccl::v6::max_elements);
   m.def("stream_bytes", &stream_bytes, nb::arg("raw"), nb::arg("dtype"), nb::arg("plan") = nb::none(),
         nb::arg("generic") = false);
   m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
+  m.def("decompress_accumulate", &decompress_accumulate, nb::arg("rows"), nb::arg("dtype"), nb::arg("n"));
   m.def("code_lengths", &code_lengths);
-  m.def("compress6_into", &compress6_into, nb::arg("raw"), nb::arg("dtype"), nb::arg("out"), nb::arg("generic") = false,
-        nb::arg("plan") = nb::none());
-  m.def("plan_bytes6", &zipccl::v6::plan_bytes);
-  m.def("max_elements6", &zipccl::v6::max_elements);
-  m.def("decompress_accumulate6", &decompress_accumulate6, nb::arg("rows"), nb::arg("dtype"), nb::arg("n"));
-  m.def("stream_bytes6", &stream_bytes6, nb::arg("raw"), nb::arg("dtype"), nb::arg("plan") = nb::none(),
-        nb::arg("generic") = false);
-  m.def("decompress6_into", &decompress6_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"),
-        nb::arg("generic") = false);
   // The decoder's message for a status code: the CUDA handlers return codes, Python words the error.
   m.def("error_message", [](int status) { return zipccl::error_message(status); });
 }

@@ -121,7 +121,7 @@ constexpr int kBodySlack = 128;  // bytes encode_body_fast may write past a body
 // 16 h .. 16 h + 15 are the values 32 j + 16 h + l): each step appends one
 // value's fields to each lane's pending word; the words a step completes are
 // staged as a row, and every 16 steps the rows are transposed and each lane
-// keeps the words it completed (version 5's lanes_cpu.h does the same for 16 lanes).
+// keeps the words it completed.
 struct SimdLanes {
   alignas(64) uint32_t stage[32][16];
   uint16_t stage_mask[32];

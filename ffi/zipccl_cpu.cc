@@ -1,7 +1,8 @@
 // CPU codec: the XLA FFI handlers for platform "cpu".
 //
 // Handlers only unpack buffers and loop over batch items or rows; the stream
-// coder is in codec_cpu.h and the block coder in the shared zipccl_format.h.
+// coder of format version 6 (docs/FORMAT6.md) is in codec6_cpu.h, its block
+// coder in format6.h.
 // The public ops (compress, decompress, decompress_accumulate) take batches
 // of items at the worst-case capacity; the collectives' ops (stream_sizes,
 // encode_rows, decode_rows, decode_accumulate_rows) cut one flat array into
@@ -14,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "codec_cpu.h"
+#include "codec6_cpu.h"
+#include "accumulate_cpu.h"
 #include "zipccl_rows.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -77,10 +79,12 @@ ffi::Error Compress(ffi::AnyBuffer x, ffi::Result<ffi::Buffer<ffi::U8>> payload,
       int64_t(payload->element_count()) != batch * cap ||
       cap < zipccl::max_stream_bytes(item_elems, dtype))
     return ffi::Error::InvalidArgument("zipccl: compress buffer shapes do not match item_elems");
+  if (item_elems > zipccl::v6::max_elements(dtype))
+    return ffi::Error::InvalidArgument("zipccl: a stream could exceed 4 GiB: compress fewer elements per item");
   const int64_t item_bytes = item_elems * zipccl::layout_of(dtype).elem_bytes;
   const auto* in = static_cast<const uint8_t*>(x.untyped_data());
   for (int64_t i = 0; i < batch; ++i) {
-    sizes->typed_data()[i] = static_cast<uint32_t>(zipccl::compress_stream(
+    sizes->typed_data()[i] = static_cast<uint32_t>(zipccl::v6::compress_stream(
         dtype, in + i * item_bytes, item_elems, payload->typed_data() + i * cap));
   }
   return ffi::Error::Success();
@@ -97,7 +101,7 @@ ffi::Error Decompress(ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::AnyBuffer> 
   const int64_t item_bytes = item_elems * zipccl::layout_of(dtype).elem_bytes;
   auto* dst = static_cast<uint8_t*>(out->untyped_data());
   for (int64_t i = 0; i < batch; ++i) {
-    const int status = zipccl::decompress_stream(dtype, payload.typed_data() + i * cap, cap,
+    const int status = zipccl::v6::decompress_stream(dtype, payload.typed_data() + i * cap, cap,
                                                  item_elems, dst + i * item_bytes);
     if (status != zipccl::kOk) return corrupt(i, status);
   }
@@ -121,7 +125,7 @@ ffi::Error DecompressAccumulate(ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::A
   std::unique_ptr<float[]> acc(new float[size_t(item_elems > 0 ? item_elems : 1)]);
   const ExactSubnormals exact;
   for (int64_t i = 0; i < batch; ++i) {
-    const int status = zipccl::decompress_accumulate(dtype, payload.typed_data() + i * k * cap, cap, k,
+    const int status = zipccl::v6::decompress_accumulate(dtype, payload.typed_data() + i * k * cap, cap, k,
                                                      item_elems, acc.get());
     if (status != zipccl::kOk) return corrupt(i, status);
     zipccl::round_elements(out_dtype, acc.get(), item_elems, dst + i * item_elems * out_bytes);
@@ -141,7 +145,7 @@ std::unique_ptr<uint8_t[]> scratch_bytes(int64_t bytes) {
 // pass's plan, if any) and zeros the rest of the row; returns its length, or
 // -1 when it is longer than cap.
 int64_t compress_bounded(int dtype, const uint8_t* in, int64_t n, uint8_t* out, int64_t cap, const uint8_t* plan) {
-  const int64_t len = zipccl::compress_stream(dtype, in, n, out, false, plan, cap);  // never past cap
+  const int64_t len = zipccl::v6::compress_stream(dtype, in, n, out, false, plan, cap);  // never past cap
   if (len < 0) return -1;
   std::memset(out + len, 0, size_t(cap - len));
   return len;
@@ -243,7 +247,7 @@ ffi::ErrorOr<Leaves<const uint8_t>> input_leaves(const ffi::RemainingArgs& args,
 
 // The row plans (uint8 [rows, plan_bytes(m)]) in buffer b, or an error.
 ffi::ErrorOr<uint8_t*> plan_rows(const ffi::AnyBuffer& b, int64_t rows, int64_t m) {
-  if (b.element_type() != ffi::DataType::U8 || int64_t(b.element_count()) != rows * zipccl::plan_bytes(m))
+  if (b.element_type() != ffi::DataType::U8 || int64_t(b.element_count()) != rows * zipccl::v6::plan_bytes(m))
     return ffi::Unexpected(bad_rows("the plans do not hold one plan per row"));
   return static_cast<uint8_t*>(b.untyped_data());
 }
@@ -276,10 +280,10 @@ ffi::Error StreamSizes(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t
     if (p.has_error()) return p.error();
     plans = *p;
   }
-  const int64_t plan_bytes = zipccl::plan_bytes(l.m);
+  const int64_t plan_bytes = zipccl::v6::plan_bytes(l.m);
   auto gathered = scratch_bytes(l.m * x->es);
   for (int64_t j = 0; j < l.rows; ++j)  // the codec's size-only analysis: no stream is written
-    (*sizes)->typed_data()[j] = uint32_t(zipccl::stream_bytes(dtype, row_elements(l, j, *x, gathered.get()), l.m,
+    (*sizes)->typed_data()[j] = uint32_t(zipccl::v6::stream_bytes(dtype, row_elements(l, j, *x, gathered.get()), l.m,
                                                                plans ? plans + j * plan_bytes : nullptr));
   return ffi::Error::Success();
 }
@@ -303,7 +307,7 @@ ffi::Error EncodeRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t 
     auto p = plan_rows(*b, rows, l.m);
     if (p.has_error()) return p.error();
     for (int64_t j = 0; j < rows; ++j)
-      if (!zipccl::check_plan(dtype, *p + j * zipccl::plan_bytes(l.m), l.m)) return bad_rows("corrupt row plan");
+      if (!zipccl::v6::check_plan(dtype, *p + j * zipccl::v6::plan_bytes(l.m), l.m)) return bad_rows("corrupt row plan");
     plans = *p;
   }
   const int es = x->es;
@@ -326,11 +330,11 @@ ffi::Error EncodeRows(ffi::RemainingArgs args, ffi::RemainingRets outs, int64_t 
     for (uint8_t* row = b->typed_data(); row < b->typed_data() + b->element_count(); row += cap, ++j) {
       const uint8_t* elems = row_elements(l, j, *x, gathered.get());
       if (raw) {
-        zipccl::write_header(row, dtype, zipccl::kFlagStoredRaw, uint64_t(l.m));
+        zipccl::v6::write_header(row, dtype, zipccl::kFlagStoredRaw, uint64_t(l.m));
         std::memcpy(row + zipccl::kHeaderBytes, elems, size_t(l.m * es));
         std::memset(row + zipccl::kHeaderBytes + l.m * es, 0, size_t(cap - zipccl::max_stream_bytes(l.m, dtype)));
       } else if (compress_bounded(dtype, elems, l.m, row, cap,
-                                  plans ? plans + j * zipccl::plan_bytes(l.m) : nullptr) < 0) {
+                                  plans ? plans + j * zipccl::v6::plan_bytes(l.m) : nullptr) < 0) {
         return ffi::Error::Internal("zipccl: row " + std::to_string(j) + "'s stream is longer than the capacity " +
                                     std::to_string(cap) + " its size pass agreed on");
       }
@@ -372,7 +376,7 @@ ffi::Error DecodeRows(ffi::RemainingArgs parts, ffi::RemainingRets outs, int64_t
   for (int64_t j = 0; j < l.rows; ++j) {
     uint8_t* in_place = l.contiguous(j) ? x->span(j * l.m, l.m) : nullptr;
     uint8_t* to = in_place ? in_place : row.get();
-    const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, l.m, to);
+    const int status = zipccl::v6::decompress_stream(dtype, rows->row[j], rows->cap, l.m, to);
     if (status != zipccl::kOk) return corrupt(j, status);
     if (!in_place) put_row(l, j, to, *x);
   }
@@ -424,7 +428,7 @@ ffi::Error DecodeAccumulateRows(ffi::RemainingArgs args, ffi::RemainingRets outs
       });
       continue;
     }
-    const int status = zipccl::decompress_stream(dtype, rows->row[j], rows->cap, m, row.get());
+    const int status = zipccl::v6::decompress_stream(dtype, rows->row[j], rows->cap, m, row.get());
     if (status != zipccl::kOk) return corrupt(int64_t(j), status);
     zipccl::accumulate_elements(dtype, row.get(), m, acc.get(), j == 0);
   }

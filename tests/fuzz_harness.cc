@@ -1,4 +1,5 @@
-// Coverage-guided fuzz target of the CPU decoder, in libFuzzer's interface.
+// Coverage-guided fuzz target of the CPU decoder (format version 6), in
+// libFuzzer's interface.
 // One file, two builds (docs/RELIABILITY.md):
 //   - with g++ and tests/fuzz_driver.cc (our small coverage-guided driver on
 //     -fsanitize-coverage=trace-pc), by test_fuzz.py: the short CI campaign;
@@ -8,7 +9,7 @@
 // The input is a payload, taken as the caller of decompress would: dtype and
 // element count come from its own header when they look sane (so valid seeds
 // decode), otherwise from its size, which exercises the mismatch checks. It
-// goes only through the stable entry points of codec_cpu.h and checks:
+// goes only through the stable entry points of codec6_cpu.h and checks:
 //   - the output buffer holds exactly n elements (ASan catches a write past);
 //   - a decode either fails or writes every one of the n elements (two
 //     decodes into buffers pre-filled differently give the same bytes);
@@ -23,7 +24,7 @@
 #include <cstring>
 #include <vector>
 
-#include "codec_cpu.h"
+#include "codec6_cpu.h"
 
 using namespace zipccl;
 
@@ -46,7 +47,7 @@ bool same_bits(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
 int decode(int dtype, const uint8_t* data, size_t size, uint64_t n, uint8_t fill, bool generic,
            std::vector<uint8_t>* out) {
   out->assign(size_t(n) * layout_of(dtype).elem_bytes, fill);
-  return decompress_stream(dtype, data, int64_t(size), int64_t(n), out->data(), generic);
+  return v6::decompress_stream(dtype, data, int64_t(size), int64_t(n), out->data(), generic);
 }
 
 void check_decoders(const uint8_t* data, size_t size) {
@@ -59,7 +60,7 @@ void check_decoders(const uint8_t* data, size_t size) {
   const int status = decode(dtype, data, size, n, 0x00, false, &a);
   check(status == decode(dtype, data, size, n, 0xFF, false, &b), "same verdict on every call");
   // Both must accept or both reject; which check fires first may differ
-  // (the fast decoder runs the four sub-streams in lockstep).
+  // (the fast decoder runs two blocks' lanes side by side).
   check((status == kOk) == (decode(dtype, data, size, n, 0x5A, true, &c) == kOk),
         "fast and generic decoders agree on the verdict");
   check(status >= kOk && status <= kErrLast && error_message(status)[0], "a known status with a message");
@@ -67,7 +68,7 @@ void check_decoders(const uint8_t* data, size_t size) {
   check(same_bits(a, b), "an accepted payload writes every one of the n elements");
   check(same_bits(a, c), "fast and generic decoders write the same elements");
   std::vector<float> acc(size_t(n), -1.0f);
-  check(decompress_accumulate(dtype, data, int64_t(size), 1, int64_t(n), acc.data()) == kOk,
+  check(v6::decompress_accumulate(dtype, data, int64_t(size), 1, int64_t(n), acc.data()) == kOk,
         "decompress_accumulate accepts what decompress_stream accepts");
   const int es = layout_of(dtype).elem_bytes;
   for (uint64_t i = 0; i < n; ++i) {
@@ -80,11 +81,11 @@ void check_round_trip(const uint8_t* data, size_t size) {
   const int dtype = kBF16 + int(size % 3), es = layout_of(dtype).elem_bytes;
   const int64_t n = int64_t(size) / es;
   std::vector<uint8_t> fast(size_t(max_stream_bytes(n, dtype))), generic(fast.size()), back;
-  const int64_t len = compress_stream(dtype, data, n, fast.data());
+  const int64_t len = v6::compress_stream(dtype, data, n, fast.data());
   check(len >= kHeaderBytes && len <= max_stream_bytes(n, dtype), "stream within max_stream_bytes");
-  check(compress_stream(dtype, data, n, generic.data(), true) == len && !std::memcmp(fast.data(), generic.data(), size_t(len)),
+  check(v6::compress_stream(dtype, data, n, generic.data(), true) == len && !std::memcmp(fast.data(), generic.data(), size_t(len)),
         "fast and generic encoders write the same stream");
-  check(stream_bytes(dtype, data, n) == len, "the size pass gives the stream's length");
+  check(v6::stream_bytes(dtype, data, n) == len, "the size pass gives the stream's length");
   check(decode(dtype, fast.data(), size_t(len), uint64_t(n), 0xA5, false, &back) == kOk, "own stream decodes");
   check(back.empty() || !std::memcmp(back.data(), data, back.size()), "round trip is bit-exact");
 }

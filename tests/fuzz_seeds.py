@@ -16,7 +16,8 @@ B = 4096  # elements per block (FORMAT.md §1)
 
 
 def seed_tensors(dtype) -> dict[str, np.ndarray]:
-    """Inputs that make the encoder take each path of FORMAT.md §2-§7."""
+    """Inputs that make the encoder take each path of FORMAT.md §2-§6: family members and their sign
+    flips, group codes at the blocks' refs and the group's, raw blocks, escapes, zeros, raw streams."""
     g = gaussian(3 * B + 100, dtype, seed=1)
     scaled = g.copy()
     scaled[B:2 * B] = gaussian(B, dtype, scale=2.0 ** -12, seed=2)  # blocks with their own ref: candidate B
@@ -59,7 +60,7 @@ def write_seeds(directory) -> int:
         for name, x in seed_tensors(dtype).items():
             (directory / f"seed-{dtype}-{name}").write_bytes(ref.compress(x))
             count += 1
-    # two groups of 16 blocks (two code tables), bf16 only to keep the corpus small
+    # two groups of 16 blocks (two group tables), bf16 only to keep the corpus small
     (directory / "seed-bfloat16-two-groups").write_bytes(ref.compress(gaussian(17 * B, "bfloat16", seed=8)))
     return count + 1
 

@@ -80,3 +80,24 @@ def test_bench_train_on_local_devices(tmp_path, capsys):
     assert "[4/4] train zip_psum strategy=compressed" in captured.err
     assert "| zip_psum | " in captured.out and "zipccl wire bytes per device per step" in captured.out
     assert out_png.read_bytes().startswith(PNG)
+
+
+def test_bench_codec_against_another_build(tmp_path, capsys, monkeypatch):
+    """`bench codec --against PATH` loads another build's _zipccl_cpu beside this one (here a copy of
+    this build: the same ratios) and times both on the same bytes; a missing module is named."""
+    import shutil
+
+    from zipccl_jax import _zipccl_cpu
+    from zipccl_jax.bench import codec
+
+    other = tmp_path / "other" / "_zipccl_cpu.so"
+    other.parent.mkdir()
+    shutil.copy(_zipccl_cpu.__file__, other)
+    monkeypatch.setattr(codec, "model_datasets", lambda: [])  # Gaussians only: seconds
+    codec.run_against(str(other), 4096, 1, None, 2, tmp_path / "a.json")
+    rows = json.loads((tmp_path / "a.json").read_text())["builds"]
+    assert [r["data"] for r in rows] == ["gaussian bfloat16", "gaussian float16", "gaussian float32"]
+    assert all(r["this ratio"] == r["base ratio"] and float(r["compress this/base"]) > 0 for r in rows)
+    assert f"## This build against {other}" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no module at"):
+        codec.run_against(str(tmp_path / "missing.so"), 4096, 1, None, 1)

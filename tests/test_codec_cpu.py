@@ -1,40 +1,37 @@
-"""The C++ codec on hostile input: corrupt, truncated and mutated payloads."""
+"""The C++ CPU codec (ffi/codec6_cpu.cc, format version 6) against the numpy reference: the same bytes,
+the same sizes, bit-exact round trips, and the reference's verdict on hostile bytes, on the fast
+coder (AVX-512 where the CPU has it, and without) and on format6.h's generic one (the CUDA codec's)."""
 
+import os
+import re
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 from zipccl_jax import _zipccl_cpu as cpu
-from zipccl_jax import reference as ref
-from zipccl_jax.bench.data import gaussian, random_bits
-from test_reference import make
+from zipccl_jax import reference as R
+from zipccl_jax.bench.data import DTYPES, gaussian, random_bits
+from test_reference import CODES, bits, descriptors, kinds, odd_values, with_descriptor
 
-CASES = {
-    "bf16_coded": (gaussian(9000, "bfloat16", seed=1), 1),
-    "fp16_coded": (gaussian(9000, "float16", seed=2), 2),
-    "fp32_coded": (gaussian(9000, "float32", seed=3), 3),
-    "bf16_stored_raw": (random_bits(300, "bfloat16", seed=4), 1),
-    # one raw block between coded ones
-    "fp32_mixed": (np.concatenate([gaussian(4096, "float32"), random_bits(4096, "float32"),
-                                   gaussian(100, "float32")]), 3),
-    # Huffman-coded byte planes (FORMAT.md §5.4): both planes, and plane 0 only
-    "fp32_byte_codes": ((np.random.default_rng(6).integers(-64, 64, 9000) / 64).astype(np.float32), 3),
-    "fp16_byte_codes": ((np.random.default_rng(7).integers(-64, 64, 9000) / 64).astype(np.float16), 2),
-    # implied zeros (§4.2) with -0 and subnormals among them, 256-symbol sign coding (§4.1), own refs (§5.5)
-    "bf16_relu": (make("relu_odd_zeros", 9000, ml_dtypes.bfloat16, seed=8), 1),
-    "fp32_relu": (make("relu", 9000, np.float32, seed=9), 3),
-    "fp16_gelu": (make("gelu", 9000, np.float16, seed=10), 2),
-    "bf16_own_refs": (np.concatenate([gaussian(4096, "bfloat16"), gaussian(4096, "bfloat16", scale=2.0**-20),
-                                      gaussian(800, "bfloat16")]), 1),
-}
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def decode_cpu(payload: bytes, code: int, n: int, itemsize: int, generic=False):
-    out = np.zeros(n * itemsize, np.uint8)
-    cpu.decompress_into(np.frombuffer(payload, np.uint8), code, out, generic=generic)
-    return out.tobytes()
+def compress(x, generic=False):
+    out = np.zeros(R.max_stream_bytes(x.size, x.dtype), np.uint8)
+    length = cpu.compress_into(np.ascontiguousarray(x).view(np.uint8).ravel(), CODES[x.dtype.name], out, generic)
+    return out[:length].tobytes()
+
+
+def decompress(stream, x, generic=False):
+    out = np.zeros(x.nbytes, np.uint8)
+    cpu.decompress_into(np.frombuffer(stream, np.uint8), CODES[x.dtype.name], out, generic)
+    return out.view(bits(x).dtype)
+
 
 
 def mutate(stream: bytes, rng) -> bytes:
@@ -58,148 +55,11 @@ def mutate(stream: bytes, rng) -> bytes:
     return bytes(b)
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
-def test_thousands_of_mutations_never_crash_and_errors_are_clear(case, generic):
-    x, code = CASES[case]
-    stream = ref.compress(x)
-    rng = np.random.default_rng(zlib.crc32(case.encode()))
-    rejected = 0
-    for _ in range(2000):
-        bad = mutate(stream, rng)
-        try:
-            decode_cpu(bad, code, x.size, x.itemsize, generic)
-        except ValueError as err:
-            assert str(err).startswith("zipccl: corrupt payload: "), err
-            rejected += 1
-    assert rejected > 200  # structural damage is caught, not decoded as garbage
-
-
-@pytest.mark.parametrize("case", ["bf16_coded", "fp16_coded", "fp32_mixed", "fp32_byte_codes", "fp16_byte_codes",
-                                  "bf16_relu", "fp32_relu", "fp16_gelu", "bf16_own_refs"])
-def test_cpu_and_reference_agree_on_every_mutated_payload(case):
-    """Same verdict and, when accepted, the same decoded bits."""
-    x, code = CASES[case]
-    stream = ref.compress(x)
-    rng = np.random.default_rng(5)
-    for _ in range(150):
-        bad = mutate(stream, rng)
-        try:
-            expected = ref.decompress(bad, x.dtype, x.size).view(np.uint8).tobytes()
-        except ref.CorruptPayload:
-            expected = None
-        try:
-            got = decode_cpu(bad, code, x.size, x.itemsize)
-        except ValueError:
-            got = None
-        assert got == expected
-
-
-def test_each_header_field_is_checked_with_its_own_message():
-    x = gaussian(5000, "bfloat16")
-    s = bytearray(ref.compress(x))
-
-    def expect(b, message, n=5000, code=1):
-        with pytest.raises(ValueError, match=message):
-            decode_cpu(bytes(b), code, n, 2)
-
-    expect(s[:10], "truncated")
-    expect(b"ZCCX" + s[4:], "bad magic")
-    for version in (0, 4, 6):  # version 5 alone is read
-        expect(s[:4] + bytes([version]) + s[5:], "unsupported format version")
-    expect(s, "dtype does not match", code=2)
-    expect(s, "element count does not match", n=4999)
-    expect(s[:6] + b"\x80" + s[7:], "unknown header flags")
-    expect(s[:-1], "truncated")
-    bad_mode = bytearray(s)
-    bad_mode[16 + 2 * 2 + 3] = 7 | 21 << 3  # block 0's body starts with its width field: at most 20
-    expect(bad_mode, "bad mode")
-
-
-def test_round_trip_of_every_float32_exponent_and_sign():
-    e = np.arange(256, dtype=np.uint32)
-    x = ((e[:, None] << 23) | np.array([0, 1, 0x7FFFFF, 1 << 31, (1 << 31) | 0x400000], np.uint32)).ravel()
-    x = np.tile(x, 20).view(np.float32)
-    out = np.zeros(ref.max_stream_bytes(x.size, x.dtype), np.uint8)
-    length = cpu.compress_into(x.view(np.uint8), 3, out)
-    assert out[:length].tobytes() == ref.compress(x)
-    assert decode_cpu(out[:length].tobytes(), 3, x.size, 4) == x.tobytes()
-
-
-def test_large_outputs_advised_to_huge_pages_round_trip():
-    """Outputs of 8 MiB and more get madvise(MADV_HUGEPAGE) before they are written (codec_cpu.cc):
-    the bytes must come out the same, at any alignment of the buffer."""
-    x = gaussian(3 << 20, "float32", seed=4)  # 12 MiB
-    raw = x.view(np.uint8)
-    for offset in (0, 1, 4096 + 3):
-        out = np.zeros(ref.max_stream_bytes(x.size, x.dtype) + offset, np.uint8)[offset:]
-        length = cpu.compress_into(raw, 3, out)
-        back = np.zeros(x.nbytes + offset, np.uint8)[offset:]
-        cpu.decompress_into(out[:length], 3, back)
-        assert back.tobytes() == raw.tobytes()
-
-
-def test_output_buffer_smaller_than_worst_case_is_refused():
-    x = gaussian(100, ml_dtypes.bfloat16)
-    with pytest.raises(ValueError, match="smaller than max_stream_bytes"):
-        cpu.compress_into(x.view(np.uint8), 1, np.zeros(100, np.uint8))
-
-
-PLAIN_VS_SIMD = """
-import hashlib
-import numpy as np
-from zipccl_jax import _zipccl_cpu as cpu, reference as ref
-from zipccl_jax.bench.data import gaussian, random_bits
-from test_reference import make
-
-mixed = gaussian(40000, "bfloat16")
-mixed[5000:9000] = random_bits(4000, "bfloat16")  # a raw block among coded ones
-cases = [(gaussian(70000, "bfloat16"), 1), (gaussian(70000, "float16"), 2), (gaussian(70000, "float32"), 3),
-         (mixed, 1)]
-cases += [(np.abs(x), code) for x, code in cases[:3]]  # coded signs (FORMAT.md §4.1)
-cases += [(make(kind, 70000, dt, seed=3), code) for kind in ("relu", "relu_odd_zeros", "gelu")
-          for dt, code in (("bfloat16", 1), ("float16", 2), ("float32", 3))]  # implied zeros (§4.2)
-digest = hashlib.sha256()
-for x, code in cases:
-    out = np.zeros(ref.max_stream_bytes(x.size, x.dtype), np.uint8)
-    stream = out[: cpu.compress_into(x.view(np.uint8), code, out)]
-    back = np.zeros(x.nbytes, np.uint8)
-    cpu.decompress_into(stream, code, back)
-    assert back.tobytes() == x.tobytes()
-    digest.update(stream.tobytes())
-print(digest.hexdigest())
-"""
-
-
-def test_plain_paths_give_the_same_bytes_as_the_simd_paths(tmp_path):
-    """The CPU codec takes AVX-512 paths where it can; ZIPCCL_NO_SIMD=1 forces the
-    portable ones, which must produce and accept the same bytes."""
-    import os
-    import subprocess
-    import sys
-
-    digests = []
-    for no_simd in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
-        # test_reference's data kinds, ahead of where the installed package may be found
-        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        if no_simd:
-            env["ZIPCCL_NO_SIMD"] = "1"
-        # cwd away from the repo root, whose zipccl_jax/ has no compiled modules
-        run = subprocess.run([sys.executable, "-c", PLAIN_VS_SIMD], env=env, capture_output=True, text=True,
-                             timeout=120, cwd=tmp_path)
-        assert run.returncode == 0, run.stderr[-2000:]
-        digests.append(run.stdout.strip())
-    assert digests[0] == digests[1] and len(digests[0]) == 64
-
 
 def run_sanitized_fuzzer(tmp_path, fuzzer: str, *codec: str):
     """Builds tests/<fuzzer> with the ffi/ sources `codec` under AddressSanitizer and UBSan and runs
     it on the SIMD and the portable paths (150 inputs each); it must report no failure."""
-    import os
     import shutil
-    import subprocess
-    from pathlib import Path
 
     compiler = shutil.which("g++") or shutil.which("c++")
     assert compiler, "a C++ compiler is needed to build the fuzzer"
@@ -215,8 +75,255 @@ def run_sanitized_fuzzer(tmp_path, fuzzer: str, *codec: str):
         run = subprocess.run([str(exe), str(seed), "150"], env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0 and ", 0 failures" in run.stdout, run.stdout[-2000:] + run.stderr[-3000:]
 
+def category(message: str) -> str:
+    """A verdict's kind, as the reference and the C++ codec both word it: 'corrupt block descriptor',
+    'corrupt group table', 'corrupt block body', 'corrupt block bitstream', 'truncated payload (shorter', ..."""
+    return " ".join(message.removeprefix("zipccl: corrupt payload: ").split()[:3])
+
+
+def verdicts(stream: bytes, x, generic=False):
+    """(the reference's verdict category or None, the C++ one or None, the C++ decode or None)."""
+    try:
+        R.decompress(stream, x.dtype, x.size)
+        ref = None
+    except R.CorruptPayload as e:
+        ref = category(str(e))
+    try:
+        return ref, None, decompress(stream, x, generic)
+    except ValueError as e:
+        return ref, category(str(e)), None
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_streams_are_the_references_byte_for_byte_and_round_trip(dtype, generic):
+    cases = {**kinds(dtype), "two full blocks": gaussian(2 * R.BLOCK, dtype, seed=21),  # the last body at the end
+             "silu": (lambda g: g / (1 + np.exp(-g)))(gaussian(R.GROUP_BLOCKS * R.BLOCK, "float32", seed=22)).astype(dtype)}
+    for name, x in cases.items():
+        s = compress(x, generic)
+        assert s == R.compress(x), name
+        raw = np.ascontiguousarray(x).view(np.uint8).ravel()
+        assert cpu.stream_bytes(raw, CODES[dtype], generic=generic) == len(s), name
+        plan = np.zeros(cpu.plan_bytes(x.size), np.uint8)
+        assert cpu.stream_bytes(raw, CODES[dtype], plan, generic=generic) == len(s), name
+        planned = np.zeros(R.max_stream_bytes(x.size, dtype), np.uint8)  # the size pass's plan codes the same stream
+        assert planned[: cpu.compress_into(raw, CODES[dtype], planned, generic, plan)].tobytes() == s, name
+        np.testing.assert_array_equal(decompress(s, x, generic), bits(x), err_msg=name)
+
+
+def test_the_cpp_family_is_the_references():
+    """format6.h embeds the family as numbers; reference.py as hex text (docs/FORMAT.md §5)."""
+    text = (ROOT / "ffi" / "format6.h").read_text()
+    body = text[text.index("#define ZC6_FAMILY_LENGTHS") :].split("constexpr", 1)[0]
+    rows = [[int(v) for v in row.split(",")] for row in re.findall(r"\{([\d,]+)\}", body)]
+    np.testing.assert_array_equal(np.array(rows), R.FAMILY)
+
+
+def test_every_block_kind_and_escape_round_trips_through_both_decoders():
+    x = gaussian(2 * R.GROUP_BLOCKS * R.BLOCK + 777, "bfloat16", seed=23)
+    x[3 * R.BLOCK : 4 * R.BLOCK] = random_bits(R.BLOCK, "bfloat16")  # a raw block
+    x[20 * R.BLOCK : 21 * R.BLOCK] = -np.maximum(x[20 * R.BLOCK : 21 * R.BLOCK], 0)  # a flipped member?
+    with_odd_values(x, 53)
+    s = compress(x)
+    d = descriptors(s, x.size)
+    assert any(b["raw"] for b in d) and any(b["code"] == R.GROUP_CODE for b in d) and d[0]["table"]
+    for generic in (False, True):
+        np.testing.assert_array_equal(decompress(s, x, generic), bits(x))
+
+
+def test_a_group_code_read_with_the_sign_inverted_decodes_as_the_reference_does():
+    """The encoder never flips a group code, but §2 lets a descriptor do it: the decoders must agree."""
+    x = gaussian(R.GROUP_BLOCKS * R.BLOCK, "bfloat16", seed=24)
+    s = compress(x)
+    assert descriptors(s, x.size)[3]["code"] == R.GROUP_CODE
+    t = with_descriptor(s, 3, flip=1)
+    ref = R.decompress(t, x.dtype, x.size) if verdicts(t, x)[0] is None else None
+    for generic in (False, True):
+        got = verdicts(t, x, generic)
+        assert got[0] == got[1]
+        if ref is not None:
+            np.testing.assert_array_equal(got[2], bits(ref))
+
+
+def with_odd_values(x, step):
+    """x with every step-th value a special one: escapes and zeros inside coded blocks."""
+    x[::step] = np.resize(odd_values(x.dtype), x[::step].size)
+    return x
+
+
+CASES = {
+    "bf16 groups": lambda: gaussian(R.GROUP_BLOCKS * R.BLOCK + 3000, "bfloat16", seed=31),
+    "fp16 escapes": lambda: with_odd_values(gaussian(3 * R.BLOCK + 50, "float16", seed=32), 41),
+    "fp32 raw block": lambda: np.concatenate([gaussian(R.BLOCK, "float32", seed=33), random_bits(R.BLOCK, "float32"),
+                                              gaussian(900, "float32", seed=34)]),
+    "bf16 relu": lambda: np.maximum(gaussian(2 * R.BLOCK + 10, "bfloat16", seed=35), 0),
+}
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
+@pytest.mark.parametrize("case", CASES)
+def test_mutated_streams_get_the_references_verdict(case, generic):
+    """Same verdict (its kind) and, when accepted, the same decoded bits."""
+    x = CASES[case]()
+    stream = R.compress(x)
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    refused = 0
+    for _ in range(60):
+        bad = mutate(stream, rng)
+        ref, got, decoded = verdicts(bad, x, generic)
+        assert got == ref, (ref, got)
+        if ref is None:
+            np.testing.assert_array_equal(decoded, bits(R.decompress(bad, x.dtype, x.size)))
+        refused += ref is not None
+    assert refused > 10
+
+
+KNOWN_VERDICTS = {"truncated payload (shorter", "bad magic (not", "unsupported format version",
+                  "payload dtype does", "payload element count", "unknown header flags", "corrupt block descriptor",
+                  "corrupt group table", "corrupt block body", "corrupt block bitstream"}
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
+@pytest.mark.parametrize("case", CASES)
+def test_thousands_of_mutations_never_crash_and_errors_are_clear(case, generic):
+    """2,000 mutations a case through the C++ decoders alone (the reference is too slow for as
+    many): each is refused with a known verdict, or decoded to the same bits by the other decoder."""
+    x = CASES[case]()
+    stream = R.compress(x)
+    rng = np.random.default_rng(zlib.crc32(case.encode()) + 1)
+    seen = set()
+    for _ in range(2000):
+        bad = mutate(stream, rng)
+        try:
+            first = decompress(bad, x, generic)
+        except ValueError as e:
+            assert category(str(e)) in KNOWN_VERDICTS, str(e)
+            seen.add(category(str(e)))
+            continue
+        np.testing.assert_array_equal(first, decompress(bad, x, not generic))
+    assert len(seen) >= 3, seen
+
+def test_hostile_descriptors_and_tables_get_the_references_verdicts():
+    x = gaussian(2 * R.GROUP_BLOCKS * R.BLOCK, "bfloat16", seed=36)
+    x[17 * R.BLOCK : 18 * R.BLOCK] = random_bits(R.BLOCK, "bfloat16")  # a raw block in the second group
+    s = R.compress(x)
+    d = descriptors(s, x.size)
+    assert d[17]["raw"] and d[0]["table"]
+    table_at = R.HEADER_BYTES + R.DESC_BYTES * len(d)
+    cases = {
+        "reserved": with_descriptor(s, 0, reserved=1), "table off a group's first": with_descriptor(s, 2, table=1),
+        "code 7": with_descriptor(s, 2, code=7), "raw with a ref": with_descriptor(s, 17, ref=3),
+        "ends before it starts": with_descriptor(s, 2, end=d[1]["end"] - 1), "past the end": with_descriptor(s, 4, end=1 << 31),
+        "raw turned coded": with_descriptor(s, 17, raw=0), "no table": with_descriptor(s, 0, table=0),
+        "ref below the normals": with_descriptor(s, 2, ref=3), "ref out of range": with_descriptor(s, 2, ref=1023),
+        "a length over 12": s[:table_at] + b"\xfd" + s[table_at + 1 :],
+        "not a prefix code": s[:table_at] + b"\x11" * R.TABLE_BYTES + s[table_at + R.TABLE_BYTES :],
+        "truncated": s[:-1], "truncated descriptors": s[:40], "version 5": b"ZCCL\x05" + s[5:],
+    }
+    seen = set()
+    for name, t in cases.items():
+        for generic in (False, True):
+            ref, got, _ = verdicts(t, x, generic)
+            assert ref is not None and got == ref, (name, ref, got)
+            seen.add(ref)
+    assert {"corrupt block descriptor", "corrupt group table", "corrupt block bitstream", "truncated payload (shorter",
+            "unsupported format version"} <= seen
+
+
+def test_plain_paths_give_the_same_bytes_as_avx512(tmp_path):
+    """ZIPCCL_NO_SIMD=1 forces the portable decoder: the same streams and decodes, in a fresh process
+    (run outside the checkout, so the installed package is imported, not the source tree)."""
+    code = ("import numpy as np, sys, zlib; sys.path.insert(0, %r); import test_codec_cpu as t; from zipccl_jax.bench.data import gaussian;"
+            "x = gaussian(3 * 4096 + 5, 'bfloat16', seed=41); s = t.compress(x);"
+            "print(zlib.crc32(s), t.decompress(s, x).tobytes() == x.tobytes())") % str(Path(__file__).parent)
+    outs = []
+    for no_simd in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
+        if no_simd:
+            env["ZIPCCL_NO_SIMD"] = "1"
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                             cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outs.append(run.stdout.split())
+    assert outs[0] == outs[1] and outs[0][1] == "True"
+
 
 def test_sanitized_differential_fuzzer(tmp_path):
     """tests/fuzz_codec_cpu.cc under AddressSanitizer and UBSan: fast and generic coders agree on
-    random inputs and on corrupted streams, on both the SIMD and the portable paths."""
-    run_sanitized_fuzzer(tmp_path, "fuzz_codec_cpu.cc", "codec_cpu.cc")
+    random inputs and on corrupted streams (the same Status), on the SIMD and the portable paths."""
+    run_sanitized_fuzzer(tmp_path, "fuzz_codec_cpu.cc", "codec6_cpu.cc", "accumulate_cpu.cc")
+
+
+def test_buffers_at_any_alignment_give_the_same_bytes():
+    """Inputs, streams and outputs need not be aligned to their elements (numpy views at odd offsets)."""
+    x = gaussian(2 * R.BLOCK + 77, "float32", seed=42)
+    want = R.compress(x)
+    for offset in (1, 3):
+        raw = np.zeros(x.nbytes + offset, np.uint8)[offset:]
+        raw[:] = x.view(np.uint8)
+        out = np.zeros(R.max_stream_bytes(x.size, x.dtype) + offset, np.uint8)[offset:]
+        length = cpu.compress_into(raw, CODES["float32"], out)
+        assert out[:length].tobytes() == want
+        back = np.zeros(x.nbytes + offset, np.uint8)[offset:]
+        cpu.decompress_into(out[:length], CODES["float32"], back)
+        assert back.tobytes() == x.tobytes()
+
+
+def test_a_stream_holds_what_a_uint32_length_counts():
+    """docs/FORMAT.md §1: a stream's length fits a uint32, so a descriptor's 32-bit end always fits;
+    the C++ fuzzer checks that one element more is refused before any byte is read."""
+    limit = cpu.max_elements(CODES["bfloat16"])
+    assert limit == (2**32 - 1 - R.HEADER_BYTES) // 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_decode_and_sum_in_row_order_bit_for_bit(dtype):
+    """The reduce step's arithmetic (FORMAT.md §7): rows summed in order in float32, NaN payloads,
+    infinities and subnormals among the values; a corrupt row is refused by name."""
+    n, k = 5000, 3
+    chunks = [with_odd_values(gaussian(n, dtype, seed=50 + j), 37 + j) for j in range(k)]
+    streams = [R.compress(c) for c in chunks]
+    cap = max(len(s) for s in streams)
+    rows = np.zeros((k, cap), np.uint8)
+    for j, s in enumerate(streams):
+        rows[j, : len(s)] = np.frombuffer(s, np.uint8)
+    got = cpu.decompress_accumulate(rows, CODES[dtype], n)
+    want = R.accumulate(chunks, np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    rows[1, 16 + 8 * 2 - 1] ^= 0x40  # row 1's second descriptor: a reserved bit
+    with pytest.raises(ValueError, match="corrupt block descriptor"):
+        cpu.decompress_accumulate(rows, CODES[dtype], n)
+
+
+def test_each_header_field_is_checked_with_its_own_message():
+    x = gaussian(5000, "bfloat16")
+    s = bytearray(R.compress(x))
+
+    def expect(b, message, n=5000, code=1):
+        with pytest.raises(ValueError, match=message):
+            cpu.decompress_into(np.frombuffer(bytes(b), np.uint8), code, np.zeros(2 * n, np.uint8))
+
+    expect(s[:10], "truncated")
+    expect(b"ZCCX" + s[4:], "bad magic")
+    for version in (0, 4, 5, 7):  # version 6 alone is read
+        expect(s[:4] + bytes([version]) + s[5:], "unsupported format version")
+    expect(s, "dtype does not match", code=2)
+    expect(s, "element count does not match", n=4999)
+    expect(s[:6] + b"\x80" + s[7:], "unknown header flags")
+    expect(s[:-1], "truncated")
+
+
+def test_round_trip_of_every_float32_exponent_and_sign():
+    e = np.arange(256, dtype=np.uint32)
+    x = ((e[:, None] << 23) | np.array([0, 1, 0x7FFFFF, 1 << 31, (1 << 31) | 0x400000], np.uint32)).ravel()
+    x = np.tile(x, 20).view(np.float32)
+    out = np.zeros(R.max_stream_bytes(x.size, x.dtype), np.uint8)
+    length = cpu.compress_into(x.view(np.uint8), 3, out)
+    assert out[:length].tobytes() == R.compress(x)
+    assert decompress(out[:length].tobytes(), x).tobytes() == x.tobytes()
+
+
+def test_output_buffer_smaller_than_worst_case_is_refused():
+    x = gaussian(100, ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match="smaller than max_stream_bytes"):
+        cpu.compress_into(x.view(np.uint8), 1, np.zeros(100, np.uint8))

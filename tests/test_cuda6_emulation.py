@@ -1,5 +1,5 @@
 """The version-6 CUDA kernels (ffi/cuda6_codec.cuh) run on the CPU the way a GPU runs them, against
-the numpy reference (zipccl_jax/reference_v6.py) byte for byte.
+the numpy reference (zipccl_jax/reference.py) byte for byte.
 
 tests/cuda6_emulation.cc compiles the kernels with g++ (tests/cuda_host_shim.h for the CUDA runtime:
 a std::thread per CUDA thread, warps in lockstep at their intrinsics, real __syncthreads, several
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zipccl_jax import reference_v6 as r6
+from zipccl_jax import reference as r6
 from zipccl_jax.bench.data import DTYPES, gaussian, random_bits, special_values
 from test_codec_cpu import mutate
 

@@ -82,14 +82,13 @@ def test_status_words_give_the_cpu_codecs_error_and_an_eager_gpu_decode_raises_i
     streams = [ref.compress(gaussian(N, jnp.float32, seed=i)) for i in range(3)]
     cap = max(map(len, streams))
     rows = np.stack([np.frombuffer(s + bytes(cap - len(s)), np.uint8) for s in streams])
-    nb = -(-N // ref.BLOCK)
-    rows[1, 16 + 2 * nb + 3 * -(-nb // ref.GROUP_BLOCKS)] = 7 | 21 << 3  # stream 1, block 0's width field: 21, a bad mode
+    rows[1, ref.HEADER_BYTES + ref.DESC_BYTES - 1] |= 0x80  # stream 1, block 0's descriptor: a reserved bit (§2)
     decoded = cpu_error(lambda: ops.decompress_items(jnp.asarray(rows), m=N, dtype=jnp.float32))
     summed = cpu_error(lambda: zc.decompress_accumulate(jnp.asarray(rows[[0, 2, 0, 1]].reshape(2, 2, cap)), m=N,
                                                         dtype=jnp.float32))
-    words = np.array([0, 7, 0], np.uint32)  # 7: kErrBlockMode of the decoders' Status (zipccl_format.h)
+    words = np.array([0, 13, 0], np.uint32)  # 13: kErrDescriptor of the decoders' Status (zipccl_format.h)
     assert decoded == "DATA_LOSS: " + ops.corrupt_payload_error(words)
-    assert summed == "DATA_LOSS: " + ops.corrupt_payload_error(np.array([0, 0, 0, 7], np.uint32), rows_per_item=2)
+    assert summed == "DATA_LOSS: " + ops.corrupt_payload_error(np.array([0, 0, 0, 13], np.uint32), rows_per_item=2)
     assert ops.corrupt_payload_error(np.zeros((2, 3), np.uint32), rows_per_item=3) is None
 
     monkeypatch.setattr(ops, "_on_gpu", lambda _: True)

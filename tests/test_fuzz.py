@@ -46,7 +46,8 @@ def campaign(exe, corpus, *args, env=None, timeout=CAMPAIGN_S + 120):
 
 @pytest.mark.parametrize("no_simd", [False, True], ids=["simd", "portable"])
 def test_coverage_guided_campaign_finds_nothing_and_grows_coverage(tmp_path, no_simd):
-    exe = build(tmp_path, [ROOT / "tests" / "fuzz_harness.cc", ROOT / "ffi" / "codec_cpu.cc"], "fuzz_codec")
+    exe = build(tmp_path, [ROOT / "tests" / "fuzz_harness.cc", ROOT / "ffi" / "codec6_cpu.cc",
+                                  ROOT / "ffi" / "accumulate_cpu.cc"], "fuzz_codec")
     corpus = tmp_path / "corpus"
     seeds = write_seeds(corpus)
     # the portable run stops at a number of executions (its time limit only a guard), so a loaded

@@ -40,7 +40,7 @@ def ids(p):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("layout", LAYOUTS, ids=ids)
 def test_rows_round_trip_at_the_agreed_capacity_byte_for_byte(dtype, layout, platform):
-    """On each platform's codec; the sums bit for bit, NaN payloads included (FORMAT.md §8)."""
+    """On each platform's codec; the sums bit for bit, NaN payloads included (FORMAT.md §7)."""
     sizes, unit = layout
     host = leaves_of(sizes, dtype)
     leaves = [on(platform, leaf) for leaf in host]
@@ -138,7 +138,7 @@ def test_a_corrupt_row_is_named():
     x = make("gauss", 2 * ref.BLOCK, np.float32)
     cap = ref.max_stream_bytes(ref.BLOCK, np.float32)
     outs = [np.array(o) for o in jax.jit(lambda a: ops.encode_rows(a, 2, cap, outputs=2))(x)]
-    outs[1][0, 20] ^= 0xFF  # row 1, block 0's descriptor
+    outs[1][0, ref.HEADER_BYTES + 7] ^= 0x80  # row 1, block 0's descriptor: a reserved bit (FORMAT.md §2)
     for op in (lambda *p: ops.decode_rows(p, (x.size,), np.float32), lambda *p: ops.decode_accumulate_rows(
             p, (ref.BLOCK,), np.float32)):
         with pytest.raises(Exception, match=r"zipccl: corrupt payload \(stream 1\)"):

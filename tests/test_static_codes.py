@@ -14,10 +14,13 @@ def family():
     return sc.derive_families(sc.block_histograms(sc.synthetic_tensors()), (8,))[8]
 
 
+EXP_BITS = {1: 8, 2: 5, 3: 8}  # per dtype code
+
+
 def element_fields(v: int, q_ref: int, code: int):
     """One element's (symbol, [(value, bits) stored beside its code]), from its bit pattern alone."""
-    elem_bytes, exp_bits, raw_bytes, extra_bits = ref.LAYOUTS[code]
-    width = 8 * elem_bytes
+    exp_bits = EXP_BITS[code]
+    width = 8 * ref.LAYOUTS[code][0]
     sign, mag = v >> (width - 1), v & ((1 << (width - 1)) - 1)
     e, t = mag >> (width - 1 - exp_bits), (mag >> (width - 3 - exp_bits)) & 3
     low = mag & ((1 << (width - 3 - exp_bits)) - 1)  # the stored mantissa bits
@@ -27,6 +30,18 @@ def element_fields(v: int, q_ref: int, code: int):
     if 1 <= e < (1 << exp_bits) - 1 and 0 <= d <= sc.MAX_D:
         return sign << 7 | (d + 1), [(low, width - 3 - exp_bits)]
     return sign << 7 | sc.CLASS_ESC, [(4 * e + t, exp_bits + 2), (low, width - 3 - exp_bits)]
+
+
+def width16(lane_bits: list[int]) -> tuple[int, list[int]]:
+    """The study's 16 lanes (version 5's body, FORMAT5.md §2): the narrowest width whose 15
+    deviations fit, and the deviations."""
+    for width in range(1, ref.MAX_WIDTH + 1):
+        head = 15 * width + ref.width_field_bits(width)
+        base = max(0, 8 * ((head + sum(lane_bits) + 7) // 8) - head) // 16
+        devs = [b - base for b in lane_bits[:15]]
+        if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
+            return width, devs
+    raise AssertionError("lane lengths beyond the format's widths")
 
 
 def written_bytes(x: np.ndarray, family: np.ndarray, choice: int, q_ref: int) -> int:
@@ -43,7 +58,7 @@ def written_bytes(x: np.ndarray, family: np.ndarray, choice: int, q_ref: int) ->
             sym ^= 128 * flip
             fields += [(int(codes[sym]), int(family[member][sym]))] + stored
         lanes.append(fields)
-    width, devs, _ = ref._width([sum(w for _, w in lane) for lane in lanes])
+    width, devs = width16([sum(w for _, w in lane) for lane in lanes])
     field = width - ref.WIDTH_SHORT if ref.width_field_bits(width) == 3 else 7 | width << 3
     head = [(field, ref.width_field_bits(width))] + [(d & ((1 << width) - 1), width) for d in devs]
     values, widths = zip(*(head + [f for lane in lanes for f in lane]))
@@ -106,3 +121,9 @@ def test_group_table_cost():
     lengths[[1, 2, 129]] = [1, 2, 2]
     # a flag bit for each of the 244 valid symbols, 4 bits for each of 3 present ones, a byte of use
     assert sc.group_table_bytes(lengths) == (244 + 12 + 7) // 8 + 1
+
+
+def test_the_study_names_the_version_5_module_it_needs():
+    """Version 5's codec is no longer in the tree: the study asks for a build of it by name."""
+    with pytest.raises(SystemExit, match="pass --against PATH"):
+        sc.run([4])

@@ -32,9 +32,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--elements", type=int, default=1 << 24, help="Gaussian values per dtype")
     g.add_argument("--core", type=int, default=None, help="pin to this CPU core")
     g.add_argument("--lm-steps", type=int, default=200, help="training steps of the LM whose traffic is measured")
-    g.add_argument("--versions", action="store_true",
-                   help="format versions 5 and 6 of the C++ codec side by side instead (speeds, ratios)")
-    g.add_argument("--rounds", type=int, default=3, help="--versions: rounds alternating which version runs first")
+    g.add_argument("--against", default=None, metavar="MODULE.so",
+                   help="this build's C++ codec side by side with another build's _zipccl_cpu module instead "
+                        "(e.g. format version 5's, built from its commit; speeds, ratios); static-codes: "
+                        "version 5's module, which it compares with")
+    g.add_argument("--rounds", type=int, default=3, help="--against: rounds alternating which build runs first")
     b.add_argument("--platform", choices=["cpu", "gpu"], default=None,
                    help="collectives and train: run on this platform's devices (default: the default platform's, "
                         "or the virtual CPU devices where it has fewer than two)")
@@ -74,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--family", type=_ints, default=[4, 8, 16], metavar="K[,K...]",
                    help="family sizes to report, of 4, 8, 16")
     g.add_argument("--emit-family", action="store_true",
-                   help="print format version 6's family (K = 4, reference_v6.FAMILY_HEX) derived from the corpus")
+                   help="print format version 6's family (K = 4, reference.FAMILY_HEX) derived from the corpus")
     g = b.add_argument_group("schedule")
     g.add_argument("--topology", default="1x1x8", help="slices x hosts x GPUs per host (1x2x8: two hosts of 8)")
     g.add_argument("--step", choices=["mlp", "lm"], default="mlp",
@@ -125,8 +127,8 @@ def main(argv=None) -> None:
     elif args.what == "codec":
         from .bench import codec
 
-        if args.versions:
-            codec.run_versions(args.elements, args.repeat, args.core, args.rounds, args.json)
+        if args.against:
+            codec.run_against(args.against, args.elements, args.repeat, args.core, args.rounds, args.json)
         else:
             codec.run_codec(args.elements, args.repeat, args.core, args.json, args.plot, args.lm_steps)
     elif args.what == "collectives":
@@ -149,7 +151,7 @@ def main(argv=None) -> None:
     elif args.what == "static-codes":
         from .bench import static_codes
 
-        static_codes.run(args.family, args.json, args.lm_steps, emit_family=args.emit_family)
+        static_codes.run(args.family, args.json, args.lm_steps, emit_family=args.emit_family, against=args.against)
     elif args.what == "gpu":
         from .bench import gpu
 

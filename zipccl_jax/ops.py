@@ -165,7 +165,7 @@ def _decompress_items(payload: jax.Array, m: int, dtype) -> tuple[jax.Array, jax
 
 def _decompress_accumulate(payload: jax.Array, m: int, dtype, out_dtype=None) -> tuple[jax.Array, jax.Array]:
     """Decodes payload [*batch, k, capacity] (k streams of m elements) and sums
-    the k streams in index order in float32 (FORMAT.md §8) -> ([*batch, m],
+    the k streams in index order in float32 (FORMAT.md §7) -> ([*batch, m],
     status uint32 [*batch, k])."""
     _ffi.register()
     dtype = np.dtype(dtype_name(dtype))
@@ -233,7 +233,7 @@ def decompress_items(payload: jax.Array, m: int, dtype, *, with_status: bool = F
 
 def decompress_accumulate(payload: jax.Array, m: int, dtype, out_dtype=None, *, with_status: bool = False):
     """Decodes payload [*batch, k, capacity] (k streams of m elements) and sums
-    the k streams in index order in float32 (FORMAT.md §8) -> [*batch, m] of
+    the k streams in index order in float32 (FORMAT.md §7) -> [*batch, m] of
     out_dtype (dtype or float32; default dtype); with_status: (that, status
     uint32 [*batch, k]). A corrupt row makes its item's whole sum NaN on a GPU."""
     out, status = _decode_accumulate(payload, m=m, dtype=dtype, out_dtype=out_dtype)
@@ -268,7 +268,7 @@ def decompress(c: Compressed, *, with_status: bool = False):
 
 def compress_chunks(x: jax.Array, num_chunks: int) -> Compressed:
     """Splits flattened x into num_chunks equal chunks, one stream each
-    (FORMAT.md §8): payload [num_chunks, capacity], nbytes [num_chunks]."""
+    (FORMAT.md §7): payload [num_chunks, capacity], nbytes [num_chunks]."""
     x = jnp.asarray(x)
     if num_chunks < 1 or x.size % num_chunks:
         raise ValueError(f"zipccl: {x.size} elements do not split into {num_chunks} equal chunks")
@@ -354,7 +354,7 @@ def stream_sizes(leaves, rows: int, *, unit: int = 0, plans: bool = False):
     """The exact length of each row's stream (the size pass): uint32 [rows].
 
     plans=True (CPU only: for a computation lowered for the CPU) returns
-    (sizes, plans): also the encoder's choices for each row (FORMAT.md §7
+    (sizes, plans): also the encoder's choices for each row (FORMAT.md §6
     steps 1-3; uint8 [rows, plan bytes]), which encode_rows of the same
     leaves codes with instead of choosing again."""
     _ffi.register()
@@ -431,7 +431,7 @@ def decode_rows(parts, sizes, dtype, *, unit: int = 0) -> list[jax.Array]:
 
 def decode_accumulate_rows(parts, sizes, dtype, *, local=None) -> list[jax.Array]:
     """The rows of the parts (streams of sum(sizes) elements) decoded and
-    summed in row order in float32, rounded once to dtype (FORMAT.md §8),
+    summed in row order in float32, rounded once to dtype (FORMAT.md §7),
     into flat leaves of `sizes` elements end to end.
 
     local (CPU only): (index, leaves): row `index` (an int32 scalar) holds

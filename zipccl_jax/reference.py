@@ -1,9 +1,10 @@
-"""numpy reference codec: docs/FORMAT.md, section by section.
+"""numpy reference codec: docs/FORMAT.md (format version 6), section by section.
 
-This is the oracle the C++ and CUDA codecs are tested against byte for byte.
-It favours following the document over speed, but is vectorised where that
-keeps it readable, so it checks tensors of a few million elements. It writes
-and reads version 5; a stream of any other version is refused (streams do not
+Exponents coded against a per-block reference by a small family of codes built into the library,
+or by a group's own code where that pays; a per-block descriptor that lets every block find and
+check itself; 32 lanes a block. This is the oracle the C++ and CUDA codecs are tested against byte
+for byte. It favours following the document over speed, but is vectorised where that keeps it
+readable. It writes and reads version 6; a stream of any other version is refused (streams do not
 outlive the collective that moves them).
 """
 
@@ -12,506 +13,289 @@ from __future__ import annotations
 import numpy as np
 
 from .dtypes import DTYPE_CODES, dtype_name
+from .prefix_codes import MAX_CODE_LEN, BitReader, CorruptPayload, canonical_codes, code_lengths, decode_lut, pack_bits
 
 MAGIC = b"ZCCL"
-VERSION = 5  # the one version written and read
 HEADER_BYTES = 16
 BLOCK_LOG2 = 12
 BLOCK = 1 << BLOCK_LOG2
-GROUP_BLOCKS = 16  # blocks sharing one code table
+VERSION = 6
 FLAG_STORED_RAW = 1
-MASK_SIGN = 4  # group mask bit 2: the symbols carry the sign (§4.1)
-MASK_ZEROS = 8  # group mask bit 3: exact zeros are implied (§4.2)
-MASK_OWN_REFS = 16  # group mask bit 4: each block has its own ref (§5.5)
-NUM_CLASSES, CLASS_ZERO, CLASS_ESC, MAX_DELTA = 32, 0, 31, 29
-TOP_BITS = 2  # top mantissa bits coded jointly with the exponent class
-NUM_SYMS = NUM_CLASSES << TOP_BITS  # 128; a sign-coded group has twice as many
-MAX_CODE_LEN = 12
-LANES = 16  # §2: a coded block's sub-streams; lane k holds elements k, k + 16, k + 32, ...
-PLANE_SYMS = 256  # §5.4: a raw byte plane's alphabet
-PLANE_SAMPLE_STRIDE = 8  # §7 step 3's pre-check looks at every 8th stored element
-DESC_BYTES = 2  # §2: body bytes (u16)
-GROUP_RECORD_BYTES = 3  # §1: mask (u8), table bytes (u16)
-MAX_WIDTH = 20  # §2: the widest lane length deviation
-WIDTH_SHORT = 5  # §2: widths 5..11 take a 3-bit field, others 3 + 5 bits
+GROUP_BLOCKS = 16  # §4: the blocks that may share a group's code
+LANES = 32  # §3: value i of a block is in lane i % 32
+DESC_BYTES = 8  # §2
+MAX_WIDTH, WIDTH_SHORT = 20, 5  # §3: deviations of 1..20 bits; widths 5..11 take a 3-bit field
+CLASS_ZERO, MAX_D, CLASS_ESC = 0, 119, 121  # §1: classes 1..120 are the distances 0..119
+NSYM = 256  # a symbol is sign << 7 | class; classes 122..127 have no code
+VALID = np.arange(NSYM) & 127 <= CLASS_ESC
+TABLE_SYMBOLS = np.flatnonzero(VALID)  # §4: the 244 symbols a group table gives lengths for
+TABLE_BYTES = len(TABLE_SYMBOLS) // 2  # 122: a nibble each
+GROUP_CODE = 15  # §2: the code field of a block coded with its group's code
+FLIP = np.arange(NSYM) ^ 128  # a symbol with its sign inverted
 
-# §3: (elem_bytes, exp_bits, raw_bytes, extra_bits) per dtype code.
-LAYOUTS = {1: (2, 8, 0, 6), 2: (2, 5, 1, 1), 3: (4, 8, 2, 6)}
+# §1: per dtype code: (elem_bytes, q_bits, low_bits); an element's bits are sign | q | low.
+LAYOUTS = {1: (2, 10, 5), 2: (2, 7, 8), 3: (4, 10, 21)}
+
+# §5: the family: each member's code lengths of symbols 0..255, a hex digit each (0: no code).
+# Derived by `python -m zipccl_jax bench static-codes --emit-family` (docs/FORMAT.md §5).
+FAMILY_HEX = (
+    "1a98765655555556666677777788889999abaaabbbbccccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccb000000",
+    "c13248cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccb000000",
+    "ca9876666666666666666667777777888899999aaaabbbbccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000"
+    "bcccccccccbbaaa96445444555666777788888999999aaaaaaabaabbbbbbbbbc"
+    "cbcccccccccccccccccccccccccccccccccccccccccccccccccccccccb000000",
+    "c98876655555555566666777788889999aaababbcbbbcccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000"
+    "c988766555555555566667777788899999aaaabbbbbbbccccccccccccccccccc"
+    "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccc000000",
+)
+FAMILY = np.array([[int(c, 16) for c in m] for m in FAMILY_HEX], np.int64)  # [4, 256]
+MEMBERS = len(FAMILY)
 
 
-class CorruptPayload(ValueError):
-    """The bytes are not a valid stream for the requested dtype and shape."""
+class Layout:
+    """§1 for one dtype code."""
+
+    def __init__(self, code: int):
+        self.code = code
+        self.elem_bytes, self.q_bits, self.low_bits = LAYOUTS[code]
+        self.width = 8 * self.elem_bytes
+        self.q_max = 4 * ((1 << (self.q_bits - 2)) - 1)  # q of the all-ones exponent (Inf, NaN)
+        self.uint = np.uint16 if self.elem_bytes == 2 else np.uint32
 
 
 def max_stream_bytes(n: int, dtype) -> int:
-    """§1: no stream is larger than the raw bytes plus the header."""
     return HEADER_BYTES + n * LAYOUTS[DTYPE_CODES[dtype_name(dtype)]][0]
+
+
+# §1 ---------------------------------------------------------------------------
+
+
+def split(lay: Layout, x: np.ndarray):
+    """Element bits -> (sign, q, low) as int64 arrays."""
+    b = np.ascontiguousarray(x).view(lay.uint).astype(np.int64)
+    return b >> (lay.width - 1), (b >> lay.low_bits) & ((1 << lay.q_bits) - 1), b & ((1 << lay.low_bits) - 1)
+
+
+def normal(lay: Layout, q: np.ndarray) -> np.ndarray:
+    return (q >= 4) & (q < lay.q_max)
+
+
+def block_ref(lay: Layout, q: np.ndarray) -> int:
+    """§6 step 1: a block's own ref, the largest q of its normal values (0 if none)."""
+    q = q[normal(lay, q)]
+    return int(q.max()) if q.size else 0
+
+
+def symbols(lay: Layout, sign, q, low, ref) -> np.ndarray:
+    """§1: each value's symbol against ref (a scalar or per value)."""
+    d = ref - q
+    cls = np.where((q == 0) & (low == 0), CLASS_ZERO,
+                   np.where(normal(lay, q) & (d >= 0) & (d <= MAX_D), d + 1, CLASS_ESC))
+    return sign << 7 | cls
+
+
+def fixed_bits(lay: Layout, sym: np.ndarray) -> np.ndarray:
+    """§3: the bits a value stores beside its code: an escape's q, the low bits unless a zero."""
+    cls = sym & 127
+    return np.where(cls == CLASS_ESC, lay.q_bits, 0) + np.where(cls == CLASS_ZERO, 0, lay.low_bits)
 
 
 # §3 ---------------------------------------------------------------------------
 
 
-def _bits(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x).view(np.uint16 if x.dtype.itemsize == 2 else np.uint32).astype(np.int64)
-
-
-def split(code: int, x: np.ndarray):
-    """Element bits -> (e, t, raw bytes [n, raw_bytes], extra)."""
-    x = _bits(x)
-    if code == 1:
-        return (x >> 7) & 0xFF, (x >> 5) & 3, np.zeros((x.size, 0), np.int64), ((x & 0x1F) << 1) | (x >> 15)
-    if code == 2:
-        return (x >> 10) & 0x1F, (x >> 8) & 3, (x & 0xFF)[:, None], x >> 15
-    raw = np.stack([x & 0xFF, (x >> 8) & 0xFF], axis=1)
-    return (x >> 23) & 0xFF, (x >> 21) & 3, raw, (((x >> 16) & 0x1F) << 1) | (x >> 31)
-
-
-def join(code: int, e, t, raw, extra) -> np.ndarray:
-    """Inverse of split, as unsigned element bits."""
-    if code == 1:
-        return ((extra & 1) << 15) | (e << 7) | (t << 5) | (extra >> 1)
-    if code == 2:
-        return (extra << 15) | (e << 10) | (t << 8) | raw[:, 0]
-    return ((extra & 1) << 31) | (e << 23) | (t << 21) | ((extra >> 1) << 16) | (raw[:, 1] << 8) | raw[:, 0]
-
-
-# §4 ---------------------------------------------------------------------------
-
-
-def block_ref(e: np.ndarray, exp_bits: int) -> int:
-    """The largest exponent field with 1 <= e < ALL_ONES, or 0."""
-    normal = e[(e >= 1) & (e < (1 << exp_bits) - 1)]
-    return int(normal.max()) if normal.size else 0
-
-
-def symbols(e: np.ndarray, t: np.ndarray, ref, exp_bits: int, sign: np.ndarray | None = None) -> np.ndarray:
-    """§4: symbol = (exponent class relative to ref) << 2 | top mantissa bits; with sign (a
-    sign-coded group, §4.1) the sign is symbol bit 7."""
-    d = ref - e
-    coded = (e >= 1) & (e != (1 << exp_bits) - 1) & (d >= 0) & (d <= MAX_DELTA)
-    cls = np.where(e == 0, CLASS_ZERO, np.where(coded, d + 1, CLASS_ESC))
-    s = (cls << TOP_BITS) | t
-    return s if sign is None else s | (sign << 7)
-
-
-def implied_zeros(e, t, raw, stored_extra) -> np.ndarray:
-    """§4.2: elements whose every stored bit is 0 under class ZERO and t = 0."""
-    return (e == 0) & (t == 0) & (stored_extra == 0) & ~raw.any(axis=1)
-
-
-def zero_mode_symbols(s: np.ndarray, e, t, implied) -> np.ndarray:
-    """§4.2: in a ZEROS group, an element of class ZERO, t = 0 that is not an implied zero escapes."""
-    return np.where((e == 0) & (t == 0) & ~implied, (s & 128) | (CLASS_ESC << TOP_BITS), s)
-
-
-# §5 ---------------------------------------------------------------------------
-
-
-def huffman_lengths(counts: np.ndarray) -> np.ndarray:
-    """§5.1: the deterministic two-queue Huffman code lengths (unlimited)."""
-    used = [s for s in range(len(counts)) if counts[s] > 0]
-    lengths = np.zeros(len(counts), np.int64)
-    if len(used) == 1:
-        lengths[used[0]] = 1
-        return lengths
-    leaves = sorted(used, key=lambda s: (counts[s], s))
-    weight = [int(counts[s]) for s in leaves]  # nodes 0..n-1 are the leaves, in that order
-    parent = [0] * (2 * len(leaves) - 1)
-    li, ni = 0, len(leaves)  # fronts of the leaf queue and the node queue
-
-    def take():
-        nonlocal li, ni
-        if li < len(leaves) and (ni >= len(weight) or weight[li] <= weight[ni]):
-            li += 1
-            return li - 1
-        ni += 1
-        return ni - 1
-
-    while len(weight) < 2 * len(leaves) - 1:
-        a, b = take(), take()
-        parent[a] = parent[b] = len(weight)
-        weight.append(weight[a] + weight[b])
-    depth = [0] * len(weight)
-    for node in range(len(weight) - 2, -1, -1):
-        depth[node] = depth[parent[node]] + 1
-    for i, s in enumerate(leaves):
-        lengths[s] = depth[i]
-    return lengths
-
-
-def code_lengths(counts: np.ndarray) -> np.ndarray:
-    """§5.1: Huffman lengths, flattening the counts until no code is over 12 bits."""
-    counts = np.asarray(counts, np.int64).copy()
-    while True:
-        lengths = huffman_lengths(counts)
-        if lengths.max() <= MAX_CODE_LEN:
-            return lengths
-        k = min(int(lengths.max()) - MAX_CODE_LEN, 16)  # divided by 2^k, rounded up
-        counts = np.where(counts > 0, (counts + (1 << k) - 1) >> k, 0)
-
-
-def canonical_codes(lengths: np.ndarray) -> np.ndarray:
-    """§5.2: canonical codes, bit-reversed so they are written value-LSB first."""
-    codes = np.zeros(len(lengths), np.int64)
-    code = 0
-    for length in range(1, MAX_CODE_LEN + 1):
-        for s in range(len(lengths)):
-            if lengths[s] == length:
-                codes[s] = int(f"{code:0{length}b}"[::-1], 2)
-                code += 1
-        code <<= 1
-    return codes
-
-
-def check_code(lengths: np.ndarray) -> np.ndarray:
-    """§5.3: a code must have a symbol and a Kraft sum of at most 1."""
-    if not lengths.any() or sum(1 << (MAX_CODE_LEN - int(l)) for l in lengths if l) > 1 << MAX_CODE_LEN:
-        raise CorruptPayload("corrupt code table")
-    return lengths
-
-
-def length_prediction(lengths, s: int) -> int:
-    """§5.3: the length a table predicts for symbol s from the lengths before it."""
-    if s % 4:
-        return int(lengths[s - 1])
-    if s % 128:
-        return int(lengths[s - 4])
-    return int(lengths[s - 128]) if s else 0
-
-
-def jump_length(p: int) -> int:
-    """§5.3: the length a jump entry ('1110') stands for after prediction p."""
-    return 0 if p else MAX_CODE_LEN
-
-
-def stored_classes(lengths, h: int) -> int:
-    """§5.3: one past the last of classes 0..30 of half h of a symbol code with a code (0 if none)."""
-    used = [c for c in range(NUM_CLASSES - 1) if any(lengths[h * NUM_SYMS + 4 * c : h * NUM_SYMS + 4 * c + 4])]
-    return used[-1] + 1 if used else 0
-
-
-def class_stored(s: int, k: int) -> bool:
-    """§5.3: whether symbol s of a symbol code is stored, its half storing k classes (ESC always)."""
-    c = (s % NUM_SYMS) >> TOP_BITS
-    return c < k or c == CLASS_ESC
-
-
-def table_fields(lengths: np.ndarray, symbols: bool) -> list[tuple[int, int]]:
-    """§5.3: (value, width) of each stored field: for a symbol code (symbols) each half's class count (5 bits)
-    and its stored symbols' entries; for a byte-plane code every value's entry. An entry: '0' the prediction,
-    '01' one more, '011' one less, '0111' the jump (0 after a nonzero prediction, else 12), '1111' and 4 bits
-    any length (bits listed first to last)."""
-    fields, k = [], NUM_CLASSES
-    for s in range(len(lengths)):
-        if symbols and s % NUM_SYMS == 0:
-            k = stored_classes(lengths, s // NUM_SYMS)
-            fields.append((k, 5))
-        if symbols and not class_stored(s, k):
-            continue
-        p = length_prediction(lengths, s)
-        d = int(lengths[s]) - p
-        fields.append((0, 1) if d == 0 else (1, 2) if d == 1 else (3, 3) if d == -1
-                      else (7, 4) if lengths[s] == jump_length(p) else (15 | int(lengths[s]) << 4, 8))
-    return fields
-
-
-def table_bits(lengths: np.ndarray, symbols: bool) -> int:
-    return sum(w for _, w in table_fields(lengths, symbols))
-
-
-def pack_tables(codes: list[np.ndarray]) -> bytes:
-    """§5.3: a group's tables, one bitstream: the symbol code's lengths, then each byte plane's."""
-    fields = [f for i, lengths in enumerate(codes) for f in table_fields(lengths, i == 0)]
-    return pack_bits(np.array([v for v, _ in fields], np.int64), np.array([w for _, w in fields], np.int64))
-
-
-def unpack_tables(table: bytes, sizes: list[int]) -> list[np.ndarray]:
-    """§5.3: the codes of a group's tables (the symbol code, then byte planes), nsym symbols each, validated."""
-    value, nbits, pos = int.from_bytes(table, "little"), 8 * len(table), 0
-
-    def take(width):
-        nonlocal pos
-        if pos + width > nbits:
-            raise CorruptPayload("corrupt code table")
-        pos += width
-        return (value >> (pos - width)) & ((1 << width) - 1)
-
-    out = []
-    for i, nsym in enumerate(sizes):
-        lengths, k, symbols = np.zeros(nsym, np.int64), NUM_CLASSES, i == 0
-        for s in range(nsym):
-            if symbols and s % NUM_SYMS == 0:
-                k = take(5)
-            if symbols and not class_stored(s, k):
-                continue
-            p = length_prediction(lengths, s)
-            v = (p if not take(1) else p + 1 if not take(1) else p - 1 if not take(1)
-                 else jump_length(p) if not take(1) else take(4))
-            if not 0 <= v <= MAX_CODE_LEN:
-                raise CorruptPayload("corrupt code table")
-            lengths[s] = v
-        out.append(lengths)
-    if (pos + 7) // 8 != len(table) or value >> pos:
-        raise CorruptPayload("corrupt code table")
-    return [check_code(lengths) for lengths in out]
-
-
-def decode_lut(lengths: np.ndarray) -> tuple[list, list]:
-    """Symbol and length for every 12-bit window (read LSB first); length 0 = no code."""
-    sym = np.zeros(1 << MAX_CODE_LEN, np.int64)
-    size = np.zeros(1 << MAX_CODE_LEN, np.int64)
-    for s, code in enumerate(canonical_codes(lengths)):
-        if lengths[s]:
-            window = code + (np.arange(1 << (MAX_CODE_LEN - lengths[s])) << lengths[s])
-            sym[window], size[window] = s, lengths[s]
-    return sym.tolist(), size.tolist()
-
-
-# §6 ---------------------------------------------------------------------------
-
-
-def lane_elements(count: int, k: int) -> range:
-    """§2: lane k of a coded block of count elements holds elements k, k + 16, k + 32, ..."""
-    return range(k, count, LANES)
-
-
-def pack_bits(values: np.ndarray, widths: np.ndarray) -> bytes:
-    """Write each value's `width` low bits, LSB first, zero padded to a byte."""
-    total = int(widths.sum())
-    if total == 0:
-        return b""
-    starts = np.repeat(np.cumsum(widths) - widths, widths)
-    bits = (np.repeat(values, widths) >> (np.arange(total) - starts)) & 1
-    return np.packbits(bits.astype(np.uint8), bitorder="little").tobytes()
-
-
-class GroupLayout:
-    """What a group's mask says about its elements (§1-§4)."""
-
-    def __init__(self, code: int, mask: int):
-        elem_bytes, self.exp_bits, raw_bytes, extra_bits = LAYOUTS[code]
-        self.sc, self.zeros = int(bool(mask & MASK_SIGN)), bool(mask & MASK_ZEROS)
-        self.coded = [p for p in range(raw_bytes) if mask >> p & 1]  # byte planes coded
-        self.stored = [p for p in range(raw_bytes) if not mask >> p & 1]  # ... and stored
-        self.extra_bits = extra_bits - self.sc  # stored extra bits per element
-        self.nsym = NUM_SYMS << self.sc
-
-
 def width_field_bits(width: int) -> int:
-    """§2: the bits of a body's width field."""
     return 3 if WIDTH_SHORT <= width < WIDTH_SHORT + 7 else 8
 
 
 def head_bits(width: int) -> int:
-    """§2: the bits before lane 0: the width field and the 15 length deviations."""
+    """The bits before lane 0: the width field and the 31 deviations."""
     return (LANES - 1) * width + width_field_bits(width)
 
 
-def read_width_field(value: int, end: int) -> tuple[int, int]:
-    """§2: (w, the field's bits) from `value`, the bits of a coded body of `end` bits."""
-    if end < 3 or (value & 7 == 7 and end < 8):
-        raise CorruptPayload("corrupt block descriptor (bad body size)")
-    if value & 7 != 7:
-        return (value & 7) + WIDTH_SHORT, 3
-    if not 1 <= (value >> 3) & 31 <= MAX_WIDTH:
-        raise CorruptPayload("corrupt block descriptor (bad mode)")
-    return (value >> 3) & 31, 8
+def body_bytes(lane_bits: np.ndarray) -> np.ndarray:
+    """§6 step 3: a coded body's size for lane bit counts [..., L]: the narrowest width whose L - 1
+    deviations fit, its field, the lanes, padded to a byte. (With L = 16 it is version 5's rule.)"""
+    lane_bits = np.asarray(lane_bits, np.int64)
+    lanes, total = lane_bits.shape[-1], lane_bits.sum(-1)
+    out = np.zeros(total.shape, np.int64)
+    for width in range(MAX_WIDTH, 0, -1):  # the narrowest last, so it wins
+        head = (lanes - 1) * width + width_field_bits(width)
+        size = (head + total + 7) // 8
+        base = np.maximum(0, 8 * size - head) // lanes
+        dev = lane_bits[..., : lanes - 1] - base[..., None]
+        fits = ((dev >= -(1 << (width - 1))) & (dev < 1 << (width - 1))).all(-1)
+        out = np.where(fits, size, out)
+    return out
 
 
-def length_base(body_bytes: int, head: int) -> int:
-    """§2: what lane lengths are stored relative to, with `head` bits before lane 0."""
-    return max(0, 8 * body_bytes - head) // LANES
+def _width(lane_bits: list[int]) -> tuple[int, list[int]]:
+    for width in range(1, MAX_WIDTH + 1):
+        size = (head_bits(width) + sum(lane_bits) + 7) // 8
+        base = max(0, 8 * size - head_bits(width)) // LANES
+        devs = [b - base for b in lane_bits[: LANES - 1]]
+        if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
+            return width, devs
+    raise AssertionError("lane lengths beyond the format's widths")  # |dev| < 2^15 always
 
 
-# §7 ---------------------------------------------------------------------------
+# §4, §5 -----------------------------------------------------------------------
+
+
+def pack_table(lengths: np.ndarray) -> bytes:
+    """§4: a group's code as 122 bytes, symbol TABLE_SYMBOLS[2 i] in byte i's low nibble."""
+    nib = lengths[TABLE_SYMBOLS]
+    return (nib[0::2] | nib[1::2] << 4).astype(np.uint8).tobytes()
+
+
+def unpack_table(table: bytes) -> np.ndarray:
+    """§4: a group table's lengths, checked."""
+    b = np.frombuffer(table, np.uint8).astype(np.int64)
+    lengths = np.zeros(NSYM, np.int64)
+    lengths[TABLE_SYMBOLS] = np.stack([b & 15, b >> 4], 1).ravel()
+    if lengths.max() > MAX_CODE_LEN:
+        raise CorruptPayload("corrupt group table (a code length over 12)")
+    if not lengths.any() or sum(1 << (MAX_CODE_LEN - int(v)) for v in lengths if v) > 1 << MAX_CODE_LEN:
+        raise CorruptPayload("corrupt group table (not a prefix code)")
+    return lengths
+
+
+def block_code(choice: int, flip: int, group: np.ndarray | None) -> np.ndarray:
+    """§2, §5: the code lengths a block's descriptor names, by symbol."""
+    lengths = group if choice == GROUP_CODE else FAMILY[choice]
+    return lengths[FLIP] if flip else lengths
+
+
+# §6: the encoder's choices ------------------------------------------------------
+
+
+def _lane_bits(lay: Layout, sym: np.ndarray, count: int, lengths: np.ndarray) -> np.ndarray:
+    """[32] bits of each lane of a block under lengths (a code absent for a symbol: a huge size)."""
+    bits = np.where(lengths[sym] > 0, lengths[sym], 1 << 40) + fixed_bits(lay, sym)
+    return np.bincount(np.arange(count) % LANES, bits, minlength=LANES)
+
+
+def _coded_size(lay: Layout, sym: np.ndarray, lengths: np.ndarray) -> int:
+    return int(body_bytes(_lane_bits(lay, sym, sym.size, lengths)))
+
+
+def choose_group(lay: Layout, parts: list) -> list[dict]:
+    """§6 steps 1-4 for one group's blocks [(sign, q, low)]: each block's descriptor fields and,
+    on the group's first, its table (or None)."""
+    own = [block_ref(lay, q) for _, q, _ in parts]
+    own_syms = [symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, own)]
+    fam = []
+    for sym, ref in zip(own_syms, own):
+        sizes = [_coded_size(lay, sym, block_code(c >> 1, c & 1, None)) for c in range(2 * MEMBERS)]
+        c = int(np.argmin(sizes))  # ties: the lowest member, then no flip
+        raw = sizes[c] >= sym.size * lay.elem_bytes
+        fam.append({"ref": 0 if raw else ref, "code": 0 if raw else c >> 1, "flip": 0 if raw else c & 1,
+                    "raw": raw, "size": sym.size * lay.elem_bytes if raw else sizes[c]})
+    group_ref = max(own)
+    best = None
+    for refs, syms in ((own, own_syms),  # the blocks' own refs, then the group's
+                       ([group_ref] * len(own), [symbols(lay, s, q, low, group_ref) for s, q, low in parts])):
+        lengths = code_lengths(np.bincount(np.concatenate(syms), minlength=NSYM))
+        sizes = [_coded_size(lay, sym, lengths) for sym in syms]
+        cost = TABLE_BYTES + sum(min(f["size"], z) for f, z in zip(fam, sizes))
+        if best is None or cost < best[0]:
+            best = (cost, refs, lengths, sizes)
+    if best[0] >= sum(f["size"] for f in fam):
+        return [dict(f, table=None) for f in fam]
+    _, refs, lengths, sizes = best
+    out = [dict(ref=r, code=GROUP_CODE, flip=0, raw=False, size=z) if z < f["size"] else f
+           for f, r, z in zip(fam, refs, sizes)]
+    return [dict(d, table=lengths if i == 0 else None) for i, d in enumerate(out)]
+
+
+def encode_body(lay: Layout, sign, q, low, ref: int, lengths: np.ndarray) -> bytes:
+    """§3: a coded block's body."""
+    sym = symbols(lay, sign, q, low, ref)
+    cls = sym & 127
+    count = sym.size
+    fields = np.stack([canonical_codes(lengths)[sym], q, low], 1)
+    widths = np.stack([lengths[sym], np.where(cls == CLASS_ESC, lay.q_bits, 0),
+                       np.where(cls == CLASS_ZERO, 0, lay.low_bits)], 1)
+    order = np.concatenate([np.arange(k, count, LANES) for k in range(LANES)])
+    width, devs = _width([int(widths[k::LANES].sum()) for k in range(LANES)])
+    field = width - WIDTH_SHORT if width_field_bits(width) == 3 else 7 | width << 3
+    return pack_bits(np.concatenate([[field], np.array(devs, np.int64) & ((1 << width) - 1), fields[order].ravel()]),
+                        np.concatenate([[width_field_bits(width)], np.full(LANES - 1, width), widths[order].ravel()]))
+
+
+def descriptor(end: int, d: dict) -> bytes:
+    """§2: a block's 8 bytes."""
+    v = end | d["ref"] << 32 | d["code"] << 42 | d["flip"] << 46 | int(d["raw"]) << 47
+    v |= int(d["table"] is not None) << 48
+    return v.to_bytes(DESC_BYTES, "little")
+
+
+def _blocks(lay: Layout, x: np.ndarray):
+    """(block values, (sign, q, low)) of every group, group by group."""
+    for g in range(0, x.size, GROUP_BLOCKS * BLOCK):
+        vals = [x[b : b + BLOCK] for b in range(g, min(g + GROUP_BLOCKS * BLOCK, x.size), BLOCK)]
+        yield vals, [split(lay, v) for v in vals]
 
 
 def header(code: int, flags: int, n: int) -> bytes:
     return MAGIC + bytes([VERSION, code, flags, BLOCK_LOG2]) + int(n).to_bytes(8, "little")
 
 
-def _block_fields(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int, planes: dict):
-    """§6: each element's fields and their widths [count, fields] -- its symbol's code, the escaped
-    exponent, its stored extra value, each byte plane's code or raw byte -- and which are implied zeros."""
-    exp_bits, raw_bytes = LAYOUTS[code][1], LAYOUTS[code][2]
-    lay = GroupLayout(code, mask)
-    e, t, raw, extra = split(code, x)
-    s = symbols(e, t, ref, exp_bits, extra & 1 if lay.sc else None)
-    implied = implied_zeros(e, t, raw, extra >> lay.sc) if lay.zeros else np.zeros(x.size, bool)
-    s = zero_mode_symbols(s, e, t, implied) if lay.zeros else s
-    esc = (s >> TOP_BITS) & (NUM_CLASSES - 1) == CLASS_ESC
-    stored = np.where(implied, 0, 1)
-    fields = [canonical_codes(lengths)[s], e, extra >> lay.sc]
-    widths = [lengths[s], np.where(esc, exp_bits, 0), stored * lay.extra_bits]
-    for p in range(raw_bytes):
-        coded = p in lay.coded
-        fields.append(canonical_codes(planes[p])[raw[:, p]] if coded else raw[:, p])
-        widths.append(stored * (planes[p][raw[:, p]] if coded else 8))
-    return np.stack(fields, axis=1), np.stack(widths, axis=1), implied
-
-
-def _width(lane_bits: list[int]) -> tuple[int, list[int], int]:
-    """§7 step 4: the narrowest length fields that fit -> (width, deviations, body bytes)."""
-    for width in range(1, MAX_WIDTH + 1):
-        body_bytes = (head_bits(width) + sum(lane_bits) + 7) // 8
-        devs = [b - length_base(body_bytes, head_bits(width)) for b in lane_bits[: LANES - 1]]
-        if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
-            return width, devs, body_bytes
-    raise AssertionError("lane lengths beyond the format's widths")  # cannot happen: |dev| < 2^15
-
-
-def encode_block(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int,
-                 planes: dict | None = None) -> tuple[int, bytes]:
-    """§7 step 4: one block with its ref and its group's codes -> (body bytes, body).
-
-    lengths: the group's symbol code; planes maps each coded byte plane p to its code lengths."""
-    elem_bytes = LAYOUTS[code][0]
-    count = x.size
-    fields, widths, _ = _block_fields(code, x, ref, lengths, mask, planes or {})
-    lanes = [np.arange(k, count, LANES) for k in range(LANES)]
-    width, devs, _ = _width([int(widths[lane].sum()) for lane in lanes])
-    order = np.concatenate(lanes)
-    field = width - WIDTH_SHORT if width_field_bits(width) == 3 else 7 | width << 3
-    body = pack_bits(np.concatenate([[field], np.array(devs, np.int64) & ((1 << width) - 1), fields[order].ravel()]),
-                     np.concatenate([[width_field_bits(width)], np.full(LANES - 1, width), widths[order].ravel()]))
-    if len(body) >= count * elem_bytes:
-        return count * elem_bytes, x.tobytes()
-    return len(body), body
-
-
-def block_bytes(code: int, x: np.ndarray, ref: int, lengths: np.ndarray, mask: int, planes: dict) -> int:
-    """encode_block's body length, from the fields' widths, without coding them."""
-    _, widths, _ = _block_fields(code, x, ref, lengths, mask, planes)
-    body = _width([int(widths[k::LANES].sum()) for k in range(LANES)])[2]
-    return min(body, x.size * LAYOUTS[code][0])
-
-
-def stored_bits_per_element(code: int, sc: int) -> int:
-    _, _, raw_bytes, extra_bits = LAYOUTS[code]
-    return 8 * raw_bytes + extra_bits - sc
-
-
-def choose_group_code(code: int, blocks: list[np.ndarray]) -> tuple[list[int], np.ndarray, int]:
-    """§7 step 2: the refs of a group's blocks, its symbol code lengths and its mask bits 2-4."""
-    exp_bits = LAYOUTS[code][1]
-    parts = [split(code, blk) for blk in blocks]
-    block_refs = [block_ref(e, exp_bits) for e, _, _, _ in parts]
-    group_refs = [max(block_refs)] * len(blocks)
-    n = sum(blk.size for blk in blocks)
-    candidates = []
-    for zeros in (False, True):
-        for sc, own in ((0, 0), (0, 1), (1, 0), (1, 1)):
-            refs = block_refs if own else group_refs
-            counts, m = 0, n
-            for (e, t, raw, extra), r in zip(parts, refs):
-                s = symbols(e, t, r, exp_bits, extra & 1 if sc else None)
-                if zeros:
-                    implied = implied_zeros(e, t, raw, extra >> sc)
-                    s, m = zero_mode_symbols(s, e, t, implied), m - int(implied.sum())
-                counts = counts + np.bincount(s, minlength=NUM_SYMS << sc)
-            if zeros and (n - m) * stored_bits_per_element(code, sc) * 16 <= n:
-                continue  # §7 step 2: cannot pass the zero mode's threshold
-            lengths = code_lengths(counts)
-            esc = int(counts.reshape(-1, 4)[CLASS_ESC::NUM_CLASSES].sum())
-            cost = (int(counts @ lengths) + exp_bits * esc + 8 * ((table_bits(lengths, True) + 7) // 8)
-                    + m * stored_bits_per_element(code, sc))
-            candidates.append((cost, zeros, own, lengths, sc))
-    best = min((c for c in candidates if not c[1]), key=lambda c: c[0])  # the first of least cost
-    zero = min((c for c in candidates if c[1]), key=lambda c: c[0], default=None)
-    if zero is not None and 16 * (best[0] - zero[0]) > n:
-        best = zero
-    cost, zeros, own, lengths, sc = best
-    mask = (MASK_SIGN if sc else 0) | (MASK_ZEROS if zeros else 0) | (MASK_OWN_REFS if own else 0)
-    return block_refs if own else group_refs, lengths, mask
-
-
-def stored_elements(code: int, x: np.ndarray, mask: int) -> np.ndarray:
-    """The elements a group stores bits for: all, or in a ZEROS group those that are no implied zero."""
-    if not mask & MASK_ZEROS:
-        return x
-    e, t, raw, extra = split(code, x)
-    return x[~implied_zeros(e, t, raw, extra >> bool(mask & MASK_SIGN))]
-
-
-def _plane_code_bits(plane: np.ndarray) -> tuple[int, np.ndarray]:
-    """Bits the bytes take under their own Huffman code, and the code's lengths."""
-    counts = np.bincount(plane, minlength=PLANE_SYMS)
-    lengths = code_lengths(counts)
-    return int(counts @ lengths), lengths
-
-
-def choose_planes(code: int, x: np.ndarray) -> dict:
-    """§7 step 3: the raw byte planes a group codes, over its stored elements x -> {plane: code lengths}."""
-    raw = split(code, x)[2]
-    planes = {}
-    for p in range(raw.shape[1]):
-        sample = raw[::PLANE_SAMPLE_STRIDE, p]  # pre-check: saves >= 1/16 bit per sampled byte?
-        if 16 * (8 * sample.size - _plane_code_bits(sample)[0]) < sample.size:
-            continue
-        bits, lengths = _plane_code_bits(raw[:, p])
-        if bits + 8 * ((table_bits(lengths, False) + 7) // 8) < 8 * x.size:
-            planes[p] = lengths
-    return planes
-
-
 def compress(x: np.ndarray) -> bytes:
-    """One stream for the flattened array x."""
+    """One version-6 stream for the flattened array x."""
     code = DTYPE_CODES[dtype_name(x.dtype)]
+    lay = Layout(code)
     x = np.ascontiguousarray(x).ravel()
-    n, elem_bytes = x.size, LAYOUTS[code][0]
-    descs, records, tables, bodies = [], [], [], []
-    for blocks, refs, lengths, mask, planes in _groups(code, x):
-        table = bytes(refs if mask & MASK_OWN_REFS else refs[:1]) + pack_tables([lengths] + [planes[p] for p in
-                                                                                          sorted(planes)])
-        records.append(bytes([mask]) + len(table).to_bytes(2, "little"))
-        tables.append(table)
-        for blk, r in zip(blocks, refs):
-            size, body = encode_block(code, blk, r, lengths, mask, planes)
-            descs.append(size)
-            bodies.append(body)
-    coded_len = DESC_BYTES * len(descs) + sum(map(len, records)) + sum(map(len, tables)) + sum(map(len, bodies))
-    if coded_len >= n * elem_bytes:
-        return header(code, FLAG_STORED_RAW, n) + x.tobytes()
-    return (header(code, 0, n) + b"".join(d.to_bytes(DESC_BYTES, "little") for d in descs)
-            + b"".join(records)
-            + b"".join(bodies) + b"".join(tables))
-
-
-def _groups(code: int, x: np.ndarray):
-    """§7 steps 1-3 for each group: (blocks, refs, symbol code lengths, mask, plane codes)."""
-    n = x.size
-    for g in range(0, n, GROUP_BLOCKS * BLOCK):
-        blocks = [x[b : min(b + BLOCK, n)] for b in range(g, min(g + GROUP_BLOCKS * BLOCK, n), BLOCK)]
-        refs, lengths, mask = choose_group_code(code, blocks)
-        planes = choose_planes(code, stored_elements(code, x[g : g + GROUP_BLOCKS * BLOCK], mask))
-        yield blocks, refs, lengths, mask | sum(1 << p for p in planes), planes
+    descs, data = [], []
+    end = 0
+    for vals, parts in _blocks(lay, x):
+        chosen = choose_group(lay, parts)
+        group = chosen[0]["table"]
+        for v, (s, q, low), d in zip(vals, parts, chosen):
+            rec = b"" if d["table"] is None else pack_table(d["table"])
+            if d["raw"]:
+                rec += v.tobytes()
+            else:
+                rec += encode_body(lay, s, q, low, d["ref"], block_code(d["code"], d["flip"], group))
+            end += len(rec)
+            descs.append(descriptor(end, d))
+            data.append(rec)
+    if DESC_BYTES * len(descs) + end >= x.size * lay.elem_bytes:
+        return header(code, FLAG_STORED_RAW, x.size) + x.tobytes()
+    return header(code, 0, x.size) + b"".join(descs) + b"".join(data)
 
 
 def stream_bytes(x: np.ndarray) -> int:
-    """len(compress(x)), from the encoder's choices and the sub-streams' sizes, without coding."""
-    code = DTYPE_CODES[dtype_name(x.dtype)]
+    """len(compress(x)) from the encoder's choices, without writing the bodies."""
+    lay = Layout(DTYPE_CODES[dtype_name(x.dtype)])
     x = np.ascontiguousarray(x).ravel()
-    total = HEADER_BYTES + DESC_BYTES * -(-x.size // BLOCK)
-    for blocks, refs, lengths, mask, planes in _groups(code, x):
-        nrefs = len(blocks) if mask & MASK_OWN_REFS else 1
-        bits = sum(table_bits(c, i == 0) for i, c in enumerate([lengths] + [planes[p] for p in sorted(planes)]))
-        total += GROUP_RECORD_BYTES + nrefs + (bits + 7) // 8
-        total += sum(block_bytes(code, blk, r, lengths, mask, planes) for blk, r in zip(blocks, refs))
-    return min(total, max_stream_bytes(x.size, x.dtype))
+    total = sum(d["size"] + (0 if d["table"] is None else TABLE_BYTES)
+                for _, parts in _blocks(lay, x) for d in choose_group(lay, parts))
+    total += DESC_BYTES * -(-x.size // BLOCK)
+    return HEADER_BYTES + min(total, x.size * lay.elem_bytes)
 
 
-# decoding ------------------------------------------------------------------------
+# §2, §3: decoding ----------------------------------------------------------------
 
 TRUNCATED = "truncated payload (shorter than its header says)"
 
 
-def _check_header(buf: bytes, code: int, n: int, version: int = VERSION) -> int:
+def _check_header(buf: bytes, code: int, n: int) -> int:
     """§1: the header against the expected dtype and count -> its flags."""
     if len(buf) < HEADER_BYTES:
         raise CorruptPayload(TRUNCATED)
     if buf[:4] != MAGIC:
         raise CorruptPayload("bad magic (not a zipccl payload)")
-    if buf[4] != version or buf[7] != BLOCK_LOG2:
+    if buf[4] != VERSION:
+        raise CorruptPayload(f"unsupported format version {buf[4]} (this build reads version {VERSION})")
+    if buf[7] != BLOCK_LOG2:
         raise CorruptPayload("unsupported format version or block size")
     if buf[5] != code:
         raise CorruptPayload("payload dtype does not match the requested dtype")
@@ -522,149 +306,117 @@ def _check_header(buf: bytes, code: int, n: int, version: int = VERSION) -> int:
     return buf[6]
 
 
-def mask_bits(code: int) -> int:
-    """§1: the bits a group mask of this dtype may have."""
-    return (1 << LAYOUTS[code][2]) - 1 | MASK_SIGN | MASK_ZEROS | MASK_OWN_REFS
-
-
 def decompress(buf: bytes, dtype, n: int) -> np.ndarray:
-    """Decode a stream of n elements of dtype; raises CorruptPayload."""
+    """Decode a version-6 stream of n elements of dtype; raises CorruptPayload."""
     dt = np.dtype(dtype)
-    code = DTYPE_CODES[dtype_name(dt)]
-    elem_bytes = LAYOUTS[code][0]
+    lay = Layout(DTYPE_CODES[dtype_name(dt)])
     buf = bytes(buf)
-    if _check_header(buf, code, n) & FLAG_STORED_RAW:
-        if len(buf) - HEADER_BYTES < n * elem_bytes:
+    if _check_header(buf, lay.code, n) & FLAG_STORED_RAW:
+        if len(buf) - HEADER_BYTES < n * lay.elem_bytes:
             raise CorruptPayload(TRUNCATED)
         return np.frombuffer(buf, dt, count=n, offset=HEADER_BYTES).copy()
-    return _decompress_coded(buf, code, n).astype(np.uint16 if elem_bytes == 2 else np.uint32).view(dt)
-
-
-def body_offset(stream: bytes, n: int, b: int) -> int:
-    """Where block b's body starts in a coded stream of n elements (§1): for
-    tests that corrupt a chosen byte of it (a coded body's first byte holds
-    its width field, §2)."""
     nb = -(-n // BLOCK)
-    descs = [int.from_bytes(stream[HEADER_BYTES + DESC_BYTES * i:][:DESC_BYTES], "little") for i in range(b)]
-    return HEADER_BYTES + DESC_BYTES * nb + GROUP_RECORD_BYTES * -(-nb // GROUP_BLOCKS) + sum(descs)
-
-
-def _decompress_coded(buf: bytes, code: int, n: int) -> np.ndarray:
-    """§1-§6: the elements' unsigned bits of a coded stream."""
-    nb = -(-n // BLOCK)
-    ng = -(-nb // GROUP_BLOCKS)
-    records_at = HEADER_BYTES + DESC_BYTES * nb
-    bodies_at = records_at + GROUP_RECORD_BYTES * ng
-    if len(buf) < bodies_at:
+    data_at = HEADER_BYTES + DESC_BYTES * nb
+    if len(buf) < data_at:
         raise CorruptPayload(TRUNCATED)
-    records = [buf[records_at + GROUP_RECORD_BYTES * g :][:GROUP_RECORD_BYTES] for g in range(ng)]
-    masks = [r[0] for r in records]
-    if any(m & ~mask_bits(code) for m in masks):
-        raise CorruptPayload("corrupt group mask")
-    sizes = [int.from_bytes(buf[HEADER_BYTES + DESC_BYTES * b :][:DESC_BYTES], "little") for b in range(nb)]
-    table_at = bodies_at + sum(sizes)
-    table_sizes = [int.from_bytes(r[1:], "little") for r in records]
-    if len(buf) < table_at + sum(table_sizes):
-        raise CorruptPayload(TRUNCATED)
-    elem_bytes = LAYOUTS[code][0]
-    out = np.empty(n, np.int64)
-    pos, codes = bodies_at, None
-    for b, size in enumerate(sizes):
-        g, count = b // GROUP_BLOCKS, min(BLOCK, n - b * BLOCK)
-        if b % GROUP_BLOCKS == 0:
-            table = buf[table_at : table_at + table_sizes[g]]
-            table_at += table_sizes[g]
-            codes = None  # unpacked lazily: a group of raw blocks may carry any tables
-        body = buf[pos : pos + size]
-        pos += size
-        if size == count * elem_bytes:  # §2: a raw block
-            out[b * BLOCK : b * BLOCK + count] = np.frombuffer(body, np.uint16 if elem_bytes == 2 else np.uint32)
-            continue
-        if size > count * elem_bytes:
-            raise CorruptPayload("corrupt block descriptor (bad body size)")
-        lay = GroupLayout(code, masks[g])
-        if codes is None:
-            refs = min(nb, (g + 1) * GROUP_BLOCKS) - g * GROUP_BLOCKS if masks[g] & MASK_OWN_REFS else 1
-            if len(table) < refs:
-                raise CorruptPayload("corrupt code table")
-            codes = (list(table[:refs]), unpack_tables(table[refs:], [lay.nsym] + [PLANE_SYMS] * len(lay.coded)))
-        ref = codes[0][b % GROUP_BLOCKS if masks[g] & MASK_OWN_REFS else 0]
-        out[b * BLOCK : b * BLOCK + count] = _decode_block(code, body, ref, count, codes[1], lay)
-    return out
+    out = np.empty(n, lay.uint)
+    for b in range(nb):  # every block on its own: a GPU thread block, a CPU thread
+        count = min(BLOCK, n - b * BLOCK)
+        out[b * BLOCK : b * BLOCK + count] = decode_block(lay, buf, nb, b, count)
+    return out.view(dt)
 
 
-class _BitReader:
-    """Reads bits [pos, stop) of value, LSB first; a code's window reads past stop as 0."""
+def read_descriptor(buf: bytes, b: int) -> dict:
+    v = int.from_bytes(buf[HEADER_BYTES + DESC_BYTES * b :][:DESC_BYTES], "little")
+    return {"end": v & 0xFFFFFFFF, "ref": v >> 32 & 0x3FF, "code": v >> 42 & 15, "flip": v >> 46 & 1,
+            "raw": v >> 47 & 1, "table": v >> 48 & 1, "reserved": v >> 49}
 
-    def __init__(self, value: int, pos: int, stop: int):
-        self.value, self.pos, self.stop = value, pos, stop
 
-    def take(self, width: int) -> int:
-        if self.pos + width > self.stop:
-            raise CorruptPayload("corrupt block bitstream")
-        self.pos += width
-        return (self.value >> (self.pos - width)) & ((1 << width) - 1)
-
-    def symbol(self, lut) -> int:
-        """One prefix code's symbol through its decode table (decode_lut)."""
-        window = (self.value >> self.pos) & ((1 << min(self.stop - self.pos, MAX_CODE_LEN)) - 1)
-        if not lut[1][window]:
-            raise CorruptPayload("corrupt block bitstream")
-        self.take(lut[1][window])
-        return lut[0][window]
+def decode_block(lay: Layout, buf: bytes, nb: int, b: int, count: int) -> np.ndarray:
+    """§2, §3: block b's values as unsigned bits; it reads its own descriptor and the one before
+    (and its group's first block's, if it takes the group's code), nothing else of the stream."""
+    data_at = HEADER_BYTES + DESC_BYTES * nb
+    d = read_descriptor(buf, b)
+    start = read_descriptor(buf, b - 1)["end"] if b else 0
+    if d["reserved"] or d["ref"] >= 1 << lay.q_bits or (d["table"] and b % GROUP_BLOCKS):
+        raise CorruptPayload(f"corrupt block descriptor (block {b}: reserved bits or fields out of range)")
+    if not start <= d["end"] or data_at + d["end"] > len(buf):
+        raise CorruptPayload(TRUNCATED if data_at + d["end"] > len(buf) else
+                             f"corrupt block descriptor (block {b} ends before it starts)")
+    if d["table"]:
+        start += TABLE_BYTES
+    body = buf[data_at + start : data_at + d["end"]]
+    if start > d["end"]:
+        raise CorruptPayload(f"corrupt block descriptor (block {b}: shorter than its group table)")
+    if d["raw"]:
+        if d["ref"] or d["code"] or d["flip"] or len(body) != count * lay.elem_bytes:
+            raise CorruptPayload(f"corrupt block descriptor (block {b}: a raw block's fields)")
+        return np.frombuffer(body, lay.uint).copy()
+    if len(body) >= count * lay.elem_bytes:
+        raise CorruptPayload(f"corrupt block descriptor (block {b}: bad body size)")
+    group = None
+    if d["code"] == GROUP_CODE:
+        first = b - b % GROUP_BLOCKS
+        fd = read_descriptor(buf, first)
+        if not fd["table"]:
+            raise CorruptPayload(f"corrupt block descriptor (block {b} takes its group's code; the group has none)")
+        at = data_at + (read_descriptor(buf, first - 1)["end"] if first else 0)
+        group = unpack_table(buf[at : at + TABLE_BYTES])
+    elif d["code"] >= MEMBERS:
+        raise CorruptPayload(f"corrupt block descriptor (block {b}: code {d['code']})")
+    return _decode_body(lay, body, d["ref"], count, block_code(d["code"], d["flip"], group))
 
 
 def lane_starts(body: bytes) -> list[int]:
-    """§2: where each lane of a coded body starts, in bits, then the body's end."""
+    """§3: where each lane of a coded body starts, in bits, then the body's end."""
     value, end = int.from_bytes(body, "little"), 8 * len(body)
-    width, field = read_width_field(value, end)
-    head = head_bits(width) - width_field_bits(width) + field
-    base = length_base(len(body), head)
+    if end < 3 or (value & 7 == 7 and end < 8):
+        raise CorruptPayload("corrupt block body (bad body size)")
+    if value & 7 != 7:
+        width, field = (value & 7) + WIDTH_SHORT, 3
+    else:
+        width, field = (value >> 3) & 31, 8
+        if not 1 <= width <= MAX_WIDTH:
+            raise CorruptPayload("corrupt block body (bad width)")
+    head = field + (LANES - 1) * width
+    base = max(0, end - head) // LANES
     starts = [head]
     for k in range(LANES - 1):
         dev = (value >> (field + k * width)) & ((1 << width) - 1)
         starts.append(starts[-1] + base + dev - ((dev >> (width - 1)) << width))
     if head > end or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > end:
-        raise CorruptPayload("corrupt block descriptor (bad body size)")
+        raise CorruptPayload("corrupt block body (bad lane lengths)")
     return starts + [end]
 
 
-def _decode_block(code: int, body: bytes, ref: int, count: int, codes, lay: GroupLayout) -> np.ndarray:
-    """§2, §6: a coded block's elements, as unsigned bits: lane by lane, in order."""
-    exp_bits, raw_bytes = LAYOUTS[code][1], LAYOUTS[code][2]
+def _decode_body(lay: Layout, body: bytes, ref: int, count: int, lengths: np.ndarray) -> np.ndarray:
     value, starts = int.from_bytes(body, "little"), lane_starts(body)
-    luts = [decode_lut(c) for c in codes]
-    sym_lut, plane_luts = luts[0], dict(zip(lay.coded, luts[1:]))
-    e, t, raw = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros((count, raw_bytes), np.int64)
-    sign, extra = np.zeros(count, np.int64), np.zeros(count, np.int64)
+    lut = decode_lut(lengths)
+    out = np.zeros(count, np.int64)
+    bits = None
     for k in range(LANES):
-        bits = _BitReader(value, starts[k], starts[k + 1])
-        take, symbol = bits.take, bits.symbol
-        for i in lane_elements(count, k):
-            s = symbol(sym_lut)
-            sign[i], cls, t[i] = s >> 7, (s >> TOP_BITS) & (NUM_CLASSES - 1), s & 3
+        bits = BitReader(value, starts[k], starts[k + 1])
+        for i in range(k, count, LANES):
+            sym = bits.symbol(lut)
+            cls = sym & 127
             if cls == CLASS_ESC:
-                e[i] = take(exp_bits)
-            elif cls != CLASS_ZERO:
-                if cls - 1 >= ref:
-                    raise CorruptPayload("corrupt block bitstream")
-                e[i] = ref - (cls - 1)
-            if lay.zeros and cls == CLASS_ZERO and t[i] == 0:
-                continue  # §4.2: an implied zero stores nothing
-            extra[i] = take(lay.extra_bits)
-            for p in range(raw_bytes):
-                raw[i, p] = symbol(plane_luts[p]) if p in plane_luts else take(8)
+                q = bits.take(lay.q_bits)
+            elif cls == CLASS_ZERO:
+                q = 0
+            else:
+                q = ref - (cls - 1)
+                if not 4 <= q < lay.q_max:
+                    raise CorruptPayload("corrupt block bitstream (a distance beyond the normal exponents)")
+            low = 0 if cls == CLASS_ZERO else bits.take(lay.low_bits)
+            out[i] = (sym >> 7) << (lay.width - 1) | q << lay.low_bits | low
         if k + 1 < LANES and bits.pos != bits.stop:
             raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
     if (bits.pos + 7) // 8 != len(body) or value >> bits.pos:
         raise CorruptPayload("corrupt block bitstream (unused or nonzero padding bits)")
-    if not lay.sc:
-        sign = extra & 1
-        extra >>= 1
-    return join(code, e, t, raw, extra << 1 | sign)
+    return out
 
 
-# §8 ---------------------------------------------------------------------------
+# §7 ---------------------------------------------------------------------------
 
 
 def compress_chunks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -686,7 +438,7 @@ QUIET_BIT, INVALID_SUM_NAN = 0x00400000, 0xFFC00000
 
 
 def add_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a + b in float32 by §8's rule: the IEEE sum, except that a NaN result
+    """a + b in float32 by §7's rule: the IEEE sum, except that a NaN result
     is a's NaN if a is one, else b's, quieted, and an invalid sum's (inf +
     -inf) is 0xFFC00000. It is x86's rule (numpy's add there gives the same
     bits), written out so that the sum is one function on every platform."""

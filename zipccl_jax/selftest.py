@@ -87,14 +87,15 @@ def check_codec(device) -> list[str]:
 
 
 def check_corrupt_payload(device) -> list[str]:
-    """A stream whose block 0 has a bad mode: decoded eagerly it raises the CPU codec's error; on a
-    GPU, under jit, the handler does not wait for the device: the stream decodes to all-one bytes
-    (NaN) and its status word holds the error. Returns what went wrong."""
+    """A stream whose block 0 has a reserved descriptor bit set: decoded eagerly it raises the CPU
+    codec's error; on a GPU, under jit, the handler does not wait for the device: the stream decodes
+    to all-one bytes (NaN) and its status word holds the error. Returns what went wrong."""
     c = compress(jax.device_put(_data("gaussian", 9000, np.float32, 0), device))
     bad = np.asarray(c.payload).copy()
-    bad[reference.body_offset(bad.tobytes(), 9000, 0)] = 7 | 21 << 3  # block 0's width field: 21, a bad mode (§2)
+    bad[reference.HEADER_BYTES + reference.DESC_BYTES - 1] |= 0x80  # block 0's descriptor: bit 63, reserved (§2)
     corrupt = Compressed(jax.device_put(bad, device), c.nbytes, c.shape, c.dtype)
-    expected = "zipccl: corrupt payload (stream 0): corrupt block descriptor (bad mode)"
+    expected = ("zipccl: corrupt payload (stream 0): corrupt block descriptor (reserved bits, a field out of range, "
+                "or its offsets)")
     wrong = []
     try:
         jax.block_until_ready(decompress(corrupt))

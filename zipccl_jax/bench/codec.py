@@ -1,7 +1,7 @@
 """Codec benchmark: ratio and single-core speed, side by side with the baselines.
 
     python -m zipccl_jax bench codec [--elements N] [--repeat R] [--core C] [--lm-steps S]
-    python -m zipccl_jax bench codec --versions [--elements N] [--repeat R] [--core C] [--rounds K]
+    python -m zipccl_jax bench codec --against OTHER/_zipccl_cpu.so [--elements N] [--repeat R] [--core C] [--rounds K]
 
 Every codec runs on the same bytes in one process, pinned to one core. Ratios
 cover Gaussian data, every pretrained model of bench.data.MODELS that is
@@ -27,7 +27,7 @@ from ..dtypes import DTYPE_CODES
 from . import baselines, report
 from . import data as bench_data
 
-RATIO_CODECS = ("zipccl", "zipnn", "zstd-1", "zstd-3", "exp-huffman/tensor", "coded entropy bound")
+RATIO_CODECS = ("zipccl", "zipnn", "zstd-1", "zstd-3", "exp-huffman/tensor")
 
 
 def _median_seconds(fn, repeat: int) -> float:
@@ -62,7 +62,6 @@ def ratios(name: str, data) -> dict:
     row["zstd-1"] = raw / len(baselines.zstd_compress(flat.tobytes(), 1))
     row["zstd-3"] = raw / len(baselines.zstd_compress(flat.tobytes(), 3))
     row["exp-huffman/tensor"] = raw / baselines.per_tensor_exponent_huffman_bytes(tensors)
-    row["coded entropy bound"] = 8 * raw / baselines.coded_entropy_bits(flat)
     row["vs zipnn"] = f"{100 * (row['zipccl'] / row['zipnn'] - 1):+.2f}%"
     return row
 
@@ -93,52 +92,61 @@ def speeds(x: np.ndarray, repeat: int) -> dict:
     return {k: (v, v / gbs["numpy copy"]) for k, v in gbs.items()}
 
 
-def _version_calls(x: np.ndarray) -> dict:
-    """{version: {op: call}} of the C++ codec on x: version 5 (the library's format) and version 6
-    (docs/FORMAT6.md), each on its own reused buffers; checks both round trips bit for bit."""
+def load_baseline(path: str):
+    """Another build's `_zipccl_cpu` module (e.g. format version 5's, built from its commit), loaded
+    beside this one: `bench codec --against PATH`."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zipccl_baseline._zipccl_cpu", path)
+    if spec is None or not os.path.exists(path):
+        raise SystemExit(f"bench codec --against: no module at {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build_calls(x: np.ndarray, module) -> dict:
+    """{op: call} of one build's C++ codec on x, on its own reused buffers, and its ratio; checks
+    the round trip bit for bit."""
     raw = np.ascontiguousarray(x).view(np.uint8).ravel()
     code = DTYPE_CODES[x.dtype.name]
-    calls = {}
-    for v, (comp, decomp, size, plan_bytes) in {
-        5: (_zipccl_cpu.compress_into, _zipccl_cpu.decompress_into, _zipccl_cpu.stream_bytes, _zipccl_cpu.plan_bytes),
-        6: (_zipccl_cpu.compress6_into, _zipccl_cpu.decompress6_into, _zipccl_cpu.stream_bytes6, _zipccl_cpu.plan_bytes6),
-    }.items():
-        out = np.empty(reference.max_stream_bytes(x.size, x.dtype), np.uint8)
-        back = np.empty_like(raw)
-        stream = out[: comp(raw, code, out)]
-        decomp(stream, code, back)
-        if not np.array_equal(back, raw):
-            raise AssertionError(f"version {v} round trip is not bit-exact")
-        plan = np.zeros(plan_bytes(x.size), np.uint8)
-        size(raw, code, plan)
-        calls[v] = {"ratio": raw.nbytes / stream.size,
-                    "compress": lambda c=comp, o=out: c(raw, code, o),
-                    "decompress": lambda d=decomp, s=stream, b=back: d(s, code, b),
-                    "size pass": lambda z=size, p=plan: z(raw, code, p),
-                    "planned compress": lambda c=comp, o=out, p=plan: c(raw, code, o, False, p)}
-    return calls
+    out = np.empty(reference.max_stream_bytes(x.size, x.dtype), np.uint8)
+    back = np.empty_like(raw)
+    stream = out[: module.compress_into(raw, code, out)]
+    module.decompress_into(stream, code, back)
+    if not np.array_equal(back, raw):
+        raise AssertionError(f"{module.__name__}: the round trip is not bit-exact")
+    plan = np.zeros(module.plan_bytes(x.size), np.uint8)
+    module.stream_bytes(raw, code, plan)
+    return {"ratio": raw.nbytes / stream.size,
+            "compress": lambda: module.compress_into(raw, code, out),
+            "decompress": lambda: module.decompress_into(stream, code, back),
+            "size pass": lambda: module.stream_bytes(raw, code, plan),
+            "planned compress": lambda: module.compress_into(raw, code, out, False, plan)}
 
 
-def version_speeds(x: np.ndarray, repeat: int, rounds: int) -> dict:
-    """Single-core GB/s of versions 5 and 6 on x, side by side: `rounds` rounds alternating which
-    version runs first, each op's median of `repeat` per round; the median of the rounds' medians,
-    and version 6 / version 5."""
-    calls = _version_calls(x)
+def build_speeds(x: np.ndarray, baseline, repeat: int, rounds: int) -> dict:
+    """Single-core GB/s of the baseline build and this one on x, side by side: `rounds` rounds
+    alternating which runs first, each op's median of `repeat` per round; the median of the rounds'
+    medians, and this / baseline."""
+    calls = {"base": _build_calls(x, baseline), "this": _build_calls(x, _zipccl_cpu)}
     ops = ("compress", "decompress", "size pass", "planned compress")  # the last two: the collectives' encode
     runs = {(v, op): [] for v in calls for op in ops}
     for r in range(rounds):
-        for v in (5, 6) if r % 2 == 0 else (6, 5):
+        for v in ("base", "this") if r % 2 == 0 else ("this", "base"):
             for op in ops:
                 runs[v, op].append(x.nbytes / 1e9 / _median_seconds(calls[v][op], repeat))
-    row = {"v5 ratio": f"{calls[5]['ratio']:.4f}", "v6 ratio": f"{calls[6]['ratio']:.4f}"}
+    row = {"base ratio": f"{calls['base']['ratio']:.4f}", "this ratio": f"{calls['this']['ratio']:.4f}"}
     for op in ops:
-        v5, v6 = float(np.median(runs[5, op])), float(np.median(runs[6, op]))
-        row[f"v5 {op}"], row[f"v6 {op}"], row[f"{op} v6/v5"] = f"{v5:.2f}", f"{v6:.2f}", f"{v6 / v5:.2f}"
+        base, this = float(np.median(runs["base", op])), float(np.median(runs["this", op]))
+        row[f"base {op}"], row[f"this {op}"], row[f"{op} this/base"] = f"{base:.2f}", f"{this:.2f}", f"{this / base:.2f}"
     return row
 
 
-def run_versions(elements: int, repeat: int, core: int | None, rounds: int, json_path=None) -> None:
-    """Versions 5 and 6 of the C++ CPU codec side by side (issue 26's CPU speed acceptance)."""
+def run_against(path: str, elements: int, repeat: int, core: int | None, rounds: int, json_path=None) -> None:
+    """This build's C++ CPU codec beside another build's (issue 26's CPU speed acceptance: version 6
+    against version 5 built from its commit)."""
+    baseline = load_baseline(path)
     if core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
     datasets = [(f"gaussian {dt}", bench_data.gaussian(elements, dt)) for dt in bench_data.DTYPES]
@@ -146,13 +154,14 @@ def run_versions(elements: int, repeat: int, core: int | None, rounds: int, json
     progress = report.Progress(len(datasets))
     rows = []
     for name, data in datasets:
-        progress.start(f"versions 5 and 6 {name}")
-        rows.append({"data": name, **version_speeds(_flat(data), repeat, rounds)})
-        progress.finish(f"compress x{rows[-1]['compress v6/v5']}, decompress x{rows[-1]['decompress v6/v5']}")
-    print(f"## Versions 5 and 6, single-core GB/s of input (median of {rounds} alternated rounds' medians of {repeat})\n")
+        progress.start(f"base and this build, {name}")
+        rows.append({"data": name, **build_speeds(_flat(data), baseline, repeat, rounds)})
+        progress.finish(f"compress x{rows[-1]['compress this/base']}, decompress x{rows[-1]['decompress this/base']}")
+    print(f"## This build against {path}, single-core GB/s of input "
+          f"(median of {rounds} alternated rounds' medians of {repeat})\n")
     print(report.table(rows))
     if json_path:
-        report.save_json(json_path, elements=elements, repeat=repeat, rounds=rounds, versions=rows)
+        report.save_json(json_path, elements=elements, repeat=repeat, rounds=rounds, baseline=path, builds=rows)
 
 
 def api_speeds(x: np.ndarray, repeat: int) -> dict:

@@ -1,6 +1,10 @@
 """Study for issue 26: exponent codes fixed ahead of time, against format version 5's adaptive ones.
 
-    python -m zipccl_jax bench static-codes [--family K] [--json OUT]
+    python -m zipccl_jax bench static-codes --against V5/_zipccl_cpu.so [--family K] [--json OUT]
+    python -m zipccl_jax bench static-codes --emit-family
+
+Version 5's streams come from its C++ codec built from a commit that has it (f5ec9bf or earlier:
+`pip wheel` there, or its CMake build), loaded beside this build (`bench codec --against`).
 
 Tooling, not the format: it sizes a candidate version-6 stream exactly, writes no bytes.
 
@@ -31,15 +35,15 @@ import re
 
 import numpy as np
 
-from .. import reference, reference_v6
+from .. import reference
 from ..dtypes import DTYPE_CODES
 from . import baselines, report
 from . import data as bench_data
 
-BLOCK, LANES = reference.BLOCK, reference.LANES
-# version 6's symbol alphabet (docs/FORMAT6.md §1), which the study sized first
-MAX_D, CLASS_ZERO, CLASS_ESC = reference_v6.MAX_D, reference_v6.CLASS_ZERO, reference_v6.CLASS_ESC
-NSYM, VALID, FLIP = reference_v6.NSYM, reference_v6.VALID, reference_v6.FLIP
+BLOCK, LANES = reference.BLOCK, 16  # the study's blocks: version 5's 16 lanes
+# version 6's symbol alphabet (docs/FORMAT.md §1), which the study sized first
+MAX_D, CLASS_ZERO, CLASS_ESC = reference.MAX_D, reference.CLASS_ZERO, reference.CLASS_ESC
+NSYM, VALID, FLIP = reference.NSYM, reference.VALID, reference.FLIP
 DESC_BYTES = 6  # per block: u32 body offset, u8 ref, u8 member << 1 | flip (255: raw)
 CHUNK_BLOCKS = 256  # blocks whose lane histograms are held at once
 SIZES = (4, 8, 16)
@@ -48,7 +52,7 @@ SIZES = (4, 8, 16)
 def block_stats(x: np.ndarray):
     """Per block and lane of x (any shape, bf16/fp16/fp32): the symbol histogram [nb, 16, 256], the
     bits stored beside the codes (escaped exponents, mantissa bits) [nb, 16], refs [nb], counts [nb]."""
-    lay = reference_v6.Layout(DTYPE_CODES[x.dtype.name])
+    lay = reference.Layout(DTYPE_CODES[x.dtype.name])
     x = np.ascontiguousarray(x).ravel()
     nb = -(-x.size // BLOCK)
     hist = np.zeros((nb, LANES, NSYM), np.int32)
@@ -56,23 +60,23 @@ def block_stats(x: np.ndarray):
     refs = np.zeros(nb, np.int64)
     for b0 in range(0, nb, CHUNK_BLOCKS):
         xs = x[b0 * BLOCK : (b0 + CHUNK_BLOCKS) * BLOCK]
-        sign, q, low = reference_v6.split(lay, xs)
+        sign, q, low = reference.split(lay, xs)
         blk = np.arange(xs.size) // BLOCK
-        normal = reference_v6.normal(lay, q)
+        normal = reference.normal(lay, q)
         ref = np.zeros(blk[-1] + 1, np.int64)
         np.maximum.at(ref, blk[normal], q[normal])  # each block's own ref
-        sym = reference_v6.symbols(lay, sign, q, low, ref[blk])
+        sym = reference.symbols(lay, sign, q, low, ref[blk])
         cell = blk * LANES + np.arange(xs.size) % LANES
         n = (blk[-1] + 1) * LANES
         hist[b0 : b0 + blk[-1] + 1] = np.bincount(cell * NSYM + sym, minlength=n * NSYM).reshape(-1, LANES, NSYM)
-        fixed[b0 : b0 + blk[-1] + 1] = np.bincount(cell, reference_v6.fixed_bits(lay, sym),
+        fixed[b0 : b0 + blk[-1] + 1] = np.bincount(cell, reference.fixed_bits(lay, sym),
                                                    minlength=n).reshape(-1, LANES)
         refs[b0 : b0 + blk[-1] + 1] = ref
     counts = np.minimum(BLOCK, x.size - np.arange(nb) * BLOCK)
     return hist, fixed, refs, counts
 
 
-body_bytes = reference_v6.body_bytes  # version 5's coded body size (§2, §7 step 4) for 16 lane bit counts
+body_bytes = reference.body_bytes  # version 5's coded body size (§2, §7 step 4) for 16 lane bit counts
 
 
 def plan(x: np.ndarray, family: np.ndarray, stats=None) -> dict:
@@ -222,18 +226,19 @@ def _flat(tensors: dict) -> np.ndarray:
     return np.concatenate([tensors[k].ravel() for k in sorted(tensors)])
 
 
-def _v5_bytes(x: np.ndarray) -> int:
-    from .codec import zipccl_bytes  # the C++ codec: byte-identical to reference.compress, and fast
+def _v5_bytes(v5, x: np.ndarray) -> int:
+    """The length of version 5's stream of x, from its C++ codec (the module v5)."""
+    raw = np.ascontiguousarray(x).view(np.uint8).ravel()
+    out = np.empty(reference.max_stream_bytes(x.size, x.dtype), np.uint8)
+    return v5.compress_into(raw, DTYPE_CODES[x.dtype.name], out)
 
-    return zipccl_bytes(x)
 
-
-def measure(name: str, x: np.ndarray, families: dict, zipnn: bool) -> dict:
+def measure(name: str, x: np.ndarray, families: dict, zipnn: bool, v5) -> dict:
     raw = x.nbytes
-    row = {"data": name, "dtype": x.dtype.name, "values": x.size, "v5": raw / _v5_bytes(x)}
+    row = {"data": name, "dtype": x.dtype.name, "values": x.size, "v5": raw / _v5_bytes(v5, x)}
     if zipnn:
         row["zipnn"] = raw / len(baselines.zipnn_compress(x))
-    row["v6"] = raw / reference_v6.stream_bytes(x)  # the format's exact stream, its family built in
+    row["v6"] = raw / reference.stream_bytes(x)  # the format's exact stream, its family built in
     row["v6 / v5"] = row["v6"] / row["v5"]
     stats = block_stats(x)
     for k, fam in families.items():
@@ -266,20 +271,26 @@ def _cells(rows):
 
 
 def family_hex(family: np.ndarray) -> str:
-    """A family as reference_v6.FAMILY_HEX's source: each member's 256 lengths, a hex digit each."""
+    """A family as reference.FAMILY_HEX's source: each member's 256 lengths, a hex digit each."""
     members = ["".join(f"{v:x}" for v in m) for m in family]
     quarters = ["\n".join(f'    "{m[i : i + 64]}"' for i in range(0, 256, 64)) for m in members]
     return "FAMILY_HEX = (\n" + ",\n".join(quarters) + ",\n)"
 
 
 def run(family_sizes, json_path=None, lm_steps: int = 200, gaussian_values: int = 1 << 22,
-        emit_family: bool = False) -> None:
+        emit_family: bool = False, against: str | None = None) -> None:
     if not set(family_sizes) <= set(SIZES):
         raise SystemExit(f"--family: sizes of {SIZES}")
-    if emit_family:  # format version 6's: K = 4 from the fitting corpus (docs/FORMAT6.md §5)
+    if emit_family:  # format version 6's: K = 4 from the fitting corpus (docs/FORMAT.md §5)
         fit, _ = corpora(lm_steps)
         print(family_hex(derive_families(block_histograms(fit), (4,))[4]))
         return
+    if not against:
+        raise SystemExit("bench static-codes compares with format version 5: build its _zipccl_cpu module from a "
+                         "commit that has it (f5ec9bf or earlier) and pass --against PATH")
+    from .codec import load_baseline
+
+    v5 = load_baseline(against)
     zipnn = importlib.util.find_spec("zipnn") is not None
     progress = report.Progress(3)
     progress.start("corpora: MiniLM, the LM's traffic")
@@ -289,9 +300,9 @@ def run(family_sizes, json_path=None, lm_steps: int = 200, gaussian_values: int 
     families = {k: v for k, v in derive_families(block_histograms(fit), SIZES).items() if k in family_sizes}
     progress.finish()
     progress.start("sizing every class and tensor")
-    gauss = measure("gaussian", bench_data.gaussian(gaussian_values, "bfloat16"), families, zipnn)
-    classes = [measure(c, _flat(t), families, zipnn) for (c, dt), t in test.items()]
-    tensors = [measure(f"{c}: {n}", t, families, False) for (c, dt), ts in test.items()
+    gauss = measure("gaussian", bench_data.gaussian(gaussian_values, "bfloat16"), families, zipnn, v5)
+    classes = [measure(c, _flat(t), families, zipnn, v5) for (c, dt), t in test.items()]
+    tensors = [measure(f"{c}: {n}", t, families, False, v5) for (c, dt), ts in test.items()
                if not c.startswith("MiniLM ") for n, t in sorted(ts.items())]
     progress.finish()
     print("## Gaussian bfloat16\n\n" + report.table(_cells([gauss])))

@@ -54,11 +54,10 @@ COARSE = 1.15  # and steps of 15% outside
 
 
 def fixed_fraction(dtype) -> float:
-    """The share of each value's bits the format stores raw (FORMAT.md §3: the
-    raw byte planes and the extra bits, sign included). A stream is never
-    smaller unless its byte planes are coded (§5.4)."""
-    elem_bytes, _, raw_planes, extra_bits = reference.LAYOUTS[DTYPE_CODES[np.dtype(dtype).name]]
-    return (8 * raw_planes + extra_bits) / (8 * elem_bytes)
+    """The share of each value's bits the format stores beside its code (FORMAT.md §1, §3: the low
+    bits of every value but a zero). No coded stream of nonzero values is smaller."""
+    elem_bytes, _, low_bits = reference.LAYOUTS[DTYPE_CODES[np.dtype(dtype).name]]
+    return low_bits / (8 * elem_bytes)
 
 
 def stream_sizes(rows: np.ndarray) -> np.ndarray:
