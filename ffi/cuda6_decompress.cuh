@@ -458,15 +458,11 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(c
                     &built, &table_status);
 }
 
-// AccumulateKernel's shared memory: the decoder's, and the item's arrays, read from here (after
-// the decode's barriers) rather than held in registers across it.
+// AccumulateKernel's shared memory: the decoder's, and the tables' address (read from here after
+// the decode's barriers rather than held in registers across it).
 struct AccumulateSmem {
   DecodeSmem d;
   const Tables* tables;
-  const uint8_t* const* rows;
-  float* acc;
-  uint8_t* out;
-  unsigned long long* verdicts;
 };
 
 // The reduce step (FORMAT.md §8) without the decoded rows in memory: `items` items of k rows,
@@ -486,14 +482,14 @@ __global__ void __launch_bounds__(kDecodeThreads, kAccumulateMinCtas) Accumulate
   const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
   const int64_t ctas = gridDim.x / items, item = blockIdx.x / ctas, cta = blockIdx.x % ctas;
   const int out_bytes = out_dtype == kF32 ? 4 : 2;
-  if (tid == 0)
-    s.tables = TablesOr(tables), s.rows = rows + item * k, s.acc = acc + item * n, s.out = out + item * n * out_bytes, s.verdicts = verdicts + item * k;
+  rows += item * k, acc += item * n, out += item * n * out_bytes, verdicts += item * k;
+  if (tid == 0) s.tables = TablesOr(tables);
   const int64_t nb = (n + kBlock - 1) / kBlock;
   if (cta == 0)  // every row's header (n = 0 too), once
     for (int64_t r = tid; r < k; r += kDecodeThreads) {
       int flags = 0;
-      const int st = StreamStatus<DT>(rows[item * k + r], size, n, &flags);
-      if (st != kOk) atomicMin(&verdicts[item * k + r], (unsigned long long)st);
+      const int st = StreamStatus<DT>(rows[r], size, n, &flags);
+      if (st != kOk) atomicMin(&verdicts[r], (unsigned long long)st);
     }
   __syncthreads();
   LoadFamily<DT>(s.d, s.tables);
@@ -501,11 +497,11 @@ __global__ void __launch_bounds__(kDecodeThreads, kAccumulateMinCtas) Accumulate
   const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + ctas - 1) / ctas;
   for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j) {
     for (int r = 0; r < int(k); ++r) {  // k < 2^31 (the handlers' rows)
-      const uint8_t* in = s.rows[r];
+      const uint8_t* in = rows[r];
       int flags = 0;
       if (StreamStatus<DT>(in, size, n, &flags) != kOk) continue;  // reported above; the sums are poisoned
       const bool first = r == 0;
-      const auto sink_of = [&](int64_t block) { return AddSink<DT>{s.acc + block * kBlock, first}; };
+      const auto sink_of = [&](int64_t block) { return AddSink<DT>{acc + block * kBlock, first}; };
       if (flags & kFlagStoredRaw) {
         const int64_t b = j * kDecodeWarps + w;
         const AddSink<DT> sink = sink_of(b);
@@ -515,13 +511,13 @@ __global__ void __launch_bounds__(kDecodeThreads, kAccumulateMinCtas) Accumulate
       }
       int64_t built = -1;
       int table_status = kOk;
-      DecodeBatch<DT>(s.d, in, size, n, j, s.tables, sink_of, &s.verdicts[r], &built, &table_status);
+      DecodeBatch<DT>(s.d, in, size, n, j, s.tables, sink_of, &verdicts[r], &built, &table_status);
     }
     // the block's sums, rounded once, each by the lane that added it
     const int64_t b = j * kDecodeWarps + w;
     for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp) {
       const int64_t e = b * kBlock + i;
-      store_element(s.out + e * out_bytes, f32_to_element(out_dtype, s.acc[e]), out_bytes);
+      store_element(out + e * out_bytes, f32_to_element(out_dtype, acc[e]), out_bytes);
     }
   }
 }
