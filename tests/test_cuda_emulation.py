@@ -407,9 +407,10 @@ def test_sums_of_nans_carry_the_reference_bits_although_the_gpu_add_canonicalise
 
 SIZES_OP, ENCODE_OP, ENCODE_RAW_OP, DECODE_ROWS_OP, ACCUMULATE_ROWS_OP, ENCODE_LENGTHS_OP = 4, 5, 6, 7, 8, 10
 # (elements, rows, unit, leaves, buffers): contiguous rows in one leaf and in 20 leaves (more than a kernel
-# takes at once), interleaved blocks with padding, a row shorter than its unit, odd rows (unaligned streams)
+# takes at once), interleaved blocks with padding, a row shorter than its unit, odd rows (unaligned streams),
+# 20 row buffers (more received parts than one launch takes)
 ROW_LAYOUTS = [(4 * 4100, 4, 0, 1, 2), (4 * 4100, 4, 0, 20, 4), (2 * 4 * r6.BLOCK + 4 * 300 + 3, 4, r6.BLOCK, 3, 1),
-               (2 * 1000, 2, r6.BLOCK, 2, 2), (3 * 4097, 3, 0, 1, 3)]
+               (2 * 1000, 2, r6.BLOCK, 2, 2), (3 * 4097, 3, 0, 1, 3), (20 * 301 - 7, 20, 0, 2, 20)]
 
 
 def flat_of(dtype, size, seed):
