@@ -16,7 +16,15 @@
 // format6.h's decode_element step by step, for the verdict. A failing block
 // reports (block + 1) << 8 | status by atomicMin, a failing header or length
 // its status alone: the stream's verdict is the lowest, as the reference's
-// first error.
+// first error. A launch decodes a batch of streams, a run of CTAs each
+// (item = blockIdx.x / the run's length), at any byte alignment.
+//
+// AccumulateKernel<DT>: the reduce step on the same block decoder (DecodeBatch,
+// DecodeBlock with an AddSink instead of a StoreSink): a CTA takes a batch of
+// 8 blocks through an item's k rows in order, adding each decoded value in
+// float32 to its sum (in the workspace, touched only by the lane that owns the
+// value), then rounds the batch's sums once into the output: no decoded row is
+// written to memory.
 #pragma once
 
 #include "cuda6_device.cuh"
