@@ -360,7 +360,9 @@ def test_cuda_build_compiles_for_sm90_within_budget(tmp_path):
                           str(src), "-o", str(tmp_path / "cuda6.o")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     kernels = re.findall(r"Compiling entry function '(\w+)'", out.stderr)
-    usage = re.findall(r"Used (\d+) registers, used \d+ barriers, (\d+) bytes smem", out.stderr)
+    # (GroupKernel's 8-byte stack frame: the call of the 64-bit division that finds its item; no spill)
+    usage = re.findall(r"Used (\d+) registers, used \d+ barriers, (?:\d+ bytes cumulative stack size, )?(\d+) bytes smem",
+                       out.stderr)
     # Scan; Group, Code, Decode and Accumulate (the reduce step, in cuda6_codec.cuh's Accumulate) for each dtype
     assert len(usage) == len(kernels) == 13, out.stderr
     assert not re.search(r"[1-9]\d* bytes spill stores", out.stderr), out.stderr
