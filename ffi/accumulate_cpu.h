@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "zipccl_format.h"  // Status, layout_of, element_to_f32, add_f32
+#include "zipccl_format.h"  // Status, dtype_bytes, element_to_f32, add_f32
 
 namespace zipccl {
 
@@ -27,7 +27,7 @@ void round_elements(int dtype, const float* acc, int64_t n, uint8_t* out);
 
 template <class Decode>
 int accumulate_rows(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc, Decode decode) {
-  const int es = layout_of(dtype).elem_bytes;
+  const int es = dtype_bytes(dtype);
   std::unique_ptr<uint8_t[]> row(new uint8_t[size_t(n > 0 ? n * es : 1)]);
   for (int64_t j = 0; j < k; ++j) {
     const int status = decode(dtype, in + j * cap, cap, n, row.get());

@@ -1,5 +1,5 @@
 // Format version 6 on the CPU (codec6_cpu.h). Two coders give the same bytes:
-// the generic one runs format6.h's functions step by step as FORMAT6.md §6
+// the generic one runs format6.h's functions step by step as FORMAT.md §6
 // words them; the fast one sizes every candidate code from one histogram of
 // each block's symbols by lane, codes each value with one table lookup and
 // one append, and decodes with 64-bit windows, falling back to the generic

@@ -1,4 +1,4 @@
-// Stream coder of format version 6 (docs/FORMAT6.md) on the CPU: whole
+// Stream coder of format version 6 (docs/FORMAT.md) on the CPU: whole
 // streams, built on format6.h. Plain functions with no XLA types, so FFI
 // handlers, the Python buffer API and the fuzzer share them. generic=true runs
 // format6.h's block coder (the specification the CUDA codec shares) instead
@@ -23,7 +23,7 @@ inline int64_t max_elements(int dtype) { return (int64_t(0xFFFFFFFF) - kHeaderBy
 // written and a stream longer than cap returns -1 (out's contents
 // unspecified). Returns the stream's length, or -1 if n > max_elements(dtype).
 // With a plan from stream_bytes of the same elements it codes without sizing
-// anything (FORMAT6.md §6 is the plan's); the plan must be that (check_plan
+// anything (FORMAT.md §6 is the plan's); the plan must be that (check_plan
 // guards memory safety, not the match).
 int64_t compress_stream(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bool generic = false,
                         const uint8_t* plan = nullptr, int64_t cap = -1);

@@ -31,7 +31,7 @@ using ConstBytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::dev
 template <typename A>
 int64_t element_count(const A& raw, int dtype) {
   if (dtype < zipccl::kBF16 || dtype > zipccl::kF32) throw std::invalid_argument("zipccl: bad dtype code");
-  return int64_t(raw.shape(0)) / zipccl::layout_of(dtype).elem_bytes;
+  return int64_t(raw.shape(0)) / zipccl::dtype_bytes(dtype);
 }
 
 // Streams hold at most max_elements (a uint32 length, FORMAT.md §1): longer arrays are split.

@@ -1,10 +1,11 @@
-// Format version 6 on CUDA (docs/FORMAT6.md): the compress and decompress
-// kernels (cuda6_compress.cuh, cuda6_decompress.cuh) and their host calls.
-// Neither call synchronises with the host: the stream's length and the
-// decoder's verdict are written to device memory.
-//
-// Not yet wired into the library (which writes version 5); tested by host
-// emulation (tests/test_cuda6_emulation.py) and timed by tools/v6_cuda/measure.sh.
+// Format version 6 on CUDA (docs/FORMAT.md): the compress, decompress and
+// reduce-step kernels (cuda6_compress.cuh, cuda6_decompress.cuh) and their
+// host calls, each over a batch of streams in one set of launches (the
+// kernels take their item from blockIdx.x). No call synchronises with the
+// host or copies to or from it: lengths and verdicts are written to device
+// memory, and the family's tables are kDeviceTables, in the module image
+// (tables null; the emulation tests and tools/v6_cuda pass their own).
+// The XLA FFI handlers (zipccl_cuda.cu) call these.
 #pragma once
 
 #include "cuda6_compress.cuh"
@@ -13,73 +14,131 @@
 namespace zipccl {
 namespace cuda6 {
 
-constexpr int kDecodeCtasPerSm = kDecodeMinCtas;  // DecodeKernel: 64 registers, 37 KB of shared memory
+constexpr int kDecodeCtasPerSm = kDecodeMinCtas;  // DecodeKernel: 64 registers, 34 KB of shared memory
+constexpr int kAccumulateCtasPerSm = kAccumulateMinCtas;  // AccumulateKernel: at most 128 registers
 
 inline int64_t NumBlocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 inline int64_t NumGroups(int64_t n) { return (NumBlocks(n) + kGroupBlocks - 1) / kGroupBlocks; }
 
-// The compress workspace's bytes for n elements (each array 256-byte aligned).
-inline size_t CompressWorkspaceBytes(int64_t n) {
-  const int64_t nb = NumBlocks(n), ng = NumGroups(n);
-  auto up = [](int64_t v) { return size_t((v + 255) / 256 * 256); };
-  return up(8 * nb) + up(4 * nb) + up(64 * nb) + up(4 * ng) + up(8 * ng) + up(v6::kNumSyms * ng) + up(4 * v6::kNumSyms * ng) + 256;
+// The compress workspace's arrays for `items` streams of n elements, carved in order from
+// base (each 256-byte aligned; base null: only measured). Returns the bytes they take.
+inline size_t CarveWorkspace(void* base, int64_t n, int64_t items, Workspace* ws) {
+  const int64_t nb = items * NumBlocks(n), ng = items * NumGroups(n);
+  auto up = [](int64_t v) { return size_t((Max<int64_t>(v, 1) + 255) / 256 * 256); };
+  uint8_t* p = static_cast<uint8_t*>(base);
+  size_t at = 0;
+  auto take = [&](auto** field, int64_t bytes) {
+    *field = p ? reinterpret_cast<std::remove_pointer_t<decltype(field)>>(p + at) : nullptr;
+    at += up(bytes);
+  };
+  take(&ws->plan, 8 * nb);
+  take(&ws->rsize, 4 * nb);
+  take(&ws->lanes, 2 * kWarp * nb);
+  take(&ws->gbytes, 4 * ng);
+  take(&ws->goff, 8 * ng);
+  take(&ws->glens, v6::kNumSyms * ng);
+  take(&ws->gput, 4 * v6::kNumSyms * ng);
+  take(&ws->flags, 4 * items);
+  return at;
 }
 
-inline Workspace CarveWorkspace(void* base, int64_t n) {
-  const int64_t nb = NumBlocks(n), ng = NumGroups(n);
-  auto up = [](int64_t v) { return size_t((v + 255) / 256 * 256); };
-  uint8_t* p = static_cast<uint8_t*>(base);
+// The compress workspace's bytes for `items` streams of n elements (base 256-byte aligned).
+inline size_t CompressWorkspaceBytes(int64_t n, int64_t items = 1) {
   Workspace ws;
-  ws.plan = reinterpret_cast<uint64_t*>(p), p += up(8 * nb);
-  ws.rsize = reinterpret_cast<uint32_t*>(p), p += up(4 * nb);
-  ws.lanes = reinterpret_cast<uint16_t*>(p), p += up(64 * nb);
-  ws.gbytes = reinterpret_cast<uint32_t*>(p), p += up(4 * ng);
-  ws.goff = reinterpret_cast<uint64_t*>(p), p += up(8 * ng);
-  ws.glens = p, p += up(v6::kNumSyms * ng);
-  ws.gput = reinterpret_cast<uint32_t*>(p), p += up(4 * v6::kNumSyms * ng);
-  ws.flags = reinterpret_cast<uint32_t*>(p);
-  return ws;
+  return CarveWorkspace(nullptr, n, items, &ws);
 }
 
 template <int DT>
-void CompressAs(const void* x, int64_t n, uint8_t* out, unsigned long long* out_len, void* workspace,
-                const Tables* tables, cudaStream_t stream) {
+void CompressAs(const void* x, int64_t n, int64_t items, uint8_t* out, int64_t pitch, unsigned long long* out_len,
+                uint32_t* out_len32, const Workspace& ws, const Tables* tables, bool code, cudaStream_t stream) {
   using Word = typename Elem<DT>::Word;
-  const Workspace ws = CarveWorkspace(workspace, n);
   const int64_t nb = NumBlocks(n), ng = NumGroups(n);
   const Word* xw = static_cast<const Word*>(x);
-  if (ng) ZC_LAUNCH_KERNEL(GroupKernel<DT>, unsigned(ng), kGroupThreads, stream, xw, n, tables, ws);
-  ZC_LAUNCH_KERNEL(ScanKernel, 1u, kScanThreads, stream, DT, n, ws, out, out_len);
+  if (items == 0) return;
+  if (ng) ZC_LAUNCH_KERNEL(GroupKernel<DT>, unsigned(items * ng), kGroupThreads, stream, xw, n, tables, ws);
+  ZC_LAUNCH_KERNEL(ScanKernel, unsigned(items), kScanThreads, stream, DT, n, ws, out, pitch, out_len, out_len32);
   constexpr int warps = CodeShape<DT>::kWarps;
-  if (nb) ZC_LAUNCH_KERNEL(CodeKernel<DT>, unsigned((nb + warps - 1) / warps), kWarp * warps, stream, xw, n, tables, ws, out);
+  const int64_t per = (nb + warps - 1) / warps;
+  if (code && nb)
+    ZC_LAUNCH_KERNEL(CodeKernel<DT>, unsigned(items * per), kWarp * warps, stream, xw, n, tables, ws, out, pitch);
 }
 
-// Compresses n elements of dtype (1 bf16, 2 fp16, 3 fp32) at x (device) into
-// out (device, at least 16 + n * elem_bytes bytes, 4-byte aligned); *out_len
-// (device) receives the stream's length. tables: BuildTables's, on the device.
-// Requires n * elem_bytes < 2^32 (a descriptor's end is a u32).
+// Compresses `items` streams of n elements of dtype (1 bf16, 2 fp16, 3 fp32), item i's at x + i
+// n (device), into out + i pitch (device, at least 16 + n * elem_bytes bytes each, any alignment);
+// each stream's length to out_len[i] and/or out_len32[i] (device; either may be null). ws:
+// CarveWorkspace's arrays for the batch. code false: the size pass alone (GroupKernel and
+// ScanKernel: the lengths and headers, out needs only 16 bytes a stream). Requires n * elem_bytes
+// < 2^32 (a descriptor's end is a u32).
+inline void CompressBatch(int dtype, const void* x, int64_t n, int64_t items, uint8_t* out, int64_t pitch,
+                          unsigned long long* out_len, uint32_t* out_len32, const Workspace& ws, const Tables* tables,
+                          bool code, cudaStream_t stream) {
+  if (dtype == kBF16) CompressAs<kBF16>(x, n, items, out, pitch, out_len, out_len32, ws, tables, code, stream);
+  else if (dtype == kF16) CompressAs<kF16>(x, n, items, out, pitch, out_len, out_len32, ws, tables, code, stream);
+  else CompressAs<kF32>(x, n, items, out, pitch, out_len, out_len32, ws, tables, code, stream);
+}
+
+// One stream: *out_len receives its length; workspace: CompressWorkspaceBytes(n) bytes, 256-byte aligned.
 inline void Compress(int dtype, const void* x, int64_t n, uint8_t* out, unsigned long long* out_len, void* workspace,
                      const Tables* tables, cudaStream_t stream) {
-  if (dtype == kBF16) CompressAs<kBF16>(x, n, out, out_len, workspace, tables, stream);
-  else if (dtype == kF16) CompressAs<kF16>(x, n, out, out_len, workspace, tables, stream);
-  else CompressAs<kF32>(x, n, out, out_len, workspace, tables, stream);
+  Workspace ws;
+  CarveWorkspace(workspace, n, 1, &ws);
+  CompressBatch(dtype, x, n, 1, out, 0, out_len, nullptr, ws, tables, true, stream);
 }
 
-// Decodes the stream in[0, size) (device, 4-byte aligned) of n elements of
-// dtype into y (device). *status (device) receives ~0 if the stream decoded,
-// else its verdict: (the first failing block + 1) << 8 | its Status, or a
-// header's (or the stream's length's) Status alone. sms: the device's SMs.
+// CTAs per item of a decoding grid: the CTAs the device's SMs hold at once (per_sm each) shared
+// by the items, at most one per batch of 8 blocks, at least one.
+inline int64_t DecodeCtas(int64_t n, int64_t items, int sms, int per_sm) {
+  const int64_t batches = (NumBlocks(n) + kDecodeWarps - 1) / kDecodeWarps;
+  return Max<int64_t>(1, Min<int64_t>(batches, int64_t(sms) * per_sm / Max<int64_t>(items, 1)));
+}
+
+// Decodes `items` streams of n elements of dtype, item i's at in + i pitch (device, size bytes,
+// any alignment), into y + i n (device). status[i] (device, ~0 before: the caller sets it)
+// receives ~0 if the stream decoded, else its verdict: (the first failing block + 1) << 8 | its
+// Status, or a header's (or the stream's length's) Status alone. sms: the device's SMs.
+inline void DecompressBatch(int dtype, const uint8_t* in, int64_t pitch, int64_t size, int64_t n, int64_t items,
+                            void* y, unsigned long long* status, const Tables* tables, int sms, cudaStream_t stream) {
+  if (items == 0) return;
+  const int64_t ctas = DecodeCtas(n, items, sms, kDecodeCtasPerSm);
+  const unsigned grid = unsigned(items * ctas);
+  if (dtype == kBF16)
+    ZC_LAUNCH_KERNEL(DecodeKernel<kBF16>, grid, kDecodeThreads, stream, in, pitch, size, n, items, tables,
+                     static_cast<uint16_t*>(y), status);
+  else if (dtype == kF16)
+    ZC_LAUNCH_KERNEL(DecodeKernel<kF16>, grid, kDecodeThreads, stream, in, pitch, size, n, items, tables,
+                     static_cast<uint16_t*>(y), status);
+  else
+    ZC_LAUNCH_KERNEL(DecodeKernel<kF32>, grid, kDecodeThreads, stream, in, pitch, size, n, items, tables,
+                     static_cast<uint32_t*>(y), status);
+}
+
+// One stream in[0, size): *status receives its verdict (set to ~0 first, on the stream).
 inline void Decompress(int dtype, const uint8_t* in, int64_t size, int64_t n, void* y, unsigned long long* status,
                        const Tables* tables, int sms, cudaStream_t stream) {
   cudaMemsetAsync(status, 0xFF, sizeof(*status), stream);
-  const int64_t batches = (NumBlocks(n) + kDecodeWarps - 1) / kDecodeWarps;
-  const unsigned grid = unsigned(Max<int64_t>(1, Min<int64_t>(batches, int64_t(sms) * kDecodeCtasPerSm)));
+  DecompressBatch(dtype, in, 0, size, n, 1, y, status, tables, sms, stream);
+}
+
+// The reduce step: `items` items of k rows of dtype, row r of item i at rows[i k + r] (a device
+// array of device pointers; size bytes each), summed in row order in float32 in acc + i n
+// (device, n floats an item) and rounded once into out + i n (device, out_dtype: dtype or
+// kF32). verdicts[i k + r] (device, ~0 before) receives each row's verdict, as DecompressBatch's.
+// The sums of an item with a failing row are garbage: the caller poisons them.
+inline void Accumulate(int dtype, const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items,
+                       float* acc, int out_dtype, void* out, unsigned long long* verdicts, const Tables* tables,
+                       int sms, cudaStream_t stream) {
+  if (items == 0 || k == 0) return;
+  const unsigned grid = unsigned(items * DecodeCtas(n, items, sms, kAccumulateCtasPerSm));
+  uint8_t* o = static_cast<uint8_t*>(out);
   if (dtype == kBF16)
-    ZC_LAUNCH_KERNEL(DecodeKernel<kBF16>, grid, kDecodeThreads, stream, in, size, n, tables, static_cast<uint16_t*>(y), status);
+    ZC_LAUNCH_KERNEL(AccumulateKernel<kBF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables, acc,
+                     out_dtype, o, verdicts);
   else if (dtype == kF16)
-    ZC_LAUNCH_KERNEL(DecodeKernel<kF16>, grid, kDecodeThreads, stream, in, size, n, tables, static_cast<uint16_t*>(y), status);
+    ZC_LAUNCH_KERNEL(AccumulateKernel<kF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables, acc,
+                     out_dtype, o, verdicts);
   else
-    ZC_LAUNCH_KERNEL(DecodeKernel<kF32>, grid, kDecodeThreads, stream, in, size, n, tables, static_cast<uint32_t*>(y), status);
+    ZC_LAUNCH_KERNEL(AccumulateKernel<kF32>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables, acc,
+                     out_dtype, o, verdicts);
 }
 
 // The Status of a decoder's verdict word.

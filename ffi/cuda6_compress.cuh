@@ -1,4 +1,4 @@
-// Format version 6 on CUDA: compress (docs/FORMAT6.md §6), three kernels and no
+// Format version 6 on CUDA: compress (docs/FORMAT.md §6), three kernels and no
 // host synchronisation.
 //
 //   GroupKernel<DT>  a CTA per group, a warp per block: each block's own ref
@@ -34,6 +34,12 @@ struct Workspace {
   uint8_t* glens;    // [ng][256] the group's code (lengths) if it stores a table
   uint32_t* gput;    // [ng][256] its canonical codes as CodeKernel's entries (PutEntry)
   uint32_t* flags;   // kRawStream
+
+  // Item `item`'s arrays, in a workspace carved for a batch of items of nb blocks in ng groups each.
+  __host__ __device__ Workspace Item(int64_t item, int64_t nb, int64_t ng) const {
+    return {plan + item * nb, rsize + item * nb, lanes + item * nb * kWarp, gbytes + item * ng, goff + item * ng,
+            glens + item * ng * v6::kNumSyms, gput + item * ng * v6::kNumSyms, flags + item};
+  }
 };
 
 // §6 step 1's images: a value's bits but the sign, plus 4 << low, wrapped at the sign bit, so
@@ -175,11 +181,14 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
 template <int DT>
 __global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
                                                              const Tables* tables, Workspace ws) {
+  // a batch: CTA item * ng + g, the items' x end to end
+  const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks, item = blockIdx.x / ng;
+  x += item * n, ws = ws.Item(item, nb, ng), tables = TablesOr(tables);
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   ZC_SHARED(GroupSmem, s);
   const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
-  const int64_t g = blockIdx.x, nb = (n + kBlock - 1) / kBlock, b = g * kGroupBlocks + w;
+  const int64_t g = blockIdx.x % ng, b = g * kGroupBlocks + w;
   const int count = b < nb ? int(Min<int64_t>(kBlock, n - b * kBlock)) : 0;
   const int blocks = int(Min<int64_t>(kGroupBlocks, nb - g * kGroupBlocks));
   const typename E::Word* xb = x + b * kBlock;
@@ -203,6 +212,7 @@ __global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename E
     top = Img::Max(top, Img::Max(Img::Max(Img::Of(v.x), Img::Of(v.y)), Img::Max(Img::Of(v.z), Img::Of(v.w))));
   }
   for (int i = vec * Img::kPerLoad + lane; i < count; i += kWarp) top = Img::Max(top, Img::Of(xb[i]));
+  if (ZC_INJECTED(2) && lane == 5) return;  // a lane that skips its warp's reduction (the emulation's test)
   top = RedMax(E::kBytes == 2 ? Max(top & 0xFFFFu, top >> 16) : top);
   const uint32_t own = top >= Img::kNormal ? (top >> lay.low_bits) - 4 : 0u, own_lim = SymbolLimit(own);
   __syncthreads();
@@ -313,16 +323,20 @@ __global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename E
 }
 
 // §2, §6 step 5: the groups' offsets (a thread a run of groups, then a block
-// scan), the stream's length and header. One CTA of 1024 threads.
+// scan), the stream's length and header. One CTA of 1024 threads a stream:
+// item blockIdx.x's, written at out + item * pitch; its length to out_len[item]
+// and (if not null) out_len32[item].
 constexpr int kScanThreads = 1024;
 struct ScanSmem {
   uint64_t sums[kScanThreads / kWarp];
 };
 __global__ void __launch_bounds__(kScanThreads) ScanKernel(int dtype, int64_t n, Workspace ws, uint8_t* out,
-                                                           unsigned long long* out_len) {
+                                                           int64_t pitch, unsigned long long* out_len,
+                                                           uint32_t* out_len32) {
   ZC_SHARED(ScanSmem, smem);
   uint64_t* sums = smem.sums;
-  const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks;
+  const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks, item = blockIdx.x;
+  ws = ws.Item(item, nb, ng), out += item * pitch;
   const int64_t per = (ng + kScanThreads - 1) / kScanThreads, lo = Min<int64_t>(ng, threadIdx.x * per),
                 hi = Min<int64_t>(ng, lo + per);
   uint64_t mine = 0;
@@ -339,7 +353,9 @@ __global__ void __launch_bounds__(kScanThreads) ScanKernel(int dtype, int64_t n,
   if (threadIdx.x == 0) {
     *ws.flags = raw ? kRawStream : 0;
     v6::write_header(out, dtype, raw ? kFlagStoredRaw : 0, n);
-    *out_len = (unsigned long long)(raw ? kHeaderBytes + raw_bytes : v6::data_offset(nb) + int64_t(all));
+    const int64_t len = raw ? kHeaderBytes + raw_bytes : v6::data_offset(nb) + int64_t(all);
+    if (out_len) out_len[item] = (unsigned long long)len;
+    if (out_len32) out_len32[item] = uint32_t(len);
   }
 }
 
@@ -402,18 +418,23 @@ __device__ __forceinline__ void PutElement(uint32_t xv, uint32_t e, LaneWriter& 
 template <int DT>
 __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(const typename Elem<DT>::Word* x,
                                                                             int64_t n, const Tables* tables,
-                                                                            Workspace ws, uint8_t* out) {
+                                                                            Workspace ws, uint8_t* out, int64_t pitch) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   ZC_SHARED(CodeSmem<DT>, s);
   const int w = WarpIdx(), lane = LaneId();
-  const int64_t nb = (n + kBlock - 1) / kBlock, b = int64_t(blockIdx.x) * CodeShape<DT>::kWarps + w;
+  // a batch: CTAs item * per .. item * per + per - 1 for item's blocks, its stream at out + item * pitch
+  // (any alignment: the stores below are aligned to the absolute address)
+  const int64_t nb = (n + kBlock - 1) / kBlock, per = (nb + CodeShape<DT>::kWarps - 1) / CodeShape<DT>::kWarps;
+  const int64_t item = blockIdx.x / per, b = int64_t(blockIdx.x % per) * CodeShape<DT>::kWarps + w;
   if (b >= nb) return;  // the warp's block; no CTA barrier follows
+  x += item * n, out += item * pitch, ws = ws.Item(item, nb, (nb + kGroupBlocks - 1) / kGroupBlocks);
+  tables = TablesOr(tables);
   const int count = int(Min<int64_t>(kBlock, n - b * kBlock));
   const typename E::Word* xb = x + b * kBlock;
   if (*ws.flags & kRawStream) {
-    typename E::Word* dst = reinterpret_cast<typename E::Word*>(out + kHeaderBytes) + b * kBlock;
-    for (int i = lane; i < count; i += kWarp) dst[i] = xb[i];
+    uint8_t* dst = out + kHeaderBytes + b * kBlock * E::kBytes;  // one store an element where aligned
+    for (int i = lane; i < count; i += kWarp) store_element(dst + i * E::kBytes, xb[i], E::kBytes);
     return;
   }
   const int64_t g = b / kGroupBlocks, first = g * kGroupBlocks;
@@ -422,14 +443,19 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
   const uint64_t plan = ws.plan[b];
   const uint32_t ref = uint32_t(plan >> 32) & 0x3FF, code = uint32_t(plan >> 42) & 15, flip = uint32_t(plan >> 46) & 1;
   const bool raw = (plan >> 47) & 1, table = (plan >> 48) & 1;
-  if (lane == 0) *reinterpret_cast<uint64_t*>(out + kHeaderBytes + v6::kDescBytes * b) = plan | (start + size);
+  uint8_t* desc = out + kHeaderBytes + v6::kDescBytes * b;
+  if (reinterpret_cast<uintptr_t>(desc) % 8 == 0) {
+    if (lane == 0) *reinterpret_cast<uint64_t*>(desc) = plan | (start + size);
+  } else if (lane < v6::kDescBytes) {  // a stream at an unaligned pitch: a byte a lane
+    desc[lane] = uint8_t((plan | (start + size)) >> (8 * lane));
+  }
   uint32_t* enc = s.enc[w];
   uint32_t* stage = s.stage[w];
   const uint32_t lim = SymbolLimit(ref);
   const uint32_t* src = code == uint32_t(v6::kGroupCode) ? ws.gput + g * v6::kNumSyms : tables->put[DT - 1][2 * code + flip];
   for (int i = lane; i < v6::kNumSyms; i += kWarp) enc[i] = src[PseudoSource(i, lim)];  // indexed by SymbolIndex
   const int64_t at = v6::data_offset(nb) + start;  // the record in the stream
-  const uint32_t pad = uint32_t(at % 4), words = (pad + size + 3) / 4, tbl = table ? v6::kTableBytes : 0;
+  const uint32_t pad = uint32_t((reinterpret_cast<uintptr_t>(out) + at) % 4), words = (pad + size + 3) / 4, tbl = table ? v6::kTableBytes : 0;
   for (uint32_t i = lane; i < words; i += kWarp) stage[i] = 0;
   __syncwarp();
   if (raw) {
@@ -452,7 +478,8 @@ __global__ void __launch_bounds__(kWarp * CodeShape<DT>::kWarps) CodeKernel(cons
       const uint32_t xv = xb[i];
       PutElement<DT>(xv, enc[SymbolIndex<DT, false>(xv, ref, lim)], lw);
     }
-    __syncwarp();  // the lanes' whole words stored before the words they share are ored
+    if (!ZC_INJECTED(1)) __syncwarp();  // the lanes' whole words stored before the words they share are ored
+                                        // (the emulation's injected race leaves it out)
     lw.Finish();
     if (lane == 0)
       OrBits(stage, body, shape.field_bits == 3 ? uint32_t(shape.width - kWidthShort) : 7u | uint32_t(shape.width) << 3,

@@ -1,4 +1,4 @@
-// Format version 6 on CUDA: decompress (docs/FORMAT6.md §2, §3), one kernel
+// Format version 6 on CUDA: decompress (docs/FORMAT.md §2, §3), one kernel
 // and no serial prologue.
 //
 // DecodeKernel<DT>: persistent CTAs of 8 warps, each CTA a run of batches of 8
@@ -16,7 +16,15 @@
 // format6.h's decode_element step by step, for the verdict. A failing block
 // reports (block + 1) << 8 | status by atomicMin, a failing header or length
 // its status alone: the stream's verdict is the lowest, as the reference's
-// first error.
+// first error. A launch decodes a batch of streams, a run of CTAs each
+// (item = blockIdx.x / the run's length), at any byte alignment.
+//
+// AccumulateKernel<DT>: the reduce step on the same block decoder (DecodeBatch,
+// DecodeBlock with an AddSink instead of a StoreSink): a CTA takes a batch of
+// 8 blocks through an item's k rows in order, adding each decoded value in
+// float32 to its sum (in the workspace, touched only by the lane that owns the
+// value), then rounds the batch's sums once into the output: no decoded row is
+// written to memory.
 #pragma once
 
 #include "cuda6_device.cuh"
@@ -26,6 +34,7 @@ namespace cuda6 {
 
 constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
 constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
+constexpr int kAccumulateMinCtas = 2;  // AccumulateKernel: at most 128 registers (its sums and rows live across the decode)
 
 // A group table's entry (u32, FastEntry) for the 12 bits at a lane's position, LSB first:
 //   fast:  bits 0-15 the element's top 16 bits less ref << kLow16 (sign << 15 - d << kLow16, mod 2^16;
@@ -43,6 +52,26 @@ template <int DT>
 struct Fast {
   // the low bits' place in the element's top 16 bits (fp32: the top 5 of its 21)
   static constexpr int kLow16 = Elem<DT>::kBytes == 2 ? Elem<DT>::kLay.low_bits : 5;
+};
+
+// Where a block's decoded values go (value i of the block, i < 4096): StoreSink stores them as
+// elements (y: the block's); AddSink adds them in float32 to the block's sums (acc), or sets them
+// for a stream's first row (the reduce step's order, FORMAT.md §8: add_f32, the format's NaN rule).
+template <int DT>
+struct StoreSink {
+  static constexpr bool kAdds = false;
+  typename Elem<DT>::Word* y;
+  __device__ __forceinline__ void Put(int i, uint32_t v) const { y[i] = typename Elem<DT>::Word(v); }
+};
+template <int DT>
+struct AddSink {
+  static constexpr bool kAdds = true;
+  float* acc;
+  bool first;
+  __device__ __forceinline__ void Put(int i, uint32_t v) const {
+    const float f = element_to_f32(DT, v);
+    acc[i] = first ? f : ZC_INJECTED(3) ? ZC_FADD(acc[i], f) : add_f32(acc[i], f);
+  }
 };
 
 template <int DT>
@@ -122,7 +151,8 @@ __device__ __forceinline__ uint32_t LongLookup(uint32_t window, const uint16_t* 
   return s.order[lo] | uint32_t(s.olen[lo]) << 8;
 }
 
-// The 32-bit word idx of the stream, its bytes at or past `size` read as 0.
+// The 32-bit word idx from `in` (4-byte aligned: a stream's start rounded down), its bytes at or
+// past `size` read as 0.
 __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, int64_t idx) {
   if (4 * idx + 4 <= size) return reinterpret_cast<const uint32_t*>(in)[idx];
   uint32_t v = 0;
@@ -131,17 +161,18 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
   return v;
 }
 
-// §3, exactly as format6.h decode_element: a lane of `len` bits from stream bit
-// `bit`: `values` elements to y[0], y[32], ... The window past the lane's end
+// §3, exactly as format6.h decode_element: a lane of `len` bits from bit `bit`
+// of `in` (size bytes, 4-byte aligned): `values` elements to the sink's lane,
+// lane + 32, ... (put false: none, the verdict only) The window past the lane's end
 // holds the next lane's bits, which decode nothing the reference's zeros would
 // not (a code that fits the lane is found the same either way; one that does not
 // fails either way). Returns a Status | the bits taken << 32 (no pointer out: a
 // call without a stack frame). The fast path's fallback: a lane it did not
 // accept (FastLane) is decoded again here.
-template <int DT>
+template <int DT, typename Sink>
 __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int64_t bit, uint32_t len, uint32_t ref,
-                                           const uint16_t* lut12, const DecodeSmem& s, typename Elem<DT>::Word* y,
-                                           int values) {
+                                           const uint16_t* lut12, const DecodeSmem& s, Sink sink, int lane,
+                                           int values, bool put) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   int64_t idx = bit / 32;
@@ -171,7 +202,7 @@ __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int6
       buf >>= lay.low_bits, held -= lay.low_bits, taken += lay.low_bits;
     }
     if (taken > len) return uint64_t(kErrBitstream);
-    y[kWarp * i] = typename E::Word((sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
+    if (put) sink.Put(lane + kWarp * i, (sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
   }
   return uint64_t(kOk) | uint64_t(taken) << 32;
 }
@@ -207,7 +238,7 @@ __device__ ZC_NOINLINE uint64_t SlowValue(uint32_t peek, uint32_t e, uint32_t re
 template <int DT>
 constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kLay.low_bits;
 
-// §3, the common path: a lane of `values` elements from stream bit `bit` into y[0], y[32], ...
+// §3, the common path: a lane of `values` elements from bit `bit` of words into the sink's lane, lane + 32, ...
 // through a 32-bit window over three stream words held in registers, a word loaded as one is
 // consumed (the caller checked that `values` values of kMaxValueBits stay in the stream's whole
 // words). kCheck: the block's ref admits classes whose q is not normal (ref < 123), so each
@@ -215,10 +246,10 @@ constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kL
 // ref < 4 only zeros pass; the caller sent ref >= q_max to DecodeLane). Returns the bits
 // taken; *ok false if a value failed (the lane's later values are then garbage, and DecodeLane
 // decodes it again for the reference's verdict).
-template <int DT, bool kCheck, typename Entry>
+template <int DT, bool kCheck, typename Entry, typename Sink>
 __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words, uint64_t bit, uint32_t ref,
                                              const Entry* lut, uint32_t mask, const uint16_t* lut12,
-                                             typename Elem<DT>::Word* y, int values, bool* ok) {
+                                             Sink sink, int at, int values, bool* ok) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   const uint32_t pos0 = uint32_t(bit % 32), qadd = ref << Fast<DT>::kLow16;
@@ -253,8 +284,8 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
       if (!zero) low = FunnelR(cur, next, pos) & E::kLowMask, pos += lay.low_bits, advance();
       v = v << 16 | low;
     }
-    *y = typename E::Word(v);
-    y += kWarp;
+    sink.Put(at, v);
+    at += kWarp;
   }
   // kCheck: every fast value's q = ref - d >= 4 (with ref < 4, only zeros)
   if (kCheck) good = good && (ref < 4 ? !nonzero : dseen <= (ref - 4) << Fast<DT>::kLow16);
@@ -262,17 +293,19 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   return 32 * (k - k0 - 3) + pos - pos0;
 }
 
-// §2, §3: block b, by its warp. Returns the block's Status (the same in every lane).
-template <int DT>
-__device__ inline int DecodeBlock(const uint8_t* in, int64_t size, int64_t nb, int64_t b, int count,
+// §2, §3: block b, by its warp, into sink. `in` may lie anywhere: the stream's words are read
+// from it rounded down to 4 bytes (mis bytes before it). Returns the block's Status (the same in
+// every lane).
+template <int DT, typename Sink>
+__device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int64_t nb, int64_t b, int count,
                                   const v6::BlockPlan& p, int plan_status, int table_status, const DecodeSmem& s,
-                                  const Tables* tables, typename Elem<DT>::Word* y) {
+                                  const Tables* tables, Sink sink) {
   using E = Elem<DT>;
   const int lane = LaneId();
   if (plan_status != kOk) return plan_status;
   const uint8_t* body = in + v6::data_offset(nb) + p.start;
   if (p.d.raw) {
-    for (int i = lane; i < count; i += kWarp) y[i] = typename E::Word(load_element(body + i * E::kBytes, E::kBytes));
+    for (int i = lane; i < count; i += kWarp) sink.Put(i, load_element(body + i * E::kBytes, E::kBytes));
     return kOk;
   }
   const bool group = p.d.code == uint32_t(v6::kGroupCode);
@@ -301,7 +334,8 @@ __device__ inline int DecodeBlock(const uint8_t* in, int64_t size, int64_t nb, i
   const uint32_t from = head + uint32_t(after - mine), len = lane < kWarp - 1 ? uint32_t(mine) : end - from;
   // the lane's elements
   const int values = count > lane ? (count - lane + kWarp - 1) / kWarp : 0;
-  const int64_t bit = 8 * int64_t(body - in) + from;
+  const int64_t bit = 8 * (int64_t(body - in) + mis) + from;  // from the aligned words
+  const uint8_t* aligned = in - mis;
   const uint16_t* lut12 = group ? nullptr : tables->lut12[c];
   // the fast path where `values` values of the most bits stay in the stream's whole words and no
   // class's q exceeds q_max; it accepts a lane that decoded and ended where it must, else
@@ -309,23 +343,26 @@ __device__ inline int DecodeBlock(const uint8_t* in, int64_t size, int64_t nb, i
   const uint32_t ref = p.d.ref;
   uint32_t used = 0;
   int st = kOk;
-  bool ok = ref < E::kLay.q_max && bit / 32 + 2 + (31 + int64_t(values) * kMaxValueBits<DT>) / 32 < size / 4;
+  bool ok = ref < E::kLay.q_max && bit / 32 + 2 + (31 + int64_t(values) * kMaxValueBits<DT>) / 32 < (size + mis) / 4;
+  const bool fast = ok;
   if (ok) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(in);
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(aligned);
     const bool check = ref < uint32_t(v6::kMaxD + 4);
     const uint64_t at = uint64_t(bit);
-    typename E::Word* out = y + lane;
     if (group)
-      used = check ? FastLane<DT, true>(words, at, ref, s.group, kLutSize - 1, lut12, out, values, &ok)
-                   : FastLane<DT, false>(words, at, ref, s.group, kLutSize - 1, lut12, out, values, &ok);
+      used = check ? FastLane<DT, true>(words, at, ref, s.group, kLutSize - 1, lut12, sink, lane, values, &ok)
+                   : FastLane<DT, false>(words, at, ref, s.group, kLutSize - 1, lut12, sink, lane, values, &ok);
     else
-      used = check ? FastLane<DT, true>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, out, values, &ok)
-                   : FastLane<DT, false>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, out, values, &ok);
+      used = check ? FastLane<DT, true>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, sink, lane, values, &ok)
+                   : FastLane<DT, false>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, sink, lane, values, &ok);
     ok = ok && (lane < kWarp - 1 ? used == len : used <= len);
   }
-  if (!ok) {
-    const uint64_t r = DecodeLane<DT>(in, size, bit, len, ref, lut12, s, y + lane, values);
+  if (!ok) {  // a sum must not add a lane twice: after FastLane, DecodeLane gives the verdict only
+    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, s, sink, lane, values, !(Sink::kAdds && fast));
     st = int(uint32_t(r)), used = uint32_t(r >> 32);
+    // FastLane refuses only a lane DecodeLane refuses (they decode the same values); were one
+    // accepted, a sum would hold FastLane's values: refused rather than trusted
+    if (Sink::kAdds && fast && st == kOk) st = kErrBitstream;
   }
   if (st == kOk && lane < kWarp - 1) st = used == len ? kOk : kErrTrailing;  // format6.h lane_end_status
   if (st == kOk && lane == kWarp - 1) {
@@ -336,59 +373,159 @@ __device__ inline int DecodeBlock(const uint8_t* in, int64_t size, int64_t nb, i
   return failed ? __shfl_sync(kAll, st, __popc((failed & (0u - failed)) - 1)) : kOk;
 }
 
+// §1: a stream's header against dtype DT and n, and its length against size. Returns a Status;
+// *flags its flags.
 template <int DT>
-__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(const uint8_t* in, int64_t size, int64_t n,
+__device__ __forceinline__ int StreamStatus(const uint8_t* in, int64_t size, int64_t n, int* flags) {
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+  int st = v6::check_header(in, size, DT, n, flags);
+  if (st == kOk && (*flags & kFlagStoredRaw) && size - kHeaderBytes < n * Elem<DT>::kBytes) st = kErrTruncated;
+  if (st == kOk && !(*flags & kFlagStoredRaw) && size < v6::data_offset(nb)) st = kErrTruncated;
+  return st;
+}
+
+// The family's decode tables into shared memory (every thread of the CTA; a barrier follows).
+template <int DT>
+__device__ __forceinline__ void LoadFamily(DecodeSmem& s, const Tables* tables) {
+  for (int i = int(threadIdx.x); i < kCombos * (1 << kPeek); i += kDecodeThreads) {
+    const uint32_t e = tables->lut10[i >> kPeek][i & ((1 << kPeek) - 1)];
+    s.fam[i >> kPeek][i & ((1 << kPeek) - 1)] = FamEntry<DT>(e & 0xFF, e >> 8);
+  }
+}
+
+// Batch j (blocks 8 j .. 8 j + 7, half a group) of a coded stream at `in` (any alignment, size
+// bytes, nb blocks), a warp a block, by every thread of the CTA: the blocks' plans, the group's
+// table when a block takes it (s.group; *built: the 2 group + flip it holds, -1 none), block b
+// decoded into sink_of(b). A failing block's verdict goes to *status by atomicMin.
+template <int DT, typename SinkOf>
+__device__ inline void DecodeBatch(DecodeSmem& s, const uint8_t* in, int64_t size, int64_t n, int64_t j,
+                                   const Tables* tables, SinkOf sink_of, unsigned long long* status, int64_t* built,
+                                   int* table_status) {
+  using E = Elem<DT>;
+  const int w = WarpIdx(), lane = LaneId(), mis = int(reinterpret_cast<uintptr_t>(in) % 4);
+  const int64_t nb = (n + kBlock - 1) / kBlock, b = j * kDecodeWarps + w;
+  const int count = b < nb ? int(Min<int64_t>(kBlock, n - b * kBlock)) : 0;
+  v6::BlockPlan p{};
+  const int plan_status = b < nb ? v6::plan_block(in, size, nb, b, count, E::kLay, &p) : kErrDescriptor;
+  const bool group = b < nb && plan_status == kOk && !p.d.raw && p.d.code == uint32_t(v6::kGroupCode);
+  if (lane == 0) s.need[w] = group ? 1u << p.d.flip : 0u, s.table_at[w] = p.table_at;
+  __syncthreads();
+  uint32_t needs = 0, at = 0;
+  for (int i = kDecodeWarps - 1; i >= 0; --i) needs |= s.need[i], at = s.need[i] ? s.table_at[i] : at;
+  // a round per group code the batch's blocks read (its flip; both only in a hostile stream), the
+  // other blocks in the first
+  bool decoded = false;
+  for (int f = 0; f < 2; ++f) {
+    if (needs ? !((needs >> f) & 1) : f == 1) continue;
+    const int64_t key = 2 * (b / kGroupBlocks) + f;  // the same in every thread: a batch is in one group
+    if (needs && *built != key) *table_status = BuildGroupTable<DT>(s, in + v6::data_offset(nb) + at, f), *built = key;
+    if (b < nb && (group ? p.d.flip == uint32_t(f) : !decoded)) {
+      const int bs = DecodeBlock<DT>(in, mis, size, nb, b, count, p, plan_status, *table_status, s, tables, sink_of(b));
+      if (bs != kOk && lane == 0) atomicMin(status, (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
+    }
+    decoded = true;
+    __syncthreads();  // before the table is rebuilt, or the next batch's plans
+  }
+}
+
+// Decodes `items` streams of n elements, item i at in + i * pitch (size bytes each, any
+// alignment), into y + i * n; status[i] (set to ~0 before) receives the stream's verdict.
+// grid = items x a run of CTAs per item (persistent: each loops over its share of the batches).
+template <int DT>
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(const uint8_t* in, int64_t pitch,
+                                                               int64_t size, int64_t n, int64_t items,
                                                                const Tables* tables, typename Elem<DT>::Word* y,
                                                                unsigned long long* status) {
   using E = Elem<DT>;
   ZC_SHARED(DecodeSmem, s);
-  const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
+  const int tid = int(threadIdx.x);
+  const int64_t ctas = gridDim.x / items, item = blockIdx.x / ctas, cta = blockIdx.x % ctas;
+  in += item * pitch, y += item * n, status += item, tables = TablesOr(tables);
   const int64_t nb = (n + kBlock - 1) / kBlock;
   int flags = 0;
-  int st = v6::check_header(in, size, DT, n, &flags);
-  if (st == kOk && (flags & kFlagStoredRaw) && size - kHeaderBytes < n * E::kBytes) st = kErrTruncated;
-  if (st == kOk && !(flags & kFlagStoredRaw) && size < v6::data_offset(nb)) st = kErrTruncated;
+  const int st = StreamStatus<DT>(in, size, n, &flags);
   if (st != kOk) {
-    if (blockIdx.x == 0 && tid == 0) atomicMin(status, (unsigned long long)st);
+    if (cta == 0 && tid == 0) atomicMin(status, (unsigned long long)st);
     return;
   }
   if (flags & kFlagStoredRaw) {
-    const typename E::Word* src = reinterpret_cast<const typename E::Word*>(in + kHeaderBytes);
-    for (int64_t i = blockIdx.x * int64_t(kDecodeThreads) + tid; i < n; i += int64_t(gridDim.x) * kDecodeThreads)
-      y[i] = src[i];
+    const uint8_t* src = in + kHeaderBytes;
+    const bool aligned = reinterpret_cast<uintptr_t>(src) % E::kBytes == 0;
+    for (int64_t i = cta * int64_t(kDecodeThreads) + tid; i < n; i += ctas * kDecodeThreads)
+      y[i] = aligned ? reinterpret_cast<const typename E::Word*>(src)[i]
+                     : typename E::Word(load_element(src + i * E::kBytes, E::kBytes));
     return;
   }
-  for (int i = tid; i < kCombos * (1 << kPeek); i += kDecodeThreads) {
-    const uint32_t e = tables->lut10[i >> kPeek][i & ((1 << kPeek) - 1)];
-    s.fam[i >> kPeek][i & ((1 << kPeek) - 1)] = FamEntry<DT>(e & 0xFF, e >> 8);
-  }
+  LoadFamily<DT>(s, tables);
   __syncthreads();
-  const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + gridDim.x - 1) / gridDim.x;
+  const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + ctas - 1) / ctas;
   int64_t built = -1;  // 2 group + flip of the code s.group holds
   int table_status = kOk;
-  for (int64_t j = blockIdx.x * per; j < Min<int64_t>(batches, (blockIdx.x + 1) * per); ++j) {
-    const int64_t b = j * kDecodeWarps + w;
-    const int count = b < nb ? int(Min<int64_t>(kBlock, n - b * kBlock)) : 0;
-    v6::BlockPlan p{};
-    const int plan_status = b < nb ? v6::plan_block(in, size, nb, b, count, E::kLay, &p) : kErrDescriptor;
-    const bool group = b < nb && plan_status == kOk && !p.d.raw && p.d.code == uint32_t(v6::kGroupCode);
-    if (lane == 0) s.need[w] = group ? 1u << p.d.flip : 0u, s.table_at[w] = p.table_at;
-    __syncthreads();
-    uint32_t needs = 0, at = 0;
-    for (int i = kDecodeWarps - 1; i >= 0; --i) needs |= s.need[i], at = s.need[i] ? s.table_at[i] : at;
-    // a round per group code the batch's blocks read (its flip; both only in a hostile stream), the
-    // other blocks in the first
-    bool decoded = false;
-    for (int f = 0; f < 2; ++f) {
-      if (needs ? !((needs >> f) & 1) : f == 1) continue;
-      const int64_t key = 2 * (b / kGroupBlocks) + f;  // the same in every thread: a batch is in one group
-      if (needs && built != key) table_status = BuildGroupTable<DT>(s, in + v6::data_offset(nb) + at, f), built = key;
-      if (b < nb && (group ? p.d.flip == uint32_t(f) : !decoded)) {
-        const int bs = DecodeBlock<DT>(in, size, nb, b, count, p, plan_status, table_status, s, tables, y + b * kBlock);
-        if (bs != kOk && lane == 0) atomicMin(status, (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
+  for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j)
+    DecodeBatch<DT>(s, in, size, n, j, tables, [&](int64_t b) { return StoreSink<DT>{y + b * kBlock}; }, status,
+                    &built, &table_status);
+}
+
+// AccumulateKernel's shared memory: the decoder's, and the tables' address (read from here after
+// the decode's barriers rather than held in registers across it).
+struct AccumulateSmem {
+  DecodeSmem d;
+  const Tables* tables;
+};
+
+// The reduce step (FORMAT.md §8) without the decoded rows in memory: `items` items of k rows,
+// row r of item i at rows[i k + r] (size bytes each, any alignment), each a stream of n elements.
+// A CTA takes a batch of 8 blocks (a warp a block) through the item's rows in order, decoding
+// block b of row 0, 1, ... k - 1 into the block's float32 sums (AddSink: acc + i n, each sum
+// touched only by the lane that owns its value, so it stays in that thread's L1 lines), then
+// rounds them once into out + i n (out_dtype: float32 or DT). verdicts[i k + r] (~0 before)
+// receives row r's verdict. grid = items x a run of CTAs per item. Two CTAs an SM: the loop over
+// the rows keeps ~100 registers live (64 spill), and the sums' loads want the unrolled decode.
+template <int DT>
+__global__ void __launch_bounds__(kDecodeThreads, kAccumulateMinCtas) AccumulateKernel(
+    const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items, const Tables* tables, float* acc,
+    int out_dtype, uint8_t* out, unsigned long long* verdicts) {
+  using E = Elem<DT>;
+  ZC_SHARED(AccumulateSmem, s);
+  const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
+  const int64_t ctas = gridDim.x / items, item = blockIdx.x / ctas, cta = blockIdx.x % ctas;
+  const int out_bytes = out_dtype == kF32 ? 4 : 2;
+  rows += item * k, acc += item * n, out += item * n * out_bytes, verdicts += item * k;
+  if (tid == 0) s.tables = TablesOr(tables);
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+  if (cta == 0)  // every row's header (n = 0 too), once
+    for (int64_t r = tid; r < k; r += kDecodeThreads) {
+      int flags = 0;
+      const int st = StreamStatus<DT>(rows[r], size, n, &flags);
+      if (st != kOk) atomicMin(&verdicts[r], (unsigned long long)st);
+    }
+  __syncthreads();
+  LoadFamily<DT>(s.d, s.tables);
+  __syncthreads();
+  const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + ctas - 1) / ctas;
+  for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j) {
+    for (int r = 0; r < int(k); ++r) {  // k < 2^31 (the handlers' rows)
+      const uint8_t* in = rows[r];
+      int flags = 0;
+      if (StreamStatus<DT>(in, size, n, &flags) != kOk) continue;  // reported above; the sums are poisoned
+      const bool first = r == 0;
+      const auto sink_of = [&](int64_t block) { return AddSink<DT>{acc + block * kBlock, first}; };
+      if (flags & kFlagStoredRaw) {
+        const int64_t b = j * kDecodeWarps + w;
+        const AddSink<DT> sink = sink_of(b);
+        for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp)
+          sink.Put(i, load_element(in + kHeaderBytes + (b * kBlock + i) * E::kBytes, E::kBytes));
+        continue;
       }
-      decoded = true;
-      __syncthreads();  // before the table is rebuilt, or the next batch's plans
+      int64_t built = -1;
+      int table_status = kOk;
+      DecodeBatch<DT>(s.d, in, size, n, j, s.tables, sink_of, &verdicts[r], &built, &table_status);
+    }
+    // the block's sums, rounded once, each by the lane that added it
+    const int64_t b = j * kDecodeWarps + w;
+    for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp) {
+      const int64_t e = b * kBlock + i;
+      store_element(out + e * out_bytes, f32_to_element(out_dtype, acc[e]), out_bytes);
     }
   }
 }

@@ -1,4 +1,4 @@
-// Format version 6 on CUDA (docs/FORMAT6.md): what the compress and decompress
+// Format version 6 on CUDA (docs/FORMAT.md): what the compress and decompress
 // kernels share. The family's tables (built once on the host), warp helpers,
 // the body's width choice for a warp's 32 lane lengths, and the canonical code
 // of a 256-symbol code by 256 threads.
@@ -16,6 +16,10 @@
 #define ZC_NOINLINE __attribute__((noinline))
 #else
 #define ZC_NOINLINE __noinline__
+#endif
+
+#ifndef ZC_INJECTED  // deliberately broken variants exist only in the host emulation's tests
+#define ZC_INJECTED(k) false
 #endif
 
 #ifndef ZIPCCL_HOST_EMULATION
@@ -52,15 +56,17 @@ struct Elem {
 // the value's all, at most 27; fp32: the code and an escape's q). base: code | length << 16.
 constexpr uint32_t kPutMore = 1u << 23, kPutEsc = 1u << 24;
 template <int DT>
-__host__ __device__ __forceinline__ uint32_t PutEntry(uint32_t base, int sym) {
+__host__ __device__ constexpr uint32_t PutEntry(uint32_t base, int sym) {
   using E = Elem<DT>;
-  const int cls = v6::class_of_symbol(sym);
+  const int cls = sym & (v6::kSignSym - 1);  // v6::class_of_symbol, here constexpr (MakeTables)
   const uint32_t len = base >> 16, esc = cls == v6::kClassEsc, more = cls != v6::kClassZero;
-  const uint32_t first = E::kBytes == 2 ? len + uint32_t(v6::fixed_bits(sym, E::kLay)) : len + esc * E::kLay.q_bits;
+  const uint32_t fixed = cls == v6::kClassZero ? 0u : cls == v6::kClassEsc ? uint32_t(E::kLay.q_bits + E::kLay.low_bits)
+                                                                             : uint32_t(E::kLay.low_bits);
+  const uint32_t first = E::kBytes == 2 ? len + fixed : len + esc * E::kLay.q_bits;
   return base | (E::kBytes == 2 ? 0u : more * kPutMore) | esc * kPutEsc | first << 25;
 }
 
-// The family, as the kernels use it; built by BuildTables on the host, copied once to the device.
+// The family, as the kernels use it (MakeTables).
 struct Tables {
   uint64_t sizes[v6::kNumSyms][2];        // a symbol's code length under combo c: bits 16 (c % 4) of [c / 4]
   uint32_t put[3][kCombos][v6::kNumSyms];  // per dtype (kBF16 - 1, ...): CodeKernel's entries (PutEntry)
@@ -68,27 +74,51 @@ struct Tables {
   uint16_t lut12[kCombos][kLutSize];      // sym | length << 8 (build_lut): the long codes' fallback
 };
 
-inline void BuildTables(Tables* t) {
+// The family's tables, computed at compile time (zipccl_format.h's canonical_codes and build_lut,
+// restated as constexpr code): the handlers' kernels read them from kDeviceTables, a __device__
+// global initialised in the module image, so no call copies them from the host.
+__host__ __device__ constexpr Tables MakeTables() {
+  Tables t{};
   for (int c = 0; c < kCombos; ++c) {
-    uint8_t lens[v6::kNumSyms];
-    uint16_t codes[v6::kNumSyms];
-    v6::block_lengths(c >> 1, c & 1, nullptr, v6::kFamily, lens);
-    canonical_codes(lens, codes, v6::kNumSyms);
-    build_lut(lens, t->lut12[c], v6::kNumSyms);
+    uint8_t lens[v6::kNumSyms] = {};
+    uint16_t codes[v6::kNumSyms] = {};
+    for (int s = 0; s < v6::kNumSyms; ++s) lens[s] = v6::kFamily[c >> 1][s ^ ((c & 1) ? v6::kSignSym : 0)];
+    uint32_t code = 0;  // canonical, by (length, symbol), stored bit-reversed (LSB first)
+    for (int len = 1; len <= kMaxCodeLen; ++len, code <<= 1)
+      for (int s = 0; s < v6::kNumSyms; ++s)
+        if (lens[s] == len) {
+          uint32_t rev = 0;
+          for (int b = 0; b < len; ++b) rev |= ((code >> b) & 1u) << (len - 1 - b);
+          codes[s] = uint16_t(rev), ++code;
+        }
     for (int s = 0; s < v6::kNumSyms; ++s) {
-      if (c == 0) t->sizes[s][0] = t->sizes[s][1] = 0;
-      t->sizes[s][c / 4] |= uint64_t(lens[s]) << (16 * (c % 4));
-      const uint32_t base = lens[s] ? codes[s] | uint32_t(lens[s]) << 16 : 0;
-      t->put[kBF16 - 1][c][s] = PutEntry<kBF16>(base, s);
-      t->put[kF16 - 1][c][s] = PutEntry<kF16>(base, s);
-      t->put[kF32 - 1][c][s] = PutEntry<kF32>(base, s);
+      const int len = lens[s];
+      for (uint32_t fill = 0; len && fill < (1u << (kMaxCodeLen - len)); ++fill)
+        t.lut12[c][codes[s] | (fill << len)] = uint16_t(s | (len << 8));
+      t.sizes[s][c / 4] |= uint64_t(len) << (16 * (c % 4));
+      const uint32_t base = len ? codes[s] | uint32_t(len) << 16 : 0;
+      t.put[kBF16 - 1][c][s] = PutEntry<kBF16>(base, s);
+      t.put[kF16 - 1][c][s] = PutEntry<kF16>(base, s);
+      t.put[kF32 - 1][c][s] = PutEntry<kF32>(base, s);
     }
     for (int w = 0; w < (1 << kPeek); ++w) {
-      const uint16_t e = t->lut12[c][w];
-      t->lut10[c][w] = (e >> 8) <= kPeek ? e : 0;
+      const uint16_t e = t.lut12[c][w];
+      t.lut10[c][w] = (e >> 8) <= kPeek ? e : 0;
     }
   }
+  return t;
 }
+
+inline void BuildTables(Tables* t) { *t = MakeTables(); }
+
+#ifdef ZIPCCL_HOST_EMULATION
+inline constexpr Tables kDeviceTables = MakeTables();
+#else
+__device__ const Tables kDeviceTables = MakeTables();
+#endif
+
+// A kernel's tables: those passed (the emulation tests', time6.cu's), or null for kDeviceTables.
+__device__ __forceinline__ const Tables* TablesOr(const Tables* t) { return t ? t : &kDeviceTables; }
 
 template <typename T>
 __host__ __device__ __forceinline__ T Min(T a, T b) {

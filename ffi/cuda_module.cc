@@ -53,7 +53,7 @@ using HostBytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::devi
 template <typename Timing, typename Timer>
 Timing RunTimer(int dtype, HostBytes raw, int64_t* n, Timer timer) {
   if (dtype < zipccl::kBF16 || dtype > zipccl::kF32) throw std::invalid_argument("zipccl: bad dtype code");
-  *n = int64_t(raw.shape(0)) / zipccl::layout_of(dtype).elem_bytes;
+  *n = int64_t(raw.shape(0)) / zipccl::dtype_bytes(dtype);
   Timing t;
   std::string error;
   {
@@ -69,7 +69,7 @@ nb::dict TimerResult(int dtype, int64_t n, int repeat, int64_t compressed_bytes)
   nb::dict d;
   d["compressed_bytes"] = compressed_bytes;
   d["elements"] = n;
-  d["bytes"] = n * zipccl::layout_of(dtype).elem_bytes;
+  d["bytes"] = n * zipccl::dtype_bytes(dtype);
   d["repeat"] = repeat;
   return d;
 }

@@ -1,10 +1,10 @@
-// Format version 6 (docs/FORMAT6.md), shared by the CPU and CUDA codecs.
+// Format version 6 (docs/FORMAT.md), shared by the CPU and CUDA codecs.
 //
-// Plain functions of their arguments that compile for host and device, as
-// zipccl_format.h's for version 5, whose prefix-code helpers (code_lengths,
-// canonical_codes, build_lut, BitReader, BitWriter) and statuses they reuse.
-// The numpy reference (zipccl_jax/reference_v6.py) follows FORMAT6.md section
-// by section; section numbers below are FORMAT6.md's. The generic coder here
+// Plain functions of their arguments that compile for host and device; the
+// prefix-code helpers (code_lengths, canonical_codes, build_lut, BitReader,
+// BitWriter) and the statuses are zipccl_format.h's.
+// The numpy reference (zipccl_jax/reference.py) follows FORMAT.md section
+// by section; section numbers below are FORMAT.md's. The generic coder here
 // is the specification in C++: the fast CPU coder (codec6_cpu.cc) and the
 // CUDA kernels are tested byte for byte against it and the reference.
 #pragma once
@@ -28,7 +28,7 @@ constexpr int kSignSym = 128;     // a symbol's sign bit
 constexpr int kMaxRecord = kTableBytes + kBlock * 4;  // a record's most bytes: a table and a raw fp32 body
 
 // §5: the family's code lengths of symbols 0..255 (0: no code), as
-// reference_v6.FAMILY_HEX (tests/test_codec6_cpu.py checks they agree).
+// reference.FAMILY_HEX (tests/test_codec_cpu.py checks they agree).
 #define ZC6_FAMILY_LENGTHS { \
   {1,10,9,8,7,6,5,6,5,5,5,5,5,5,5,6,6,6,6,6,7,7,7,7,7,7,8,8,8,8,9,9,9,9,10,11,10,10,10,11,11,11,11,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,0,0,0,0,0,0,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,11,0,0,0,0,0,0}, \
   {12,1,3,2,4,8,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,0,0,0,0,0,0,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,12,11,0,0,0,0,0,0}, \

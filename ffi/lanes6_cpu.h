@@ -1,4 +1,4 @@
-// Fast CPU coding of a version-6 block's 32 lanes (docs/FORMAT6.md §3), the
+// Fast CPU coding of a version-6 block's 32 lanes (docs/FORMAT.md §3), the
 // same bytes as encode_body / decode_body of format6.h (tests assert it).
 // Encoding: each lane's fields appended to its own buffer, then the body
 // spliced from the head and the lanes. Decoding: a table of the block's

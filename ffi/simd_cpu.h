@@ -65,12 +65,12 @@ struct LaneAppender {
 
 // Transposes the 16 x 16 32-bit matrix of rows r.
 ZC_SIMD inline void transpose16(__m512i* r) {
-  __m512i t[kLanes];
-  for (int i = 0; i < kLanes; i += 2) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
   }
-  for (int i = 0; i < kLanes; i += 4) {
+  for (int i = 0; i < 16; i += 4) {
     r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
     r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
     r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
@@ -85,7 +85,7 @@ ZC_SIMD inline void transpose16(__m512i* r) {
     t[4 + c] = _mm512_shuffle_i32x4(b, e, 0x88);   // column c + 4
     t[12 + c] = _mm512_shuffle_i32x4(b, e, 0xDD);  // column c + 12
   }
-  for (int i = 0; i < kLanes; ++i) r[i] = t[i];
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
 // Writes n words of a lane's bits (src; src[-1] readable, words past its bits

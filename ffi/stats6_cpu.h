@@ -1,9 +1,9 @@
-// Fast CPU sizing of version-6 blocks (docs/FORMAT6.md §6): each block's
+// Fast CPU sizing of version-6 blocks (docs/FORMAT.md §6): each block's
 // symbols at its own ref counted by lane once, from which its exact body size
 // under any code (a family combo, a group code at either ref) is a few vector
 // multiply-adds per symbol present. codec6_cpu.cc's fast coder; AVX-512 paths
 // where the CPU has them (simd_enabled()), plain loops otherwise, the same
-// results (tests compare the streams with reference_v6's).
+// results (tests compare the streams with the reference's).
 #pragma once
 
 #include <algorithm>

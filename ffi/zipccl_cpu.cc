@@ -1,7 +1,7 @@
 // CPU codec: the XLA FFI handlers for platform "cpu".
 //
 // Handlers only unpack buffers and loop over batch items or rows; the stream
-// coder of format version 6 (docs/FORMAT6.md) is in codec6_cpu.h, its block
+// coder of format version 6 (docs/FORMAT.md) is in codec6_cpu.h, its block
 // coder in format6.h.
 // The public ops (compress, decompress, decompress_accumulate) take batches
 // of items at the worst-case capacity; the collectives' ops (stream_sizes,
@@ -81,7 +81,7 @@ ffi::Error Compress(ffi::AnyBuffer x, ffi::Result<ffi::Buffer<ffi::U8>> payload,
     return ffi::Error::InvalidArgument("zipccl: compress buffer shapes do not match item_elems");
   if (item_elems > zipccl::v6::max_elements(dtype))
     return ffi::Error::InvalidArgument("zipccl: a stream could exceed 4 GiB: compress fewer elements per item");
-  const int64_t item_bytes = item_elems * zipccl::layout_of(dtype).elem_bytes;
+  const int64_t item_bytes = item_elems * zipccl::dtype_bytes(dtype);
   const auto* in = static_cast<const uint8_t*>(x.untyped_data());
   for (int64_t i = 0; i < batch; ++i) {
     sizes->typed_data()[i] = static_cast<uint32_t>(zipccl::v6::compress_stream(
@@ -98,7 +98,7 @@ ffi::Error Decompress(ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::AnyBuffer> 
   const int64_t batch = cap ? int64_t(payload.element_count()) / cap : 0;
   if (item_elems < 0 || int64_t(out->element_count()) != batch * item_elems)
     return ffi::Error::InvalidArgument("zipccl: decompress buffer shapes do not match item_elems");
-  const int64_t item_bytes = item_elems * zipccl::layout_of(dtype).elem_bytes;
+  const int64_t item_bytes = item_elems * zipccl::dtype_bytes(dtype);
   auto* dst = static_cast<uint8_t*>(out->untyped_data());
   for (int64_t i = 0; i < batch; ++i) {
     const int status = zipccl::v6::decompress_stream(dtype, payload.typed_data() + i * cap, cap,
@@ -120,7 +120,7 @@ ffi::Error DecompressAccumulate(ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::A
   const int64_t batch = (cap && k) ? int64_t(payload.element_count()) / (cap * k) : 0;
   if (item_elems < 0 || int64_t(out->element_count()) != batch * item_elems)
     return ffi::Error::InvalidArgument("zipccl: accumulate buffer shapes do not match item_elems");
-  const int out_bytes = zipccl::layout_of(out_dtype).elem_bytes;
+  const int out_bytes = zipccl::dtype_bytes(out_dtype);
   auto* dst = static_cast<uint8_t*>(out->untyped_data());
   std::unique_ptr<float[]> acc(new float[size_t(item_elems > 0 ? item_elems : 1)]);
   const ExactSubnormals exact;
@@ -198,7 +198,7 @@ ffi::ErrorOr<Leaves<Byte>> leaves_of(size_t count, int* dtype, Get get) {
     l.end.push_back(l.size() + int64_t(b->element_count()));
   }
   if (count == 0) return ffi::Unexpected(ffi::Error::InvalidArgument("zipccl: the row ops need an array"));
-  l.es = zipccl::layout_of(*dtype).elem_bytes;
+  l.es = zipccl::dtype_bytes(*dtype);
   return l;
 }
 
@@ -403,7 +403,7 @@ ffi::Error DecodeAccumulateRows(ffi::RemainingArgs args, ffi::RemainingRets outs
   if (rows.has_error()) return rows.error();
   const int64_t m = x->size();
   if (rows->row.empty()) return bad_rows("decode_accumulate_rows needs at least one row");
-  const int es = zipccl::layout_of(dtype).elem_bytes;
+  const int es = zipccl::dtype_bytes(dtype);
   int64_t own = -1;
   Leaves<const uint8_t> local;
   if (local_leaves > 0) {

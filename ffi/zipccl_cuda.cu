@@ -1,33 +1,51 @@
-// CUDA codec for the zipccl byte format (docs/FORMAT.md), as XLA FFI handlers.
+// CUDA codec for the zipccl byte format, version 6 (docs/FORMAT.md), as XLA
+// FFI handlers: they write version 6 streams and read version 6 only.
 //
-// Every format decision is a shared function of zipccl_format.h (the same ones
-// the CPU codec's generic path runs), so the bytes match the CPU codec and the
-// numpy reference; this file (the host side) and the kernels it includes,
-// cuda_encode.cuh and cuda_decode.cuh, only decide which threads run what and
-// where the bytes go. docs/GPU.md has the performance model of each kernel.
+// Every format decision is a shared function of format6.h (the same ones the
+// CPU codec runs) or a kernel tested byte for byte against the reference
+// (tests/test_cuda6_emulation.py); this file (the host side) only checks the
+// operands, carves the working arrays out of the workspace result and
+// launches. ffi/zipccl_cpu.cc says what each row op computes. docs/GPU.md
+// has the kernels' performance model.
 //
-// compress:   EmaxKernel (warp per 4096-element block) -> ChooseKernel (CUDA
-//             block per 16-block group: shared histograms, a warp per code) ->
-//             SizeKernel (thread per lane: each lane's bits, each block's
-//             size) -> LayoutKernel (CUDA block per item: scans of table and
-//             body offsets) -> PrepKernel (the words lanes share, zeroed) ->
-//             MetaKernel (CUDA block per block: descriptors, tables, raw
-//             bodies) -> BodyKernel (thread per lane: its bits straight to
-//             their place in the payload).
-// decompress: ValidateKernel (CUDA block per stream) -> TableKernel (warp per
-//             group: its decode tables) -> DecodeKernel (thread per lane, the
-//             16 lanes of a block storing 16 consecutive elements a step)
-//             -> PoisonKernel; each stream's first error (lowest block, lane)
-//             lands in its status word, a result of the handler, and
-//             PoisonKernel fills a corrupt stream's output with all-one
-//             bytes (a NaN in every float format).
-// accumulate: the decode kernels over every row at once, then SumRowsKernel
-//             (each sum once, over its rows in order) and PoisonKernel (a
-//             corrupt row poisons its sum).
-// Grids are sized from the device's SM count; kernels loop over their work.
-// Byte offsets are 64-bit (tensors may exceed 2 GiB). The handlers never wait
-// for the device and allocate nothing (their working arrays are a result XLA
-// allocates), so XLA may capture them into command buffers (docs/GPU.md).
+// compress:    GroupKernel (CTA per group of 16 blocks: refs, histograms, the
+//              family's and the group code's sizes, the choices) -> ScanKernel
+//              (CTA per stream: offsets, length, header) -> CodeKernel (warp
+//              per block: descriptor and record); cuda6_compress.cuh.
+// decompress:  DecodeKernel (persistent CTAs, a run per stream; warp per
+//              block; cuda6_decompress.cuh) -> FinishKernel (status words,
+//              poison).
+// accumulate:  AccumulateKernel: per batch of 8 blocks, block b of row 0, 1,
+//              ..., k - 1 decoded in order into float32 sums (no decoded row
+//              in memory), rounded once -> FinishKernel (a failing row poisons
+//              its item's sums).
+// row ops:     the same kernels on the rows (zipccl_rows.h: gathered from the
+//              leaves by RowsKernel unless one leaf holds them as they are);
+//              the size pass is GroupKernel and ScanKernel alone.
+//
+// Batches: a batch of streams (the items of compress, a part's rows) is one
+// set of launches, the kernels taking their stream from blockIdx.x, not a set
+// per stream: a psum bucket's k rows or a batch of a thousand small items
+// would otherwise cost 3 k launches (a few microseconds each, more than the
+// work of a small stream) and leave the GPU idle between them. Streams may
+// start at any byte (a capacity that is not a multiple of 4): the kernels
+// align their word accesses to the address.
+//
+// Tables: the family's (108 KB) are kDeviceTables, a __device__ global
+// initialised at compile time (cuda6_device.cuh, MakeTables): no call copies
+// or builds them.
+//
+// Decoders' verdicts: a u64 per stream in the workspace (~0, or (the first
+// failing block + 1) << 8 | Status, or a header's Status alone: the lowest
+// wins, as the reference's first error); FinishKernel turns each into the
+// handler's uint32 status word, 0 or the Status alone (what
+// zipccl_jax.ops.corrupt_payload_error reads as the CPU codec's error code).
+//
+// Grids are sized from the device's SM count. Byte offsets are 64-bit. The
+// handlers never wait for the device, copy nothing between host and device,
+// allocate nothing (their working arrays are a result XLA allocates) and
+// launch the same kernels for the same shapes, so XLA may capture them into
+// command buffers (docs/GPU.md).
 #ifndef ZIPCCL_HOST_EMULATION  // tests/cuda_host_shim.h stands in for it on the host
 #include <cuda_runtime.h>
 // A kernel's shared memory, one struct; the emulation gives each CUDA block its own.
@@ -56,17 +74,21 @@
 #include "xla/ffi/api/ffi.h"
 #pragma GCC diagnostic pop
 #pragma nv_diagnostic pop
+#include "cuda6_codec.cuh"
+#include "cuda6_rows.cuh"
+#include "format6.h"
 #include "zipccl_cuda_host.h"
-#include "zipccl_format.h"
 #include "zipccl_rows.h"
 
 namespace ffi = xla::ffi;
 namespace zc = zipccl;
-
-#include "cuda_decode.cuh"
-#include "cuda_encode.cuh"
+namespace c6 = zipccl::cuda6;
 
 namespace {
+
+using c6::kThreads;
+using c6::Max;
+using c6::Min;
 
 // ---- host side ----
 
@@ -81,23 +103,29 @@ ffi::Error Invalid(const std::string& msg) { return ffi::Error(ffi::ErrorCode::k
                         std::string("zipccl: ") + #expr + ": " + cudaGetErrorString(e_)); \
   } while (0)
 
-#ifndef ZC_LAUNCH_KERNEL  // the host emulation brings its own
-#define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) kernel<<<grid, threads, 0, stream>>>(__VA_ARGS__)
-#endif
+constexpr int kThreadsPerSm = 2048;
 
-// Launches kernel on `threads`-thread CUDA blocks, as many as the device's
-// SMs hold at once (kThreadsPerSm each) or one per unit of work if fewer;
-// none if work == 0. Kernels loop over their work.
-#define ZC_LAUNCH(kernel, work, threads, stream, ...)                                                  \
-  do {                                                                                                 \
-    if ((work) > 0) {                                                                                  \
-      int device_ = 0, sms_ = 0;                                                                       \
-      ZC_CUDA(cudaGetDevice(&device_));                                                                \
-      ZC_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));                 \
-      const int64_t g_ = Min<int64_t>(work, int64_t(sms_) * (kThreadsPerSm / (threads)));               \
-      ZC_LAUNCH_KERNEL(kernel, unsigned(g_), threads, stream, __VA_ARGS__);                            \
-      ZC_CUDA(cudaGetLastError());                                                                     \
-    }                                                                                                  \
+// The device's SMs (the codec kernels' grids).
+ffi::ErrorOr<int> Sms() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return ffi::Unexpected(ffi::Error(ffi::ErrorCode::kInternal, "zipccl: cannot read the device's SM count"));
+  return sms;
+}
+
+// Launches one of cuda6_rows.cuh's kernels on kThreads-thread CUDA blocks, as
+// many as the device's SMs hold at once or one per unit of work if fewer;
+// none if work == 0. The kernels loop over their work.
+#define ZC_LAUNCH(kernel, work, stream, ...)                                                 \
+  do {                                                                                       \
+    if ((work) > 0) {                                                                        \
+      const auto sms_ = Sms();                                                               \
+      if (sms_.has_error()) return sms_.error();                                             \
+      const int64_t g_ = Min<int64_t>(work, int64_t(*sms_) * (kThreadsPerSm / kThreads));     \
+      ZC_LAUNCH_KERNEL(kernel, unsigned(g_), kThreads, stream, __VA_ARGS__);                 \
+      ZC_CUDA(cudaGetLastError());                                                           \
+    }                                                                                        \
   } while (0)
 
 // Format dtype code of an XLA element type, 0 if unsupported.
@@ -107,6 +135,12 @@ int DTypeCode(ffi::DataType t) {
   if (t == ffi::DataType::F32) return zc::kF32;
   return 0;
 }
+
+int ElemBytes(int dtype) { return zc::v6::layout_of(dtype).elem_bytes; }
+
+// A stream's most bytes (STORED_RAW), and whether a stream of n elements fits the u32 offsets.
+int64_t MaxStreamBytes(int64_t n, int dtype) { return zc::kHeaderBytes + n * ElemBytes(dtype); }
+bool StreamFits(int64_t n, int dtype) { return MaxStreamBytes(n, dtype) <= int64_t(UINT32_MAX); }
 
 ffi::Error Unsupported(ffi::DataType t) {
   return Invalid("unsupported dtype (XLA element type " + std::to_string(int(t)) +
@@ -168,121 +202,78 @@ ffi::Error TooSmall(const char* op, ffi::Result<ffi::Buffer<ffi::U8>>& buffer, c
                  std::to_string(ws.needed()) + " needed");
 }
 
-// Compress's arrays for `total` blocks in `total_groups` groups of `batch` items.
-struct CompressArrays {
-  uint32_t* refs;
-  uint8_t* lens;
-  uint16_t* codes;
-  uint32_t* lane_bits;
-  uint32_t* descs;
-  int64_t* table_at;
-  int64_t* body_at;
-  uint8_t* stored_raw;
-  PlaneScratch ps;
-};
-
-CompressArrays TakeCompressArrays(Workspace& ws, int dtype, int64_t batch, int64_t n) {
-  const int64_t nb = zc::num_blocks(n), total = batch * nb, total_groups = batch * zc::num_groups(nb);
-  CompressArrays a;
-  a.refs = ws.Take<uint32_t>(total);
-  a.lens = ws.Take<uint8_t>(total_groups * zc::kMaxSyms);
-  a.codes = ws.Take<uint16_t>(total_groups * zc::kMaxSyms);
-  a.lane_bits = ws.Take<uint32_t>(total * zc::kLanes);
-  a.descs = ws.Take<uint32_t>(total);
-  a.table_at = ws.Take<int64_t>(total_groups);
-  a.body_at = ws.Take<int64_t>(total);
-  a.stored_raw = ws.Take<uint8_t>(batch);
-  a.ps.masks = ws.Take<int>(total_groups);
-  a.ps.lens = ws.Take<uint8_t>(total_groups * zc::kMaxPlanes * zc::kPlaneSyms);
-  a.ps.codes = ws.Take<uint16_t>(total_groups * zc::kMaxPlanes * zc::kPlaneSyms);
-  a.ps.table_bytes = ws.Take<uint32_t>(total_groups);
+// The compress kernels' arrays (cuda6_compress.cuh, Workspace) for `items` streams of n elements.
+c6::Workspace TakeCompress(Workspace& ws, int64_t n, int64_t items) {
+  const int64_t nb = items * c6::NumBlocks(n), ng = items * c6::NumGroups(n);
+  c6::Workspace a;
+  a.plan = ws.Take<uint64_t>(nb);
+  a.rsize = ws.Take<uint32_t>(nb);
+  a.lanes = ws.Take<uint16_t>(nb * c6::kWarp);
+  a.gbytes = ws.Take<uint32_t>(ng);
+  a.goff = ws.Take<uint64_t>(ng);
+  a.glens = ws.Take<uint8_t>(ng * zc::v6::kNumSyms);
+  a.gput = ws.Take<uint32_t>(ng * zc::v6::kNumSyms);
+  a.flags = ws.Take<uint32_t>(items);
   return a;
 }
 
-// What ValidateKernel learns of `streams` streams of n elements.
-StreamInfo TakeStreamInfo(Workspace& ws, int dtype, int64_t streams, int64_t n) {
-  const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb);
-  StreamInfo info;
-  info.luts_per_group = 1 + zc::layout_of(dtype).raw_bytes;  // the symbols', then each byte plane's
-  info.state = ws.Take<int8_t>(streams);
-  info.body_at = ws.Take<int64_t>(streams * nb);
-  info.table_at = ws.Take<int64_t>(streams * ng);
-  info.table_ok = ws.Take<uint8_t>(streams * ng);
-  info.refs = ws.Take<uint8_t>(streams * ng * zc::kGroupBlocks);
-  info.luts = ws.Take<uint16_t>(streams * ng * info.luts_per_group * zc::kLutSize);
-  return info;
-}
-
-// DecompressAccumulate's arrays: every row of every item decoded side by side.
-struct AccumulateArrays {
-  StreamInfo info;
-  uint8_t* decoded;
+// The reduce step's arrays: the rows' pointers, the float32 sums, the rows' verdicts.
+struct SumArrays {
+  const uint8_t** rows;
+  float* acc;
+  unsigned long long* verdicts;
 };
 
-AccumulateArrays TakeAccumulateArrays(Workspace& ws, int dtype, int64_t batch, int64_t k, int64_t n) {
-  AccumulateArrays a;
-  a.info = TakeStreamInfo(ws, dtype, batch * k, n);
-  a.decoded = ws.Take<uint8_t>(batch * k * n * zc::layout_of(dtype).elem_bytes);
+SumArrays TakeSums(Workspace& ws, int64_t rows, int64_t sums) {
+  SumArrays a;
+  a.rows = ws.Take<const uint8_t*>(rows);
+  a.acc = ws.Take<float>(sums);
+  a.verdicts = ws.Take<unsigned long long>(rows);
   return a;
 }
 
 // ---- handlers ----
 
-// f(std::integral_constant<int, DT>()) for the dtype code's DT: the kernels
-// that do work per element are compiled for each dtype (their layout folds to
-// constants).
-template <class F>
-ffi::Error ForDtype(int dtype, F&& f) {
-  if (dtype == zc::kBF16) return f(std::integral_constant<int, zc::kBF16>());
-  if (dtype == zc::kF16) return f(std::integral_constant<int, zc::kF16>());
-  return f(std::integral_constant<int, zc::kF32>());
+// The pointers of `rows` rows of `pitch` bytes in parts (buffers end to end) into ptrs.
+ffi::Error RowPointers(cudaStream_t stream, const std::vector<uint8_t*>& data, const std::vector<int64_t>& rows,
+                       int64_t pitch, const uint8_t** ptrs) {
+  int64_t begin = 0;
+  for (size_t first = 0; first < data.size(); first += c6::kSpanLeaves) {
+    c6::Span span{};
+    span.begin = begin;
+    for (size_t i = first; i < data.size() && span.count < c6::kSpanLeaves; ++i, ++span.count) {
+      span.data[span.count] = data[i];
+      span.end[span.count] = (span.count ? span.end[span.count - 1] : 0) + rows[i];
+    }
+    const int64_t n = span.end[span.count - 1];
+    ZC_LAUNCH(c6::RowPointersKernel, (n + kThreads - 1) / kThreads, stream, span, pitch, ptrs);
+    begin += n;
+  }
+  return ffi::Error::Success();
 }
 
-// Validates and decodes streams s = 0.. nstreams - 1 (payload rows s * row_stride + row_offset) into out;
-// errors go to status[row].
-ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* payload, int64_t cap, int64_t row_stride,
-                        int64_t row_offset, int64_t nstreams, int64_t n, StreamInfo info, uint8_t* out,
-                        uint32_t* status) {
-  const int64_t ng = zc::num_groups(zc::num_blocks(n));
-  ZC_LAUNCH(ValidateKernel, nstreams, kThreads, stream, dtype, payload, cap, row_stride, row_offset, nstreams, n,
-            info, status);
-  ZC_LAUNCH(TableKernel, (nstreams * ng + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, payload, cap,
-            row_stride, row_offset, nstreams, n, info);
-  return ForDtype(dtype, [&](auto dt) {
-    constexpr int DT = decltype(dt)::value;
-    ZC_LAUNCH(DecodeKernel<DT>, nstreams * 2 * ng, kThreads, stream, payload, cap, row_stride, row_offset, nstreams,
-              n, info, out, status);
-    return ffi::Error::Success();
-  });
+// The reduce step of `items` items of k rows (a.rows, size bytes each) of n elements of dtype
+// into out (out_dtype) and the status words, a failing row's item poisoned.
+ffi::Error LaunchSums(cudaStream_t stream, const SumArrays& a, int dtype, int64_t size, int64_t k, int64_t n,
+                      int64_t items, int out_dtype, uint8_t* out, uint32_t* words) {
+  const auto sms = Sms();
+  if (sms.has_error()) return sms.error();
+  ZC_CUDA(cudaMemsetAsync(a.verdicts, 0xFF, size_t(items * k) * sizeof(unsigned long long), stream));
+  c6::Accumulate(dtype, a.rows, size, k, n, items, a.acc, out_dtype, out, a.verdicts, nullptr, *sms, stream);
+  ZC_CUDA(cudaGetLastError());
+  ZC_LAUNCH(c6::FinishKernel, items, stream, a.verdicts, k, items, words, out, n * ElemBytes(out_dtype));
+  return ffi::Error::Success();
 }
 
-// Compresses `batch` items of n elements at in into rows of `cap` bytes of
-// out (a row holds at least the header), their lengths into sizes, with a's
-// arrays. write = false stops after the layout: the headers and the lengths
-// only (the size pass; out then needs only 16 bytes per row).
-ffi::Error LaunchCompress(cudaStream_t stream, const CompressArrays& a, int dtype, const uint8_t* in, int64_t n,
-                          int64_t batch, uint8_t* out, int64_t cap, uint32_t* sizes, bool write) {
-  const int64_t nb = zc::num_blocks(n), ng = zc::num_groups(nb), total = batch * nb, total_groups = batch * ng;
-  return ForDtype(dtype, [&](auto dt) {
-    constexpr int DT = decltype(dt)::value;
-    ZC_LAUNCH(EmaxKernel, (total + kThreads / kWarp - 1) / (kThreads / kWarp), kThreads, stream, dtype, in, n, nb,
-              total, a.refs);
-    ZC_LAUNCH(ChooseKernel<DT>, total_groups, kThreads, stream, in, n, nb, ng, total_groups, a.refs, a.lens, a.codes,
-              a.ps);
-    ZC_LAUNCH(SizeKernel<DT>, batch * 2 * ng, kThreads, stream, in, n, nb, ng, batch, a.refs, a.lens, a.codes, a.ps,
-              a.lane_bits, a.descs);
-    ZC_LAUNCH(LayoutKernel, batch, kThreads, stream, dtype, n, nb, ng, batch, a.ps.table_bytes, a.descs, a.table_at,
-              a.body_at, a.stored_raw, out, cap, sizes);
-    if (!write) return ffi::Error::Success();
-    const int eb = zc::layout_of(dtype).elem_bytes;
-    ZC_LAUNCH(PrepKernel, (total + kThreads - 1) / kThreads, kThreads, stream, nb, ng, batch, a.lane_bits, a.descs,
-              a.body_at, a.stored_raw, out, cap, eb, n);
-    ZC_LAUNCH(MetaKernel, total, kThreads, stream, dtype, in, n, nb, ng, total, a.refs, a.lens, a.ps, a.descs,
-              a.table_at, a.body_at, a.stored_raw, out, cap);
-    ZC_LAUNCH(BodyKernel<DT>, batch * 2 * ng, kThreads, stream, in, n, nb, ng, batch, a.refs, a.lens, a.codes, a.ps,
-              a.lane_bits, a.descs, a.body_at, a.stored_raw, out, cap);
-    return ffi::Error::Success();
-  });
+// Decodes `items` streams (in + i pitch, size bytes each) of n elements into out; verdicts
+// (workspace) into the status words, a failing stream's elements poisoned.
+ffi::Error LaunchDecode(cudaStream_t stream, int dtype, const uint8_t* in, int64_t pitch, int64_t size, int64_t n,
+                        int64_t items, uint8_t* out, unsigned long long* verdicts) {
+  const auto sms = Sms();
+  if (sms.has_error()) return sms.error();
+  c6::DecompressBatch(dtype, in, pitch, size, n, items, out, verdicts, nullptr, *sms, stream);
+  ZC_CUDA(cudaGetLastError());
+  return ffi::Error::Success();
 }
 
 ffi::Error Compress(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::Buffer<ffi::U8>> payload,
@@ -295,15 +286,17 @@ ffi::Error Compress(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::Buff
   const int64_t cap = dims[dims.size() - 1], batch = Product(dims, 0, dims.size() - 1);
   if (int64_t(x.element_count()) != batch * n || int64_t(sizes->element_count()) != batch)
     return Invalid("compress: input, payload and sizes shapes disagree with item_elems");
-  const int64_t max_bytes = zc::max_stream_bytes(n, dtype);
-  if (cap < max_bytes || max_bytes > int64_t(UINT32_MAX))
+  const int64_t max_bytes = MaxStreamBytes(n, dtype);
+  if (cap < max_bytes || !StreamFits(n, dtype))
     return Invalid("compress: payload capacity " + std::to_string(cap) + " is below " + std::to_string(max_bytes) +
                    " or a stream exceeds 4 GiB");
   Workspace ws = WorkspaceOf(workspace);
-  const CompressArrays a = TakeCompressArrays(ws, dtype, batch, n);
+  const c6::Workspace a = TakeCompress(ws, n, batch);
   if (!ws.ok()) return TooSmall("compress", workspace, ws);
-  return LaunchCompress(stream, a, dtype, static_cast<const uint8_t*>(x.untyped_data()), n, batch,
-                        payload->typed_data(), cap, sizes->typed_data(), true);
+  c6::CompressBatch(dtype, x.untyped_data(), n, batch, payload->typed_data(), cap, nullptr, sizes->typed_data(), a,
+                    nullptr, true, stream);
+  ZC_CUDA(cudaGetLastError());
+  return ffi::Error::Success();
 }
 
 ffi::Error Decompress(cudaStream_t stream, ffi::Buffer<ffi::U8> payload, ffi::Result<ffi::AnyBuffer> out,
@@ -318,15 +311,16 @@ ffi::Error Decompress(cudaStream_t stream, ffi::Buffer<ffi::U8> payload, ffi::Re
     return Invalid("decompress: output size disagrees with payload batch * item_elems");
   if (int64_t(status->element_count()) != nstreams) return Invalid("decompress: one status word per stream expected");
   Workspace ws = WorkspaceOf(workspace);
-  const StreamInfo info = TakeStreamInfo(ws, dtype, nstreams, n);
+  auto* verdicts = ws.Take<unsigned long long>(nstreams);
   if (!ws.ok()) return TooSmall("decompress", workspace, ws);
   if (nstreams == 0) return ffi::Error::Success();
-  uint32_t* words = status->typed_data();
   auto* decoded = static_cast<uint8_t*>(out->untyped_data());
-  ZC_CUDA(cudaMemsetAsync(words, 0, nstreams * sizeof(uint32_t), stream));
-  const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, 1, 0, nstreams, n, info, decoded, words);
-  if (launched.failure()) return launched;
-  ZC_LAUNCH(PoisonKernel, nstreams, kThreads, stream, words, 1, nstreams, decoded, n * zc::layout_of(dtype).elem_bytes);
+  ZC_CUDA(cudaMemsetAsync(verdicts, 0xFF, size_t(nstreams) * sizeof(unsigned long long), stream));
+  if (const ffi::Error e = LaunchDecode(stream, dtype, payload.typed_data(), cap, cap, n, nstreams, decoded, verdicts);
+      e.failure())
+    return e;
+  ZC_LAUNCH(c6::FinishKernel, nstreams, stream, verdicts, 1, nstreams, status->typed_data(), decoded,
+            n * ElemBytes(dtype));
   return ffi::Error::Success();
 }
 
@@ -345,20 +339,14 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::Buffer<ffi::U8> payloa
     return Invalid("accumulate: output size disagrees with payload batch * item_elems");
   if (int64_t(status->element_count()) != batch * k) return Invalid("accumulate: one status word per row expected");
   Workspace ws = WorkspaceOf(workspace);
-  const AccumulateArrays a = TakeAccumulateArrays(ws, dtype, batch, k, n);
+  const SumArrays a = TakeSums(ws, batch * k, count);
   if (!ws.ok()) return TooSmall("accumulate", workspace, ws);
   if (k == 0 || batch == 0) return ffi::Error::Success();  // no rows; out may be null when empty
-  uint32_t* words = status->typed_data();
-  auto* sums = static_cast<uint8_t*>(out->untyped_data());
-  ZC_CUDA(cudaMemsetAsync(words, 0, batch * k * sizeof(uint32_t), stream));
-  // every row at once (n == 0 too: the headers are still checked, as the CPU codec does), then each sum once
-  const ffi::Error launched = LaunchDecode(stream, dtype, payload.typed_data(), cap, 1, 0, batch * k, n, a.info,
-                                           a.decoded, words);
-  if (launched.failure()) return launched;
-  ZC_LAUNCH(SumRowsKernel, (count + kThreads - 1) / kThreads, kThreads, stream, dtype, a.decoded, batch, k, n, 0, n,
-            out_dtype, sums);
-  ZC_LAUNCH(PoisonKernel, batch, kThreads, stream, words, k, batch, sums, n * zc::layout_of(out_dtype).elem_bytes);
-  return ffi::Error::Success();
+  // every row's pointer, then each item's rows summed in order (n == 0 too: the headers are still
+  // checked, as the CPU codec does)
+  if (const ffi::Error e = RowPointers(stream, {payload.typed_data()}, {batch * k}, cap, a.rows); e.failure()) return e;
+  return LaunchSums(stream, a, dtype, cap, k, n, batch, out_dtype, static_cast<uint8_t*>(out->untyped_data()),
+                    status->typed_data());
 }
 
 // ---- the collectives' row ops: ffi/zipccl_cpu.cc says what each computes ----
@@ -366,9 +354,10 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::Buffer<ffi::U8> payloa
 // A row op's workspace holds what it cannot take from its operands and
 // results: the rows gathered from the leaves (unless one leaf holds them as
 // they are), the compressor's arrays, the worst-case streams an encode
-// assembles before copying c bytes of each, the decoder's stream info. The
-// decoders return a status word per row and poison a corrupt row's elements
-// (decode_rows) or the whole sum (decode_accumulate_rows), as Decompress does.
+// assembles before copying c bytes of each, the decoders' verdicts, the
+// reduce step's row pointers and float32 sums. The decoders return a status
+// word per row and poison a corrupt row's elements (decode_rows) or the
+// whole sum (decode_accumulate_rows), as Decompress does.
 
 // The leaves of a flat array: a handler's variadic buffers, of one dtype.
 struct LeafList {
@@ -422,55 +411,56 @@ bool InPlace(const zc::RowLayout& l, int64_t leaves) {
 
 ffi::Error CheckRows(const zc::RowLayout& l, int dtype) {
   if (l.rows < 1) return Invalid("the row ops need at least one row");
-  if (zc::max_stream_bytes(l.m, dtype) > int64_t(UINT32_MAX)) return Invalid("a row's stream could exceed 4 GiB");
+  if (!StreamFits(l.m, dtype)) return Invalid("a row's stream could exceed 4 GiB");
   return ffi::Error::Success();
 }
 
 // The row ops' workspace arrays; null where an op needs none.
 struct RowArrays {
-  uint8_t* rows = nullptr;     // the rows' elements [k, m], unless in place
-  CompressArrays compress{};   // size pass and encode
-  uint8_t* streams = nullptr;  // size pass: k headers; encode: k worst-case streams
-  uint32_t* lengths = nullptr;  // encode
-  StreamInfo info{};            // decoders
-  uint8_t* decoded = nullptr;   // accumulate: every row, side by side
+  uint8_t* rows = nullptr;            // the rows' elements [k, m], unless in place
+  c6::Workspace compress{};           // size pass and encode
+  uint8_t* streams = nullptr;         // size pass: k headers; encode: k worst-case streams
+  uint32_t* lengths = nullptr;        // encode
+  unsigned long long* verdicts = nullptr;  // decode
+  SumArrays sums{};                   // accumulate
+  uint8_t* out = nullptr;             // accumulate: the rounded sums, when the leaves are several
 };
 
 enum class RowOp { kSizes, kEncode, kEncodeRaw, kDecode, kAccumulate };
 
-// part_rows: the most rows one received part holds (decode).
+// part_rows: accumulate: the rows summed (decode: l.rows, its parts' rows).
 RowArrays TakeRowArrays(Workspace& ws, RowOp op, int dtype, const zc::RowLayout& l, int64_t leaves,
                         int64_t part_rows) {
   RowArrays a;
-  const int64_t eb = zc::layout_of(dtype).elem_bytes;
+  const int64_t eb = ElemBytes(dtype);
   if (op != RowOp::kAccumulate && !InPlace(l, leaves)) a.rows = ws.Take<uint8_t>(l.rows * l.m * eb);
-  if (op == RowOp::kSizes || op == RowOp::kEncode) a.compress = TakeCompressArrays(ws, dtype, l.rows, l.m);
+  if (op == RowOp::kSizes || op == RowOp::kEncode) a.compress = TakeCompress(ws, l.m, l.rows);
   if (op == RowOp::kSizes) a.streams = ws.Take<uint8_t>(l.rows * zc::kHeaderBytes);
   if (op == RowOp::kEncode) {
-    a.streams = ws.Take<uint8_t>(l.rows * zc::max_stream_bytes(l.m, dtype));
+    a.streams = ws.Take<uint8_t>(l.rows * MaxStreamBytes(l.m, dtype));
     a.lengths = ws.Take<uint32_t>(l.rows);
   }
-  if (op == RowOp::kDecode) a.info = TakeStreamInfo(ws, dtype, part_rows, l.m);
+  if (op == RowOp::kDecode) a.verdicts = ws.Take<unsigned long long>(l.rows);
   if (op == RowOp::kAccumulate) {  // l: the summed elements as one row; part_rows: all the rows
-    a.info = TakeStreamInfo(ws, dtype, part_rows, l.m);
-    a.decoded = ws.Take<uint8_t>(part_rows * l.m * eb);
+    a.sums = TakeSums(ws, part_rows, l.m);
+    if (leaves > 1) a.out = ws.Take<uint8_t>(l.m * 4);  // float32 sums at most
   }
   return a;
 }
 
 // Moves elements between the leaves and rows ([k, m], contiguous): RowsKernel per span of leaves.
 ffi::Error MoveRows(cudaStream_t stream, const zc::RowLayout& l, const LeafList& leaves, uint8_t* rows, bool to_rows) {
-  const int eb = zc::layout_of(leaves.dtype).elem_bytes;
+  const int eb = ElemBytes(leaves.dtype);
   int64_t begin = 0;
-  for (size_t first = 0; first < leaves.data.size(); first += kSpanLeaves) {
-    LeafSpan span{};
+  for (size_t first = 0; first < leaves.data.size(); first += c6::kSpanLeaves) {
+    c6::Span span{};
     span.begin = begin;
-    for (size_t i = first; i < leaves.data.size() && span.count < kSpanLeaves; ++i, ++span.count) {
+    for (size_t i = first; i < leaves.data.size() && span.count < c6::kSpanLeaves; ++i, ++span.count) {
       span.data[span.count] = leaves.data[i];
       span.end[span.count] = (span.count ? span.end[span.count - 1] : 0) + leaves.size[i];
     }
     const int64_t n = span.end[span.count - 1];
-    ZC_LAUNCH(RowsKernel, (n + kThreads - 1) / kThreads, kThreads, stream, l, span, eb, rows, to_rows);
+    ZC_LAUNCH(c6::RowsKernel, (n + kThreads - 1) / kThreads, stream, l, span, eb, rows, to_rows);
     begin += n;
   }
   return ffi::Error::Success();
@@ -481,7 +471,7 @@ ffi::Error MoveRows(cudaStream_t stream, const zc::RowLayout& l, const LeafList&
 ffi::ErrorOr<const uint8_t*> RowsIn(cudaStream_t stream, const zc::RowLayout& l, const LeafList& leaves,
                                     const RowArrays& a) {
   if (!a.rows) return static_cast<const uint8_t*>(leaves.data[0]);
-  const int64_t bytes = l.rows * l.m * zc::layout_of(leaves.dtype).elem_bytes;
+  const int64_t bytes = l.rows * l.m * ElemBytes(leaves.dtype);
   if (l.size < l.rows * l.m && cudaMemsetAsync(a.rows, 0, size_t(bytes), stream) != cudaSuccess)
     return ffi::Unexpected(Invalid("cudaMemsetAsync of the padding failed"));
   if (const ffi::Error e = MoveRows(stream, l, leaves, a.rows, true); e.failure()) return ffi::Unexpected(e);
@@ -531,8 +521,11 @@ ffi::Error StreamSizes(cudaStream_t stream, ffi::RemainingArgs args, ffi::Result
   if (!ws.ok()) return TooSmall("stream_sizes", workspace, ws);
   auto in = RowsIn(stream, l, *leaves, a);
   if (in.has_error()) return in.error();
-  return LaunchCompress(stream, a.compress, leaves->dtype, *in, l.m, l.rows, a.streams, zc::kHeaderBytes,
-                        sizes->typed_data(), false);
+  // GroupKernel and ScanKernel alone: the lengths (and headers, into the workspace), no record coded
+  c6::CompressBatch(leaves->dtype, *in, l.m, l.rows, a.streams, zc::kHeaderBytes, nullptr, sizes->typed_data(),
+                    a.compress, nullptr, false, stream);
+  ZC_CUDA(cudaGetLastError());
+  return ffi::Error::Success();
 }
 
 // Results: the row buffers, optionally each stream's length (uint32 [rows]: the
@@ -561,7 +554,7 @@ ffi::Error EncodeRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaini
       return Invalid("encode_rows outputs differ in capacity");
   }
   if (out.total != rows) return Invalid("encode_rows outputs do not hold the rows");
-  const int64_t max_bytes = zc::max_stream_bytes(l.m, dtype), eb = zc::layout_of(dtype).elem_bytes;
+  const int64_t max_bytes = MaxStreamBytes(l.m, dtype), eb = ElemBytes(dtype);
   if (raw && out.cap < max_bytes) return Invalid("encode_rows: raw streams need their full capacity");
   auto workspace = RetAt<ffi::DataType::U8>(outs, outs.size() - 1);
   if (workspace.has_error()) return workspace.error();
@@ -571,21 +564,21 @@ ffi::Error EncodeRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaini
   if (!ws.ok()) return TooSmall("encode_rows", *workspace, ws);
   auto in = RowsIn(stream, l, *leaves, a);
   if (in.has_error()) return in.error();
-  if (!raw)
-    if (const ffi::Error e = LaunchCompress(stream, a.compress, dtype, *in, l.m, rows, a.streams, max_bytes, a.lengths,
-                                            true);
-        e.failure())
-      return e;
+  if (!raw) {  // the worst-case streams in the workspace, then c bytes of each
+    c6::CompressBatch(dtype, *in, l.m, rows, a.streams, max_bytes, nullptr, a.lengths, a.compress, nullptr, true,
+                      stream);
+    ZC_CUDA(cudaGetLastError());
+  }
   if (lengths) ZC_CUDA(cudaMemcpyAsync(lengths, a.lengths, size_t(rows) * sizeof(uint32_t), cudaMemcpyDeviceToDevice,
                                        stream));
   for (size_t o = 0; o < out.data.size(); ++o) {
     const int64_t first = out.first[o], n = out.rows[o];
     if (raw)
-      ZC_LAUNCH(RawRowsKernel, (n * out.cap + kThreads - 1) / kThreads, kThreads, stream, dtype, *in + first * l.m * eb,
-                l.m, n, out.data[o], out.cap);
+      ZC_LAUNCH(c6::RawRowsKernel, (n * out.cap + kThreads - 1) / kThreads, stream, dtype, *in + first * l.m * eb, l.m,
+                n, out.data[o], out.cap);
     else
-      ZC_LAUNCH(CopyRowsKernel, (n * out.cap + kThreads - 1) / kThreads, kThreads, stream,
-                a.streams + first * max_bytes, max_bytes, a.lengths + first, n, out.data[o], out.cap);
+      ZC_LAUNCH(c6::CopyRowsKernel, (n * out.cap + kThreads - 1) / kThreads, stream, a.streams + first * max_bytes,
+                max_bytes, a.lengths + first, n, out.data[o], out.cap);
   }
   return ffi::Error::Success();
 }
@@ -606,18 +599,17 @@ ffi::Error DecodeRows(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaini
   if (auto e = CheckRows(l, dtype); e.failure()) return e;
   if (int64_t((*status)->element_count()) != l.rows) return Invalid("decode_rows: one status word per row expected");
   Workspace ws = WorkspaceOf(*workspace);
-  const RowArrays a = TakeRowArrays(ws, RowOp::kDecode, dtype, l, int64_t(leaves->data.size()), parts->most);
+  const RowArrays a = TakeRowArrays(ws, RowOp::kDecode, dtype, l, int64_t(leaves->data.size()), l.rows);
   if (!ws.ok()) return TooSmall("decode_rows", *workspace, ws);
-  const int64_t row_bytes = l.m * zc::layout_of(dtype).elem_bytes;
+  const int64_t row_bytes = l.m * ElemBytes(dtype);
   uint8_t* rows = a.rows ? a.rows : leaves->data[0];
-  uint32_t* words = (*status)->typed_data();
-  ZC_CUDA(cudaMemsetAsync(words, 0, size_t(l.rows) * sizeof(uint32_t), stream));
-  for (size_t p = 0; p < parts->data.size(); ++p) {
-    const ffi::Error launched = LaunchDecode(stream, dtype, parts->data[p], parts->cap, 1, 0, parts->rows[p], l.m,
-                                             a.info, rows + parts->first[p] * row_bytes, words + parts->first[p]);
-    if (launched.failure()) return launched;
-  }
-  ZC_LAUNCH(PoisonKernel, l.rows, kThreads, stream, words, 1, l.rows, rows, row_bytes);
+  ZC_CUDA(cudaMemsetAsync(a.verdicts, 0xFF, size_t(l.rows) * sizeof(unsigned long long), stream));
+  for (size_t p = 0; p < parts->data.size(); ++p)  // a launch per part, its rows as one batch
+    if (const ffi::Error e = LaunchDecode(stream, dtype, parts->data[p], parts->cap, parts->cap, l.m, parts->rows[p],
+                                          rows + parts->first[p] * row_bytes, a.verdicts + parts->first[p]);
+        e.failure())
+      return e;
+  ZC_LAUNCH(c6::FinishKernel, l.rows, stream, a.verdicts, 1, l.rows, (*status)->typed_data(), rows, row_bytes);
   if (a.rows) return MoveRows(stream, l, *leaves, a.rows, false);
   return ffi::Error::Success();
 }
@@ -638,27 +630,20 @@ ffi::Error DecodeAccumulateRows(cudaStream_t stream, ffi::RemainingArgs args, ff
   if (workspace.has_error()) return workspace.error();
   if (parts->total < 1) return Invalid("accumulate: needs at least one row");
   if (int64_t((*status)->element_count()) != parts->total) return Invalid("accumulate: one status word per row expected");
-  const int64_t m = leaves->total, rows = parts->total, eb = zc::layout_of(dtype).elem_bytes;
+  const int64_t m = leaves->total, rows = parts->total;
   const auto l = zc::RowLayout::of(m, 1, 0);
   Workspace ws = WorkspaceOf(*workspace);
   const RowArrays a = TakeRowArrays(ws, RowOp::kAccumulate, dtype, l, int64_t(leaves->data.size()), rows);
   if (!ws.ok()) return TooSmall("accumulate", *workspace, ws);
-  uint32_t* words = (*status)->typed_data();
-  ZC_CUDA(cudaMemsetAsync(words, 0, size_t(rows) * sizeof(uint32_t), stream));
-  for (size_t p = 0; p < parts->data.size(); ++p) {  // each part's rows at once (m == 0: the headers are checked)
-    const ffi::Error launched = LaunchDecode(stream, dtype, parts->data[p], parts->cap, 1, 0, parts->rows[p], m, a.info,
-                                             a.decoded + parts->first[p] * m * eb, words + parts->first[p]);
-    if (launched.failure()) return launched;
-  }
-  // each leaf's sums once, over the rows in order; a corrupt row poisons every sum (the words keep
-  // their status once the last leaf is poisoned)
-  int64_t at = 0;
-  for (size_t i = 0; i < leaves->data.size(); at += leaves->size[i++]) {
-    const int64_t count = leaves->size[i];
-    ZC_LAUNCH(SumRowsKernel, (count + kThreads - 1) / kThreads, kThreads, stream, dtype, a.decoded, 1, rows, m, at,
-              count, leaves->dtype, leaves->data[i]);
-    ZC_LAUNCH(PoisonKernel, 1, kThreads, stream, words, rows, 1, leaves->data[i], count * zc::layout_of(leaves->dtype).elem_bytes);
-  }
+  // one leaf: the sums straight into it; several: into the workspace, then moved to the leaves
+  uint8_t* sums = a.out ? a.out : leaves->data[0];
+  if (const ffi::Error e = RowPointers(stream, parts->data, parts->rows, parts->cap, a.sums.rows); e.failure())
+    return e;
+  if (const ffi::Error e = LaunchSums(stream, a.sums, dtype, parts->cap, rows, m, 1, leaves->dtype, sums,
+                                      (*status)->typed_data());
+      e.failure())
+    return e;
+  if (a.out) return MoveRows(stream, l, *leaves, a.out, false);
   return ffi::Error::Success();
 }
 
@@ -736,21 +721,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZipcclDecodeAccumulateRowsCuda, DecodeAccumulateRo
 
 namespace zipccl_cuda {
 
-int64_t CompressWorkspaceBytes(int dtype, int64_t batch, int64_t n) {
+int64_t CompressWorkspaceBytes(int, int64_t batch, int64_t n) {
   Workspace ws;
-  TakeCompressArrays(ws, dtype, batch, n);
+  TakeCompress(ws, n, batch);
   return ws.needed();
 }
 
-int64_t DecompressWorkspaceBytes(int dtype, int64_t streams, int64_t n) {
+int64_t DecompressWorkspaceBytes(int, int64_t streams, int64_t) {
   Workspace ws;
-  TakeStreamInfo(ws, dtype, streams, n);
+  ws.Take<unsigned long long>(streams);
   return ws.needed();
 }
 
-int64_t AccumulateWorkspaceBytes(int dtype, int64_t batch, int64_t k, int64_t n) {
+int64_t AccumulateWorkspaceBytes(int, int64_t batch, int64_t k, int64_t n) {
   Workspace ws;
-  TakeAccumulateArrays(ws, dtype, batch, k, n);
+  TakeSums(ws, batch * k, batch * n);
   return ws.needed();
 }
 
@@ -826,7 +811,7 @@ ffi::DataType XlaType(int dtype) {
 ffi::Error TimeCodecOn(int device, int dtype, const void* host_input, int64_t n, int repeat,
                        zipccl_cuda::CodecTiming* timing) {
   if (dtype < zc::kBF16 || dtype > zc::kF32 || n < 0 || repeat < 1) return Invalid("time_codec: bad arguments");
-  const int64_t bytes = n * zc::layout_of(dtype).elem_bytes, cap = zc::max_stream_bytes(n, dtype);
+  const int64_t bytes = n * ElemBytes(dtype), cap = MaxStreamBytes(n, dtype);
   const int64_t c_ws = zipccl_cuda::CompressWorkspaceBytes(dtype, 1, n);
   const int64_t d_ws = zipccl_cuda::DecompressWorkspaceBytes(dtype, 1, n);
   TimingResources r;
@@ -876,7 +861,7 @@ ffi::Error TimeRowsOn(int device, int dtype, const void* host_input, int64_t n, 
                       zipccl_cuda::RowsTiming* timing) {
   if (dtype < zc::kBF16 || dtype > zc::kF32 || rows < 1 || n % rows || repeat < 1)
     return Invalid("time_rows: bad arguments (the elements must cut into the rows)");
-  const int64_t m = n / rows, eb = zc::layout_of(dtype).elem_bytes, cap = zc::max_stream_bytes(m, dtype);
+  const int64_t m = n / rows, eb = ElemBytes(dtype), cap = MaxStreamBytes(m, dtype);
   const int64_t c_ws = zipccl_cuda::CompressWorkspaceBytes(dtype, rows, m);
   const int64_t a_ws = zipccl_cuda::AccumulateWorkspaceBytes(dtype, 1, rows, m);
   TimingResources r;
@@ -904,10 +889,12 @@ ffi::Error TimeRowsOn(int device, int dtype, const void* host_input, int64_t n, 
                                 ffi::Buffer<ffi::U32>(&vstatus.buffer), ffi::Buffer<ffi::U8>(&va_work.buffer), m,
                                 int32_t(dtype));
   };
-  Workspace size_ws(c_work, c_ws);  // the size pass alone: Compress's kernels up to the layout (StreamSizes)
-  const CompressArrays size_arrays = TakeCompressArrays(size_ws, dtype, rows, m);
-  const auto size_pass = [&] {
-    return LaunchCompress(r.stream, size_arrays, dtype, x, m, rows, payload, cap, sizes, false);
+  Workspace size_ws(c_work, c_ws);  // the size pass alone: GroupKernel and ScanKernel (StreamSizes)
+  const c6::Workspace size_arrays = TakeCompress(size_ws, m, rows);
+  const auto size_pass = [&]() -> ffi::Error {
+    c6::CompressBatch(dtype, x, m, rows, payload, cap, nullptr, sizes, size_arrays, nullptr, false, r.stream);
+    ZC_CUDA(cudaGetLastError());
+    return ffi::Error::Success();
   };
   if (const ffi::Error e = TimeCalls(r, repeat, size_pass, &timing->size_ms); e.failure()) return e;
   if (const ffi::Error e = TimeCalls(r, repeat, encode, &timing->encode_ms); e.failure()) return e;

@@ -1,4 +1,4 @@
-// What the CUDA codec offers the host besides its XLA FFI handlers: the size
+// What the CUDA codec (format version 6) offers the host besides its XLA FFI handlers: the size
 // of each handler's workspace result (zipccl_jax/ops.py asks XLA for exactly
 // that many bytes) and the codec's timing with CUDA events (python -m
 // zipccl_jax selftest). Plain C++, for cuda_module.cc and tests/cuda_emulation.cc;
@@ -20,9 +20,9 @@ int64_t AccumulateWorkspaceBytes(int dtype, int64_t batch, int64_t k, int64_t n)
 // The same for the collectives' row ops (zipccl_rows.h): op is the target
 // ("zipccl_encode_rows_raw" for encode_rows with raw), `rows` rows of a flat
 // array of `size` elements in `leaves` leaves, interleaved by `unit`;
-// part_rows: the most rows of one received part (decode_rows). For
-// decode_accumulate_rows, rows = 1, size = the elements summed and part_rows
-// the rows summed.
+// part_rows: the most rows of one received part (decode_rows; its workspace
+// depends on `rows` alone since format version 6). For decode_accumulate_rows,
+// rows = 1, size = the elements summed and part_rows the rows summed.
 int64_t RowsWorkspaceBytes(const std::string& op, int dtype, int64_t rows, int64_t size, int64_t unit, int64_t leaves,
                            int64_t part_rows);
 

@@ -46,7 +46,7 @@ bool same_bits(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
 // (heap-allocated at that size, so ASan sees any write past it).
 int decode(int dtype, const uint8_t* data, size_t size, uint64_t n, uint8_t fill, bool generic,
            std::vector<uint8_t>* out) {
-  out->assign(size_t(n) * layout_of(dtype).elem_bytes, fill);
+  out->assign(size_t(n) * dtype_bytes(dtype), fill);
   return v6::decompress_stream(dtype, data, int64_t(size), int64_t(n), out->data(), generic);
 }
 
@@ -70,7 +70,7 @@ void check_decoders(const uint8_t* data, size_t size) {
   std::vector<float> acc(size_t(n), -1.0f);
   check(v6::decompress_accumulate(dtype, data, int64_t(size), 1, int64_t(n), acc.data()) == kOk,
         "decompress_accumulate accepts what decompress_stream accepts");
-  const int es = layout_of(dtype).elem_bytes;
+  const int es = dtype_bytes(dtype);
   for (uint64_t i = 0; i < n; ++i) {
     const float v = element_to_f32(dtype, load_element(a.data() + i * es, es));
     check(f32_to_bits(acc[i]) == f32_to_bits(v) || (v != v && acc[i] != acc[i]), "accumulate of one stream");
@@ -78,7 +78,7 @@ void check_decoders(const uint8_t* data, size_t size) {
 }
 
 void check_round_trip(const uint8_t* data, size_t size) {
-  const int dtype = kBF16 + int(size % 3), es = layout_of(dtype).elem_bytes;
+  const int dtype = kBF16 + int(size % 3), es = dtype_bytes(dtype);
   const int64_t n = int64_t(size) / es;
   std::vector<uint8_t> fast(size_t(max_stream_bytes(n, dtype))), generic(fast.size()), back;
   const int64_t len = v6::compress_stream(dtype, data, n, fast.data());

@@ -1,4 +1,4 @@
-// Test inputs for the differential fuzzers (fuzz_codec_cpu.cc, fuzz_codec6_cpu.cc):
+// Test inputs for the differential fuzzers (fuzz_codec_cpu.cc):
 // n elements of dtype, of one of 10 kinds: Gaussian, wide exponents with
 // escapes, zeros, Inf/NaN, block-varying scale, random bits, skewed signs over
 // many binades, ReLU outputs with -0 and subnormals among them; and same().
@@ -14,7 +14,7 @@
 namespace zipccl {
 
 inline std::vector<uint8_t> make_input(std::mt19937_64& rng, int dtype, int64_t n, int kind) {
-  const int es = layout_of(dtype).elem_bytes;
+  const int es = dtype_bytes(dtype);
   std::vector<uint8_t> x(size_t(n * es));
   std::normal_distribution<float> normal(0, 1);
   for (int64_t i = 0; i < n; ++i) {

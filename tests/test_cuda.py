@@ -1,4 +1,5 @@
-"""The CUDA codec against the numpy reference, byte for byte. Runs where JAX sees a GPU."""
+"""The CUDA codec (format version 6) against the numpy reference (zipccl_jax/reference.py), byte for byte;
+the sums against reference.accumulate (format-independent). Runs where JAX sees a GPU."""
 
 import re
 
@@ -9,6 +10,7 @@ import pytest
 
 import zipccl_jax as zc
 from zipccl_jax import reference as ref
+from zipccl_jax import reference as r6
 from zipccl_jax.bench.data import gaussian, random_bits, special_values
 
 
@@ -45,7 +47,7 @@ def test_cuda_streams_are_byte_identical_to_reference_and_decode_each_other(dtyp
     for name, x in cases(dtype):
         c = jax.jit(zc.compress)(on_gpu(x))
         stream = bits(c.payload)[: int(c.nbytes)]
-        assert stream == ref.compress(x), name
+        assert stream == r6.compress(x), name
         back = jax.jit(zc.decompress)(c)
         assert bits(back) == bits(x), name
         padded = np.zeros(zc.stream_capacity(x.size, dtype), np.uint8)
@@ -67,19 +69,23 @@ def test_cuda_accumulate_matches_rank_ordered_sum(dtype):
     assert bits(got) == bits(ref.accumulate(list(chunks), np.dtype(dtype)))
 
 
-BAD_MODE = "zipccl: corrupt payload (stream {}): corrupt block descriptor (bad mode)"
+BAD_DESCRIPTOR = ("zipccl: corrupt payload (stream {}): corrupt block descriptor (reserved bits, a field out of "
+                  "range, or its offsets)")
 
 
-def with_bad_mode(row: np.ndarray, n: int) -> None:
-    """Block 0's width field set to 21 in a coded stream of n elements: a bad mode (FORMAT.md §2)."""
-    row[ref.body_offset(row.tobytes(), n, 0)] = 7 | 21 << 3
+def with_bad_descriptor(row: np.ndarray, n: int) -> None:
+    """A reserved bit set in block 0's descriptor of a coded stream of n elements (FORMAT.md §2)."""
+    assert row[6] == 0 and r6.read_descriptor(row.tobytes(), 0)["reserved"] == 0, "a coded stream"
+    row[r6.HEADER_BYTES + 7] |= 2
+    with pytest.raises(r6.CorruptPayload, match="descriptor"):
+        r6.decompress(row.tobytes(), np.dtype(jnp.bfloat16), n)
 
 
 def test_cuda_rejects_a_corrupt_payload_with_a_clear_error():
     c = zc.compress(on_gpu(gaussian(9000, jnp.bfloat16)))
     payload = np.asarray(c.payload).copy()
-    with_bad_mode(payload, 9000)
-    with pytest.raises(Exception, match=re.escape(BAD_MODE.format(0))):
+    with_bad_descriptor(payload, 9000)
+    with pytest.raises(Exception, match=re.escape(BAD_DESCRIPTOR.format(0))):
         jax.block_until_ready(zc.decompress(zc.Compressed(on_gpu(payload), c.nbytes, c.shape, c.dtype)))
 
 
@@ -90,15 +96,15 @@ def test_cuda_decoders_under_jit_poison_a_corrupt_item_and_return_its_status():
     x = np.stack([gaussian(9000, jnp.bfloat16, seed=i) for i in range(4)])
     c = zc.compress(on_gpu(x), batch_dims=1)
     payload = np.asarray(c.payload).copy()
-    with_bad_mode(payload[1], 9000)
+    with_bad_descriptor(payload[1], 9000)
     bad = zc.Compressed(on_gpu(payload), c.nbytes, c.shape, c.dtype)
     out, status = jax.jit(lambda b: zc.decompress(b, with_status=True))(bad)
-    assert zc.ops.corrupt_payload_error(status) == BAD_MODE.format(1)
+    assert zc.ops.corrupt_payload_error(status) == BAD_DESCRIPTOR.format(1)
     out = np.asarray(out)
     assert (out[1].view(np.uint16) == 0xFFFF).all() and bits(out[[0, 2, 3]]) == bits(x[[0, 2, 3]])
     sums, words = jax.jit(lambda p: zc.decompress_accumulate(p, m=9000, dtype=jnp.bfloat16, with_status=True))(
         on_gpu(payload.reshape(2, 2, -1)))
-    assert np.asarray(words).tolist() == [[0, 7], [0, 0]]
+    assert np.asarray(words).tolist() == [[0, 13], [0, 0]]  # the decoder's status alone: kErrDescriptor
     assert (np.asarray(sums)[0].view(np.uint16) == 0xFFFF).all()
     assert bits(np.asarray(sums)[1]) == bits(ref.accumulate(list(x[2:]), np.dtype(jnp.bfloat16)))
 

@@ -360,11 +360,15 @@ def test_cuda_build_compiles_for_sm90_within_budget(tmp_path):
                           str(src), "-o", str(tmp_path / "cuda6.o")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     kernels = re.findall(r"Compiling entry function '(\w+)'", out.stderr)
-    usage = re.findall(r"Used (\d+) registers, used \d+ barriers, (\d+) bytes smem", out.stderr)
-    assert len(usage) == len(kernels) == 10, out.stderr  # Scan; Group, Code and Decode for each dtype
+    # (GroupKernel's 8-byte stack frame: the call of the 64-bit division that finds its item; no spill)
+    usage = re.findall(r"Used (\d+) registers, used \d+ barriers, (?:\d+ bytes cumulative stack size, )?(\d+) bytes smem",
+                       out.stderr)
+    # Scan; Group, Code, Decode and Accumulate (the reduce step, in cuda6_codec.cuh's Accumulate) for each dtype
+    assert len(usage) == len(kernels) == 13, out.stderr
     assert not re.search(r"[1-9]\d* bytes spill stores", out.stderr), out.stderr
     for name, (regs, smem) in zip(kernels, usage):  # the occupancy docs/GPU.md predicts from
-        assert int(regs) <= 64 and int(smem) <= 40 * 1024, (name, regs, smem)
+        limit = 128 if "AccumulateKernel" in name else 64  # two CTAs an SM, four for the others
+        assert int(regs) <= limit and int(smem) <= 40 * 1024, (name, regs, smem)
 
 
 def test_the_timing_tool_round_trips_under_emulation(tmp_path):
