@@ -79,7 +79,7 @@ ffi::Error Compress(ffi::AnyBuffer x, ffi::Result<ffi::Buffer<ffi::U8>> payload,
       int64_t(payload->element_count()) != batch * cap ||
       cap < zipccl::max_stream_bytes(item_elems, dtype))
     return ffi::Error::InvalidArgument("zipccl: compress buffer shapes do not match item_elems");
-  if (item_elems > zipccl::v6::max_elements(dtype))
+  if (item_elems > zipccl::v6::max_elements(dtype))  // a stream's length is a uint32 (FORMAT.md §1)
     return ffi::Error::InvalidArgument("zipccl: a stream could exceed 4 GiB: compress fewer elements per item");
   const int64_t item_bytes = item_elems * zipccl::dtype_bytes(dtype);
   const auto* in = static_cast<const uint8_t*>(x.untyped_data());
@@ -234,7 +234,7 @@ void put_row(const zipccl::RowLayout& l, int64_t j, const uint8_t* row, const Le
 ffi::Error bad_rows(const std::string& what) { return ffi::Error::InvalidArgument("zipccl: " + what); }
 
 ffi::Error check_stream_limit(int64_t m, int dtype) {
-  if (zipccl::max_stream_bytes(m, dtype) > int64_t(UINT32_MAX))
+  if (m > zipccl::v6::max_elements(dtype))
     return bad_rows("a row's stream could exceed 4 GiB: use more rows");
   return ffi::Error::Success();
 }

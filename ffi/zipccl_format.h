@@ -38,15 +38,12 @@ enum Status : int {
   kErrDType = 4,
   kErrCount = 5,
   kErrFlags = 6,
-  kErrBlockMode = 7,  // 7, 8, 11, 12: version 5's, no longer produced
-  kErrBlockSize = 8,
+  // 7, 8, 11, 12: version 5's statuses; the numbers stay unused, so status words keep their meaning
   kErrBitstream = 9,
   kErrTrailing = 10,
-  kErrTable = 11,
-  kErrPlanes = 12,  // a group mask bit the stream's version and dtype do not have
-  kErrDescriptor = 13,  // version 6 (format6.h): a block descriptor's fields or offsets
-  kErrGroupTable = 14,  // version 6: a group table
-  kErrBody = 15,        // version 6: a coded body's width field or lane lengths
+  kErrDescriptor = 13,  // a block descriptor's fields or offsets (format6.h)
+  kErrGroupTable = 14,  // a group table
+  kErrBody = 15,        // a coded body's width field or lane lengths
   kErrLast = kErrBody,  // every status is in [kOk, kErrLast]
 };
 
@@ -58,12 +55,8 @@ inline const char* error_message(int status) {
     case kErrDType: return "payload dtype does not match the requested dtype";
     case kErrCount: return "payload element count does not match the requested shape";
     case kErrFlags: return "unknown header flags";
-    case kErrBlockMode: return "corrupt block descriptor (bad mode)";
-    case kErrBlockSize: return "corrupt block descriptor (bad body size)";
     case kErrBitstream: return "corrupt block bitstream";
     case kErrTrailing: return "corrupt block bitstream (unused or nonzero padding bits)";
-    case kErrTable: return "corrupt code table";
-    case kErrPlanes: return "corrupt group mask";
     case kErrDescriptor: return "corrupt block descriptor (reserved bits, a field out of range, or its offsets)";
     case kErrGroupTable: return "corrupt group table (a code length over 12, or not a prefix code)";
     case kErrBody: return "corrupt block body (bad body size, width or lane lengths)";

@@ -20,27 +20,32 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 from zipccl_jax import reference as r6
 from zipccl_jax.bench.data import DTYPES, gaussian, random_bits, special_values
+from zipccl_jax.dtypes import DTYPE_CODES
 from test_codec_cpu import mutate
 
 ROOT = Path(__file__).resolve().parents[1]
-CODES = {"bfloat16": 1, "float16": 2, "float32": 3}
+CODES = DTYPE_CODES  # dtype name -> the format's dtype code
 LAUNCHES = [(1, 1), (4, 3)]  # (SMs, resident CUDA blocks): one at a time; several racing
 COMPRESS, DECOMPRESS = 0, 1
 NO_ERROR = (1 << 64) - 1
 
 
-def build(directory, sanitizers):
+def build(directory, sanitizers, source="cuda6_emulation.cc"):
+    """An emulator (tests/<source>: cuda6_emulation.cc, the kernels', or cuda_emulation.cc, the
+    handlers'), built with -fsanitize=sanitizers (about a minute)."""
     compiler = shutil.which("g++") or shutil.which("c++")
     assert compiler, "a C++ compiler is needed to build the CUDA emulation"
-    exe = directory / "cuda6_emulation"
+    exe = directory / Path(source).stem
     subprocess.run([compiler, "-std=c++20", "-O1", "-g", f"-fsanitize={sanitizers}", "-fno-sanitize-recover=all",
                     "-DZIPCCL_HOST_EMULATION", f"-I{ROOT / 'ffi'}", f"-I{ROOT / 'tests'}",
-                    str(ROOT / "tests" / "cuda6_emulation.cc"), "-pthread", "-o", str(exe)], check=True, timeout=600)
+                    "-isystem", jax.ffi.include_dir(), str(ROOT / "tests" / source), "-pthread",
+                    "-o", str(exe)], check=True, timeout=600)
     return exe
 
 

@@ -27,14 +27,12 @@ float add is a GPU's, tests/cuda_host_shim.h) and XLA's capture of the handlers 
 buffers."""
 
 import re
-import shutil
 import struct
 import subprocess
 import zlib
 from functools import lru_cache
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
@@ -43,7 +41,7 @@ from zipccl_jax import reference as r6
 from zipccl_jax.bench.data import DTYPES, gaussian, random_bits, special_values
 from zipccl_jax.ops import corrupt_payload_error
 from test_codec_cpu import mutate
-from test_cuda6_emulation import category, hostile_cases, kinds, status_messages
+from test_cuda6_emulation import build as build_emulator, category, hostile_cases, kinds, status_messages
 
 ROOT = Path(__file__).resolve().parents[1]
 CODES = {"bfloat16": 1, "float16": 2, "float32": 3}
@@ -56,15 +54,8 @@ CORRUPT = "zipccl: corrupt payload (stream {}): "
 
 
 def build(directory, sanitizers):
-    """The emulator, built with -fsanitize=sanitizers (about a minute)."""
-    compiler = shutil.which("g++") or shutil.which("c++")
-    assert compiler, "a C++ compiler is needed to build the CUDA emulation"
-    exe = directory / "cuda_emulation"
-    subprocess.run([compiler, "-std=c++20", "-O1", "-g", f"-fsanitize={sanitizers}", "-fno-sanitize-recover=all",
-                    "-DZIPCCL_HOST_EMULATION", f"-I{ROOT / 'ffi'}", f"-I{ROOT / 'tests'}",
-                    "-isystem", jax.ffi.include_dir(), str(ROOT / "tests" / "cuda_emulation.cc"), "-pthread",
-                    "-o", str(exe)], check=True, timeout=600)
-    return exe
+    """The handlers' emulator (tests/cuda_emulation.cc), built with -fsanitize=sanitizers."""
+    return build_emulator(directory, sanitizers, "cuda_emulation.cc")
 
 
 @pytest.fixture(scope="module")

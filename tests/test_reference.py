@@ -9,9 +9,9 @@ import pytest
 from zipccl_jax import _zipccl_cpu as cpu
 from zipccl_jax import reference as ref
 from zipccl_jax.bench.data import DTYPES, gaussian, random_bits, special_values
+from zipccl_jax.dtypes import DTYPE_CODES
 
-CODES = {"bfloat16": 1, "float16": 2, "float32": 3}
-DTYPE_CODE = {np.dtype(ml_dtypes.bfloat16): 1, np.dtype(np.float16): 2, np.dtype(np.float32): 3}
+CODES = DTYPE_CODES  # dtype name -> the format's dtype code
 ALL_DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32]
 SIZES = [0, 1, 2, 3, 4, 5, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 4096 + 1234]
 
@@ -111,7 +111,7 @@ def test_reference_round_trip_is_bit_exact(dtype, kind):
 @pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
 def test_cpu_codec_is_byte_identical_to_reference(dtype, kind, generic):
     """generic=True runs the block coder of format6.h (the CUDA codec's)."""
-    code = DTYPE_CODE[np.dtype(dtype)]
+    code = CODES[np.dtype(dtype).name]
     for n in SIZES:
         x = make(kind, n, dtype, seed=n + 1)
         expected = ref.compress(x)
@@ -127,7 +127,7 @@ def test_cpu_codec_is_byte_identical_to_reference(dtype, kind, generic):
 def test_large_odd_size_round_trips_through_cpu_and_reference(dtype):
     n = 1_000_003
     x = make("specials_in_gauss", n, dtype, seed=7)
-    code = DTYPE_CODE[np.dtype(dtype)]
+    code = CODES[np.dtype(dtype).name]
     out = np.zeros(ref.max_stream_bytes(n, dtype), np.uint8)
     length = cpu.compress_into(np.frombuffer(raw_bytes(x), np.uint8), code, out)
     assert out[:length].tobytes() == ref.compress(x)
@@ -183,7 +183,7 @@ def test_unsupported_dtype_is_named():
 def test_stream_bytes_is_the_compressed_length_without_coding(dtype):
     """A size pass (codec6_cpu.h: stream_bytes) gives exactly compress's length: the reference's and
     the C++ one's, fast and generic, on every data kind and size."""
-    code = DTYPE_CODE[np.dtype(dtype)]
+    code = CODES[np.dtype(dtype).name]
     for kind in KINDS:
         for n in SIZES + [2 * 65536 + 77]:
             x = make(kind, n, dtype, seed=n + 2)

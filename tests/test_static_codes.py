@@ -32,18 +32,6 @@ def element_fields(v: int, q_ref: int, code: int):
     return sign << 7 | sc.CLASS_ESC, [(4 * e + t, exp_bits + 2), (low, width - 3 - exp_bits)]
 
 
-def width16(lane_bits: list[int]) -> tuple[int, list[int]]:
-    """The study's 16 lanes (version 5's body, FORMAT5.md §2): the narrowest width whose 15
-    deviations fit, and the deviations."""
-    for width in range(1, ref.MAX_WIDTH + 1):
-        head = 15 * width + ref.width_field_bits(width)
-        base = max(0, 8 * ((head + sum(lane_bits) + 7) // 8) - head) // 16
-        devs = [b - base for b in lane_bits[:15]]
-        if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
-            return width, devs
-    raise AssertionError("lane lengths beyond the format's widths")
-
-
 def written_bytes(x: np.ndarray, family: np.ndarray, choice: int, q_ref: int) -> int:
     """A block's body written with reference.pack_bits: the width field, deviations and 16 lanes."""
     code = {2: 1, 4: 3}[x.itemsize]
@@ -58,7 +46,7 @@ def written_bytes(x: np.ndarray, family: np.ndarray, choice: int, q_ref: int) ->
             sym ^= 128 * flip
             fields += [(int(codes[sym]), int(family[member][sym]))] + stored
         lanes.append(fields)
-    width, devs = width16([sum(w for _, w in lane) for lane in lanes])
+    width, devs = ref._width([sum(w for _, w in lane) for lane in lanes])
     field = width - ref.WIDTH_SHORT if ref.width_field_bits(width) == 3 else 7 | width << 3
     head = [(field, ref.width_field_bits(width))] + [(d & ((1 << width) - 1), width) for d in devs]
     values, widths = zip(*(head + [f for lane in lanes for f in lane]))

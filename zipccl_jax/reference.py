@@ -137,10 +137,13 @@ def body_bytes(lane_bits: np.ndarray) -> np.ndarray:
 
 
 def _width(lane_bits: list[int]) -> tuple[int, list[int]]:
+    """§6 step 3: the narrowest width whose deviations fit, and the deviations, for any number of
+    lanes (32 here; the study's 16, version 5's, in tests/test_static_codes.py)."""
+    lanes = len(lane_bits)
     for width in range(1, MAX_WIDTH + 1):
-        size = (head_bits(width) + sum(lane_bits) + 7) // 8
-        base = max(0, 8 * size - head_bits(width)) // LANES
-        devs = [b - base for b in lane_bits[: LANES - 1]]
+        head = (lanes - 1) * width + width_field_bits(width)
+        base = max(0, 8 * ((head + sum(lane_bits) + 7) // 8) - head) // lanes
+        devs = [b - base for b in lane_bits[: lanes - 1]]
         if all(-(1 << (width - 1)) <= d < 1 << (width - 1) for d in devs):
             return width, devs
     raise AssertionError("lane lengths beyond the format's widths")  # |dev| < 2^15 always

@@ -97,9 +97,9 @@ def load_baseline(path: str):
     beside this one: `bench codec --against PATH`."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("zipccl_baseline._zipccl_cpu", path)
-    if spec is None or not os.path.exists(path):
+    if not os.path.exists(path):
         raise SystemExit(f"bench codec --against: no module at {path}")
+    spec = importlib.util.spec_from_file_location("zipccl_baseline._zipccl_cpu", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
