@@ -79,7 +79,8 @@ def make_step(mesh, lr=0.1, use_zip=True, compress=True):
     body = functools.partial(local_step, lr=lr, use_zip=use_zip, compress=compress)
     specs = {k: P("fsdp") for k in PARAM_SPECS}  # only the manual axis; `model` stays automatic
     # GPU_COMPILER_OPTIONS: on GPUs, XLA's latency-hiding scheduler for a module holding the spill's
-    # ragged_all_to_all (docs/GPU.md, "The compiled program"); the CPU compile takes it too
+    # ragged_all_to_all (docs/GPU.md, "The compiled program"). Importing zipccl_jax turns it on in
+    # XLA_FLAGS already; the option keeps it on where a user set ZIPCCL_XLA_FLAGS=0. The CPU takes it too.
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, P("fsdp"), P("fsdp")),
                                  out_specs=(specs, P(), P(), P()), axis_names={"fsdp"}),
                    compiler_options=zc.GPU_COMPILER_OPTIONS)

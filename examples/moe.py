@@ -90,7 +90,8 @@ def make_loss(mesh, capacity, use_zip, compress=True, axis="expert", wrap=False)
 
     step = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
     # GPU_COMPILER_OPTIONS: on GPUs, XLA's latency-hiding scheduler for a module holding the spill's
-    # ragged_all_to_all (docs/GPU.md, "The compiled program"); the CPU compile takes it too
+    # ragged_all_to_all (docs/GPU.md, "The compiled program"). Importing zipccl_jax turns it on in
+    # XLA_FLAGS already; the option keeps it on where a user set ZIPCCL_XLA_FLAGS=0. The CPU takes it too.
     return jax.jit(zc.compressed(step, compress=compress, strategy="compressed") if wrap else step,
                    compiler_options=zc.GPU_COMPILER_OPTIONS)
 

@@ -123,6 +123,7 @@ def lone(call):
                               out_specs=P("d"), check_vma=False))
     return f, (jax.ShapeDtypeStruct((n, n, (1 << 23) // n), jnp.bfloat16, sharding=NamedSharding(mesh, P("d"))),)
 out, programs = sys.argv[1], json.loads(sys.argv[2])
+open(f"{out}/state", "w").write(zc._xla_flags.STATE)
 meshes = {}
 for name, (topology, code) in programs.items():
     mesh = meshes.setdefault(topology, schedule.gpu_mesh(topology))
@@ -135,10 +136,12 @@ for name, (topology, code) in programs.items():
 """
 
 
-def _env():  # the subprocesses run in a temporary directory: `-c` and `-m` would import a source tree there
+def _env(**overrides):  # the subprocesses run in a temporary directory: `-c` and `-m` would import a source tree there
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
         [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    env.pop("XLA_FLAGS", None)
+    for key in ("XLA_FLAGS", "ZIPCCL_XLA_FLAGS"):
+        env.pop(key, None)
+    env.update(overrides)
     return env
 
 
@@ -151,17 +154,36 @@ def _require_plugin():
         pytest.skip(message)
 
 
+# The programs above are compiled with XLA's own defaults (ZIPCCL_XLA_FLAGS=0: the import leaves
+# XLA_FLAGS alone), or with explicit options. These are compiled as a user's process does: the
+# import turns the latency-hiding scheduler on; or the user's XLA_FLAGS turns it off.
+LIBRARY_PROGRAMS = {
+    "mlp_zip_default": ("1x1x8", "f, specs = schedule.mlp_step(mesh, 'zip')"),
+    "mlp_zip_default_2hosts": ("1x2x8", "f, specs = schedule.mlp_step(mesh, 'zip')"),
+}
+RUNS = {  # run: (the environment's changes, programs), one subprocess each
+    "xla_defaults": ({"ZIPCCL_XLA_FLAGS": "0"}, PROGRAMS),
+    "library": ({}, LIBRARY_PROGRAMS),
+    "user_off": ({"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=false"},
+                 {"mlp_zip_user_off": LIBRARY_PROGRAMS["mlp_zip_default"]}),
+}
+
+
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """{program: its analyzed Schedule}, all compiled in one subprocess."""
+    """{program: its analyzed Schedule}, each run's compiled in one subprocess; "state of RUN": what
+    the run's import did to XLA_FLAGS (zipccl_jax._xla_flags.STATE)."""
     _require_plugin()
-    out = tmp_path_factory.mktemp("hlo")
-    done = subprocess.run([sys.executable, "-c", COMPILE, str(out), json.dumps(PROGRAMS)], env=_env(), cwd=out,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    schedules = {name: hlo.analyze((out / f"{name}.hlo").read_text(), devices_per_host=8) for name in PROGRAMS}
-    for name, s in schedules.items():
-        s.temp_bytes = int((out / f"{name}.temp").read_text())
+    schedules = {}
+    for run, (overrides, programs) in RUNS.items():
+        out = tmp_path_factory.mktemp(f"hlo_{run}")
+        done = subprocess.run([sys.executable, "-c", COMPILE, str(out), json.dumps(programs)], env=_env(**overrides),
+                              cwd=out, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        for name in programs:
+            schedules[name] = hlo.analyze((out / f"{name}.hlo").read_text(), devices_per_host=8)
+            schedules[name].temp_bytes = int((out / f"{name}.temp").read_text())
+        schedules[f"state of {run}"] = (out / "state").read_text()
     return schedules
 
 
@@ -321,6 +343,26 @@ def test_without_the_options_the_zip_step_overlaps_no_gemm(compiled):
     assert gemm_overlapped(hlo.payload_transfers(ours)) == 0
 
 
+def test_the_import_turns_xlas_scheduler_on_so_a_plain_jit_overlaps_as_with_the_options(compiled):
+    """A user's process: importing zipccl_jax put --xla_gpu_enable_latency_hiding_scheduler=true in
+    XLA_FLAGS before the backends started, so the step jitted with no options is scheduled as with
+    GPU_COMPILER_OPTIONS: every payload transfer overlaps compute, 3 bulks over other layers' GEMMs
+    (lax.psum's 3), on one host and on two. A user's own XLA_FLAGS wins: with the flag false the
+    step overlaps no GEMM, as under XLA's defaults (ZIPCCL_XLA_FLAGS=0)."""
+    assert (compiled["state of library"], compiled["state of xla_defaults"], compiled["state of user_off"]) == \
+        ("set", "off", "user")
+    ours, options = compiled["mlp_zip_default"], compiled["mlp_zip_psum_lhs"]
+    assert [(c.op, c.bytes, c.overlaps) for c in hlo.payload_transfers(ours)] == \
+        [(c.op, c.bytes, c.overlaps) for c in hlo.payload_transfers(options)]
+    assert ours.summary()["overlapped"] == ours.summary()["payload transfers"] == 14
+    hlo.assert_no_host_round_trip(ours)
+    hlo.assert_payload_async_at_top_level(ours)
+    assert gemm_overlapped(bulk_and_spill(ours)[0]) >= gemm_overlapped(hlo.payload_transfers(compiled["mlp_lax"])) == 3
+    two = compiled["mlp_zip_default_2hosts"]
+    assert two.summary()["overlapped"] == two.summary()["payload transfers"] == 14 and len(two.host_round_trips) == 8
+    assert gemm_overlapped(hlo.payload_transfers(compiled["mlp_zip_user_off"])) == 0
+
+
 def test_xla_overlaps_no_static_transfer_whose_chain_holds_a_ragged_all_to_all(compiled):
     """The XLA behaviour docs/GPU.md reports (jaxlib 0.10.2 and 0.11.2): static all_to_alls overlap
     the next layers' compute, 4 of 4, until each layer's chain also holds a ragged_all_to_all.
@@ -360,6 +402,7 @@ def test_cli_json_compares_zip_with_lax(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout)
     assert result["setup"]["topology"] == "1x1x8" and result["setup"]["step"] == "mlp"
+    assert result["setup"]["xla_flags"] == "set"  # the import turned XLA's scheduler on
     lax_run, zip_run = result["results"]
     assert (lax_run["sync"], zip_run["sync"]) == ("lax", "zip")
     assert lax_run["summary"] == {"conditionals": 0, "whiles": 0, "collectives": 4, "payload transfers": 4,

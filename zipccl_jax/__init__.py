@@ -5,12 +5,15 @@ array into a small pytree of bytes and back, bit-exactly, as XLA FFI custom
 calls on CPU and GPU. `compress_chunks` and `decompress_accumulate` are the
 building blocks of the compressed collectives. The byte format is in
 docs/FORMAT.md and `zipccl_jax.reference` is its numpy oracle.
+
+Importing it turns on XLA:GPU's latency-hiding scheduler in XLA_FLAGS unless
+ZIPCCL_XLA_FLAGS=0 (zipccl_jax/_xla_flags.py says why and when it cannot).
 """
 
+from ._xla_flags import GPU_COMPILER_OPTIONS  # first: before anything could start JAX's backends
 from ._ffi import NoCudaCodecError
 from .autotune import autotune
 from .collectives import (
-    GPU_COMPILER_OPTIONS,
     Stats,
     compressed,
     zip_all_gather,

@@ -88,7 +88,8 @@ def parser() -> argparse.ArgumentParser:
                    help="XLA's xla_gpu_enable_command_buffer for the compile ('' : none; default: XLA's)")
     g.add_argument("--gpu-compiler-options", action="store_true",
                    help="compile both steps with zipccl_jax.GPU_COMPILER_OPTIONS (XLA:GPU's latency-hiding scheduler "
-                        "on: without it a module holding a ragged_all_to_all overlaps no collective; docs/GPU.md)")
+                        "on: without it a module holding a ragged_all_to_all overlaps no collective; docs/GPU.md). "
+                        "The import already sets it in XLA_FLAGS; ZIPCCL_XLA_FLAGS=0 shows XLA's defaults")
     g.add_argument("--compiler-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an XLA compile option for both steps (repeatable), e.g. "
                         "xla_gpu_enable_latency_hiding_scheduler=true")

@@ -33,7 +33,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from . import _ffi, reference, strategy
+from . import _ffi, _xla_flags, reference, strategy
 from .collectives import zip_all_gather, zip_all_to_all, zip_ppermute, zip_psum, zip_psum_scatter
 from .dtypes import DTYPE_CODES
 from .ops import Compressed, compress, corrupt_payload_error, decompress, stream_capacity
@@ -283,6 +283,8 @@ def main(elements: int = 1 << 24, repeat: int = 5, platform: str | None = None,
         plan = strategy.plan("psum", size, ml_dtypes.bfloat16, ("devices",), max(len(devices), 2))
         print(f"strategy: psum of {size >> 10} KiB bfloat16 over {plan.axis_size} devices -> "
               f"{plan.name} ({plan.reason})")
+    if gpus:
+        print(f"XLA's latency-hiding scheduler for GPU programs: {_xla_flags.describe()}")
     not_checked.append("links between hosts: run it under jax.distributed for those")
     for line in wrong:
         print(f"WRONG: {line}")

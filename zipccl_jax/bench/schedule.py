@@ -31,6 +31,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from .. import _xla_flags
 from . import hlo, report
 
 TARGET_CONFIG = Path(__file__).with_name("h100_sxm.txtpb")  # XLA's H100 SXM spec, runtime and driver 13.0
@@ -238,9 +239,7 @@ def compiler_options(args) -> dict:
     GPU_COMPILER_OPTIONS), then each --compiler-option KEY=VALUE (true/false, a number, or text)."""
     options = {}
     if getattr(args, "gpu_compiler_options", False):
-        from ..collectives import GPU_COMPILER_OPTIONS
-
-        options.update(GPU_COMPILER_OPTIONS)
+        options.update(_xla_flags.GPU_COMPILER_OPTIONS)
     for item in getattr(args, "compiler_option", None) or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -290,14 +289,15 @@ def run(args) -> list[dict]:
     results = compile_steps(args)
     setup = {"topology": args.topology, "step": args.fn or args.step, "command_buffer": args.command_buffer,
              "collective": args.collective, "jax": jax.__version__, "payload_bytes": PAYLOAD_BYTES,
-             "compiler_options": compiler_options(args)}
+             "compiler_options": compiler_options(args), "xla_flags": _xla_flags.STATE}
     if args.json == "-":
         json.dump({"setup": setup, "results": results}, sys.stdout, indent=1)
         print()
         return results
     for r in results:
         options = "".join(f", {k}={v}" for k, v in setup["compiler_options"].items())
-        print(f"\n## {setup['step']}, sync={r['sync']}, {args.topology} x H100 (jax {jax.__version__}{options})\n")
+        print(f"\n## {setup['step']}, sync={r['sync']}, {args.topology} x H100 (jax {jax.__version__}{options}; "
+              f"latency-hiding scheduler: {_xla_flags.describe()})\n")
         print(report.table(r["transfers"]))
         s = r["summary"]
         print(f"\nconditionals {s['conditionals']}, whiles {s['whiles']}, payload transfers (>= 64 KiB) "

@@ -9,12 +9,11 @@ and the capacity ladder).
 """
 
 from ._rewrite import compressed
-from ._transfer import GPU_COMPILER_OPTIONS, Stats
+from ._transfer import Stats
 from .all_gather import zip_all_gather
 from .all_to_all import zip_all_to_all
 from .ppermute import zip_ppermute
 from .psum import zip_psum
 from .psum_scatter import zip_psum_scatter
 
-__all__ = ["GPU_COMPILER_OPTIONS", "Stats", "compressed", "zip_all_gather", "zip_all_to_all", "zip_ppermute", "zip_psum",
-           "zip_psum_scatter"]
+__all__ = ["Stats", "compressed", "zip_all_gather", "zip_all_to_all", "zip_ppermute", "zip_psum", "zip_psum_scatter"]

@@ -111,14 +111,6 @@ def static_lowering(info) -> bool:
     return set(info.platforms) <= STATIC_PLATFORMS
 ragged_all_to_all = lax.ragged_all_to_all  # module-level: tests stand in for it on the CPU
 
-# What a program that uses the compressed collectives on GPUs should be compiled with:
-# jax.jit(step, compiler_options=GPU_COMPILER_OPTIONS), or XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true.
-# XLA:GPU runs its latency-hiding scheduler by default only on a module whose collectives are all
-# ones its speed-of-light cost model knows (gpu_hlo_schedule.cc IsLHSEnabled ->
-# SolLatencyEstimator::IsSupportedForModule -> HasOnlySupportedCollectives): one ragged_all_to_all
-# (the spill) and no collective of the program overlaps compute; with the flag every one can
-# (docs/GPU.md, "The compiled program"). A lowering cannot set it: it belongs to the compile.
-GPU_COMPILER_OPTIONS = {"xla_gpu_enable_latency_hiding_scheduler": True}
 
 
 @dataclasses.dataclass(frozen=True)
