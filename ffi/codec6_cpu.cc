@@ -2,7 +2,8 @@
 // the generic one runs format6.h's functions step by step as FORMAT.md §6
 // words them; the fast one sizes every candidate code from one histogram of
 // each block's symbols by lane, codes each value with one table lookup and
-// one append, and decodes with 64-bit windows, falling back to the generic
+// one append (AVX-512 or AVX2 where the CPU has them), and decodes with 64-bit
+// windows, falling back to the generic
 // decoder for the exact verdict of a block it finds anything wrong in.
 #include "codec6_cpu.h"
 #include "accumulate_cpu.h"
@@ -337,7 +338,7 @@ int64_t compress_typed(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bo
         const uint8_t* syms = gs.syms[b];
         const uint8_t* to_ref = nullptr;
 #if ZC_HAVE_SIMD
-        if (cnt == kBlock && simd_enabled()) {
+        if (cnt == kBlock && simd_level() != kPlain) {
           const int which = group ? kCombos + group_serial : combo;
           for (int i = 0; i < kKeyCache && !keys; ++i) keys = key_cache[i].table == which && key_cache[i].ref == c.ref ? &key_cache[i] : nullptr;
           if (!keys) {
@@ -471,7 +472,7 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
       }
 #if ZC_HAVE_SIMD
       Waiting self{b, body, bytes, p.d.ref, {}, table, t, reinterpret_cast<T*>(dst)};
-      if (cnt == kBlock && simd_enabled() && body + bytes + 8 <= in + size && locate_lanes_fast(body, bytes, self.starts) == kOk) {
+      if (cnt == kBlock && simd_level() != kPlain && body + bytes + 8 <= in + size && locate_lanes_fast(body, bytes, self.starts) == kOk) {
         if (wait.b < 0) {
           wait = self;
           continue;
@@ -483,7 +484,7 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
         std::memcpy(lanes[1], self.starts, sizeof lanes[1]);
         const uint32_t* tabs[2] = {wait.tab->entry, t->entry};
         T* outs[2] = {wait.dst, self.dst};
-        const bool ok = simd_blocks<DT, 2>(bodies, sizes, lanes, tabs, outs);
+        const bool ok = vector_blocks<DT, 2>(bodies, sizes, lanes, tabs, outs);
         const Waiting first = wait;
         wait.b = -1;
         if (ok) continue;

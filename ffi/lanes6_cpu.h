@@ -77,6 +77,7 @@ struct KeyTable {
     for (int sign = 0; sign < 2; ++sign) e[kKeys + sign] = codes[sign << 7] | uint32_t(lens[sign << 7]) << 26;
 #if ZC_HAVE_SIMD
     if (simd_enabled()) return simd_build(lens, codes);
+    if (avx2_enabled()) return avx2_build(lens, codes);
 #endif
     for (int key = 0; key < kKeys; ++key) {
       const uint32_t sign = uint32_t(key) >> lay.q_bits, q = uint32_t(key) & Elements<DT>::q_mask, d = at_ref - q;
@@ -108,6 +109,27 @@ struct KeyTable {
       v = _mm512_mask_or_epi32(v, escaped, v, _mm512_sllv_epi32(q, len));
       v = _mm512_mask_add_epi32(v, escaped, v, _mm512_set1_epi32(lay.q_bits << 26));
       _mm512_store_si512(e + key, v);
+    }
+  }
+
+  ZC_AVX2 void avx2_build(const uint8_t* lens, const uint16_t* codes) {  // simd_build, 8 keys a step
+    constexpr Layout lay = Elements<DT>::lay;
+    alignas(32) uint32_t code_len[kNumSyms];
+    for (int sym = 0; sym < kNumSyms; ++sym) code_len[sym] = codes[sym] | uint32_t(lens[sym]) << 26;
+    const __m256i vref = _mm256_set1_epi32(int(ref)), qmask = _mm256_set1_epi32(int(Elements<DT>::q_mask));
+    const __m256i three = _mm256_set1_epi32(3), qmax = _mm256_set1_epi32(int(lay.q_max)), lim = _mm256_set1_epi32(kMaxD + 1);
+    const __m256i esc = _mm256_set1_epi32(kClassEsc), one = _mm256_set1_epi32(1);
+    for (int key = 0; key < kKeys; key += 8) {
+      const __m256i k = _mm256_add_epi32(_mm256_set1_epi32(key), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      const __m256i q = _mm256_and_si256(k, qmask), d = _mm256_sub_epi32(vref, q);
+      const __m256i near = _mm256_and_si256(_mm256_and_si256(_mm256_cmpgt_epi32(q, three), _mm256_cmpgt_epi32(qmax, q)),
+                                            _mm256_and_si256(_mm256_cmpgt_epi32(lim, d), _mm256_cmpgt_epi32(d, _mm256_set1_epi32(-1))));
+      const __m256i cls = _mm256_blendv_epi8(esc, _mm256_add_epi32(d, one), near);
+      const __m256i sym = _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(k, lay.q_bits), 7), cls);
+      const __m256i v = _mm256_i32gather_epi32(reinterpret_cast<const int*>(code_len), sym, 4);
+      const __m256i escaped = _mm256_add_epi32(_mm256_or_si256(v, _mm256_sllv_epi32(q, _mm256_srli_epi32(v, 26))),
+                                               _mm256_set1_epi32(lay.q_bits << 26));  // q after the code, q_bits more
+      _mm256_store_si256(reinterpret_cast<__m256i*>(e + key), _mm256_blendv_epi8(escaped, v, near));
     }
   }
 #endif
@@ -211,59 +233,6 @@ struct SimdLanes {
 };
 #endif
 
-// Writes a coded block's body (count values; its lanes' bits[32], from
-// stats_size) to body (kBodySlack bytes of slack after it). With keys (a
-// full block, the key table of its code at its ref) the AVX-512 coder codes
-// it; else syms (the values' symbols at the block's own ref) and map (to its
-// coded ref's, or null) give each value's symbol.
-template <int DT>
-void encode_body_fast(const typename Elements<DT>::T* x, int count, const uint32_t* bits, const uint8_t* syms,
-                      const uint8_t* lens, const uint16_t* codes, const uint8_t* map, const KeyTable<DT>* keys, uint8_t* body) {
-  static thread_local std::unique_ptr<uint8_t[][kLaneBytes]> lanes(new uint8_t[kLanes][kLaneBytes]);
-  int32_t devs[kLanes - 1];
-  uint32_t size;
-  const int width = narrowest_width(bits, devs, &size);
-  bool words = false;
-#if ZC_HAVE_SIMD
-  static thread_local std::unique_ptr<SimdLanes> simd(new SimdLanes());
-  if (keys && count == kBlock && simd_enabled()) simd->encode<DT>(x, keys->e), words = true;
-#endif
-  if (!words)
-    for (int k = 0; k < kLanes; k += 4) encode_lanes<DT, 4>(x, syms, count, k, lens, codes, map, lanes.get());
-  FastWriter w{body};
-  if (width_field_bits(width) == 3) w.put(uint32_t(width - kWidthShort), 3);
-  else w.put(7u | uint32_t(width) << 3, 8);
-  for (int k = 0; k + 1 < kLanes; ++k) w.put(uint32_t(devs[k]) & ((1u << width) - 1), uint32_t(width));
-#if ZC_HAVE_SIMD
-  if (words) {  // each lane's words shifted to its bit offset, 16 at a time
-    uint32_t at = uint32_t(head_bits(width));
-    for (int k = 0; k < kLanes; ++k) {
-      const uint32_t shift = at & 31, n = (shift + bits[k] + 31) / 32;
-      uint8_t* dst = body + at / 32 * 4;
-      uint32_t first;
-      std::memcpy(&first, dst, 4);
-      splice_words(simd->words[k] + 16, dst, shift, n, first & ((1u << shift) - 1));
-      at += bits[k];
-    }
-    return;
-  }
-#endif
-  for (int k = 0; k < kLanes; ++k) {  // the lanes back to back
-    const uint8_t* lane = lanes[k];
-    uint32_t left = bits[k];
-    for (; left >= 32; left -= 32, lane += 4) {
-      uint32_t v;
-      std::memcpy(&v, lane, 4);
-      w.put(v, 32);
-    }
-    if (left) {
-      uint64_t v;
-      std::memcpy(&v, lane, 8);
-      w.put(v & ((uint64_t(1) << left) - 1), left);
-    }
-  }
-}
-
 inline uint64_t load64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
@@ -315,6 +284,7 @@ struct RefTable {
     constexpr Layout lay = Elements<DT>::lay;
 #if ZC_HAVE_SIMD
     if (simd_enabled()) return simd_bake<DT>(b, at_ref);
+    if (avx2_enabled()) return avx2_bake<DT>(b, at_ref);
 #endif
     for (int w = 0; w < kLutSize; ++w) {
       const uint32_t e = b.entry[w], cls = e & 127, q = (e & Baked::kNear) ? at_ref + 1 - cls : 0;
@@ -339,6 +309,24 @@ struct RefTable {
       const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 7), one), lay.q_bits);
       const __m512i v = _mm512_or_si512(_mm512_and_si512(e, _mm512_set1_epi32(int(kKept))), _mm512_or_si512(sign, q));
       _mm512_store_si512(entry + w, _mm512_maskz_mov_epi32(ok, v));
+    }
+    from = &b, ref = at_ref;
+  }
+
+  template <int DT>
+  ZC_AVX2 void avx2_bake(const Baked& b, uint32_t at_ref) {  // simd_bake, 8 entries a step
+    constexpr Layout lay = Elements<DT>::lay;
+    const __m256i ref1 = _mm256_set1_epi32(int(at_ref + 1)), three = _mm256_set1_epi32(3);
+    const __m256i qmax = _mm256_set1_epi32(int(lay.q_max)), one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
+    for (int w = 0; w < kLutSize; w += 8) {
+      const __m256i e = _mm256_load_si256(reinterpret_cast<const __m256i*>(b.entry + w));
+      const __m256i near = _mm256_cmpgt_epi32(_mm256_and_si256(e, _mm256_set1_epi32(int(Baked::kNear))), zero);
+      const __m256i q = _mm256_and_si256(near, _mm256_sub_epi32(ref1, _mm256_and_si256(e, _mm256_set1_epi32(127))));
+      const __m256i normal = _mm256_and_si256(_mm256_cmpgt_epi32(q, three), _mm256_cmpgt_epi32(qmax, q));
+      const __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi32(e, zero), _mm256_andnot_si256(normal, near));
+      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 7), one), lay.q_bits);
+      const __m256i v = _mm256_or_si256(_mm256_and_si256(e, _mm256_set1_epi32(int(kKept))), _mm256_or_si256(sign, q));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(entry + w), _mm256_andnot_si256(bad, v));
     }
     from = &b, ref = at_ref;
   }
@@ -488,13 +476,91 @@ ZC_SIMD bool simd_blocks(const uint8_t* const* bodies, const uint32_t* sizes, co
   return ok;
 }
 
+#endif
+
+}  // namespace v6
+}  // namespace zipccl
+
+#include "lanes6_avx2.h"  // Avx2Lanes, avx2_blocks: they take the tables above
+
+namespace zipccl {
+namespace v6 {
+
+#if ZC_HAVE_SIMD
+// Full blocks decoded side by side by the widest vector path here (simd_level() != kPlain).
+template <int DT, int NB>
+bool vector_blocks(const uint8_t* const* bodies, const uint32_t* sizes, const uint32_t (*starts)[kLanes + 1],
+                   const uint32_t* const* tabs, typename Elements<DT>::T* const* outs) {
+  return simd_enabled() ? simd_blocks<DT, NB>(bodies, sizes, starts, tabs, outs)
+                        : avx2_blocks<DT, NB>(bodies, sizes, starts, tabs, outs);
+}
+
 template <int DT>
-ZC_SIMD bool simd_block(const uint8_t* body, uint32_t size, const uint32_t* starts, const uint32_t* tab,
-                        typename Elements<DT>::T* out) {
+bool vector_block(const uint8_t* body, uint32_t size, const uint32_t* starts, const uint32_t* tab,
+                  typename Elements<DT>::T* out) {
   const uint32_t(*lanes)[kLanes + 1] = reinterpret_cast<const uint32_t(*)[kLanes + 1]>(starts);
-  return simd_blocks<DT, 1>(&body, &size, lanes, &tab, &out);
+  return vector_blocks<DT, 1>(&body, &size, lanes, &tab, &out);
 }
 #endif
+
+// Writes a coded block's body (count values; its lanes' bits[32], from
+// stats_size) to body (kBodySlack bytes of slack after it). With keys (a
+// full block, the key table of its code at its ref) the AVX-512 or AVX2 coder
+// codes it; else syms (the values' symbols at the block's own ref) and map (to its
+// coded ref's, or null) give each value's symbol.
+template <int DT>
+void encode_body_fast(const typename Elements<DT>::T* x, int count, const uint32_t* bits, const uint8_t* syms,
+                      const uint8_t* lens, const uint16_t* codes, const uint8_t* map, const KeyTable<DT>* keys, uint8_t* body) {
+  static thread_local std::unique_ptr<uint8_t[][kLaneBytes]> lanes(new uint8_t[kLanes][kLaneBytes]);
+  int32_t devs[kLanes - 1];
+  uint32_t size;
+  const int width = narrowest_width(bits, devs, &size);
+  const uint32_t(*words)[kLaneWords] = nullptr;  // the vector coders' lanes
+#if ZC_HAVE_SIMD
+  if (keys && count == kBlock && simd_enabled()) {
+    static thread_local std::unique_ptr<SimdLanes> simd(new SimdLanes());
+    simd->encode<DT>(x, keys->e), words = simd->words;
+  } else if (keys && count == kBlock && avx2_enabled()) {
+    static thread_local std::unique_ptr<Avx2Lanes> avx2(new Avx2Lanes());
+    avx2->encode<DT>(x, keys->e), words = avx2->words;
+  }
+#endif
+  if (!words)
+    for (int k = 0; k < kLanes; k += 4) encode_lanes<DT, 4>(x, syms, count, k, lens, codes, map, lanes.get());
+  FastWriter w{body};
+  if (width_field_bits(width) == 3) w.put(uint32_t(width - kWidthShort), 3);
+  else w.put(7u | uint32_t(width) << 3, 8);
+  for (int k = 0; k + 1 < kLanes; ++k) w.put(uint32_t(devs[k]) & ((1u << width) - 1), uint32_t(width));
+#if ZC_HAVE_SIMD
+  if (words) {  // each lane's words shifted to its bit offset, a vector at a time
+    uint32_t at = uint32_t(head_bits(width));
+    for (int k = 0; k < kLanes; ++k) {
+      const uint32_t shift = at & 31, n = (shift + bits[k] + 31) / 32;
+      uint8_t* dst = body + at / 32 * 4;
+      uint32_t first;
+      std::memcpy(&first, dst, 4);
+      if (simd_enabled()) splice_words(words[k] + 16, dst, shift, n, first & ((1u << shift) - 1));
+      else avx2_splice_words(words[k] + 16, dst, shift, n, first & ((1u << shift) - 1));
+      at += bits[k];
+    }
+    return;
+  }
+#endif
+  for (int k = 0; k < kLanes; ++k) {  // the lanes back to back
+    const uint8_t* lane = lanes[k];
+    uint32_t left = bits[k];
+    for (; left >= 32; left -= 32, lane += 4) {
+      uint32_t v;
+      std::memcpy(&v, lane, 4);
+      w.put(v, 32);
+    }
+    if (left) {
+      uint64_t v;
+      std::memcpy(&v, lane, 8);
+      w.put(v & ((uint64_t(1) << left) - 1), left);
+    }
+  }
+}
 
 template <int DT>
 bool decode_body_fast(const uint8_t* body, uint32_t size, const uint8_t* limit, int count, const uint32_t* tab,
@@ -503,12 +569,12 @@ bool decode_body_fast(const uint8_t* body, uint32_t size, const uint8_t* limit, 
   if (locate_lanes_fast(body, size, starts) != kOk) return false;
   bool ok = true;
 #if ZC_HAVE_SIMD
-  if (count == kBlock && simd_enabled()) {
-    if (body + size + 8 <= limit) return simd_block<DT>(body, size, starts, tab, out);
+  if (count == kBlock && simd_level() != kPlain) {
+    if (body + size + 8 <= limit) return vector_block<DT>(body, size, starts, tab, out);
     alignas(64) static thread_local uint8_t padded[kBlock * 4 + 16];  // the stream's last bytes, and 8 more
     std::memcpy(padded, body, size);
     std::memset(padded + size, 0, 16);
-    return simd_block<DT>(padded, size, starts, tab, out);
+    return vector_block<DT>(padded, size, starts, tab, out);
   }
 #endif
   if (count == kBlock && body + size + 8 <= limit) {

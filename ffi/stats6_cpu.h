@@ -1,9 +1,9 @@
 // Fast CPU sizing of version-6 blocks (docs/FORMAT.md §6): each block's
 // symbols at its own ref counted by lane once, from which its exact body size
 // under any code (a family combo, a group code at either ref) is a few vector
-// multiply-adds per symbol present. codec6_cpu.cc's fast coder; AVX-512 paths
-// where the CPU has them (simd_enabled()), plain loops otherwise, the same
-// results (tests compare the streams with the reference's).
+// multiply-adds per symbol present. codec6_cpu.cc's fast coder; AVX-512 or
+// AVX2 paths where the CPU has them (simd_level()), plain loops otherwise, the
+// same results (tests compare the streams with the reference's).
 #pragma once
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "format6.h"
-#include "simd_cpu.h"  // ZC_SIMD, simd_enabled
+#include "simd_cpu.h"  // ZC_SIMD, ZC_AVX2, simd_level
 
 namespace zipccl {
 namespace v6 {
@@ -156,6 +156,119 @@ ZC_SIMD inline bool simd_lane_bits(const BlockStats& s, const uint8_t* lens, con
   _mm512_storeu_si512(bits + 16, _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(acc, 1)));
   return true;
 }
+
+// simd_symbols, simd_rows and simd_lane_bits with AVX2, for CPUs without AVX-512.
+ZC_AVX2 inline uint32_t avx2_max_epu16(__m256i v) {  // the largest of 16 u16
+  const __m128i m = _mm_max_epu16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  return 0xFFFFu - uint32_t(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m, _mm_set1_epi16(-1)))) & 0xFFFF);
+}
+
+ZC_AVX2 inline uint32_t avx2_max_epu32(__m256i v) {  // the largest of 8 u32
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+  return uint32_t(_mm_cvtsi128_si32(m));
+}
+
+// One vector of a full block's values: their q, whether it is normal, and their symbols at ref
+// (16-bit elements: unsigned a < b as min(a, b - 1) == a; 32-bit ones: signed compares of q < 2^10).
+template <int DT>
+struct Avx2Symbols {
+  using El = Elements<DT>;
+  static constexpr Layout lay = El::lay;
+  static constexpr bool kWide = sizeof(typename El::T) == 4;
+
+  ZC_AVX2 static __m256i q_of(__m256i v) {
+    return kWide ? _mm256_and_si256(_mm256_srli_epi32(v, lay.low_bits), _mm256_set1_epi32(int(El::q_mask)))
+                 : _mm256_and_si256(_mm256_srli_epi16(v, lay.low_bits), _mm256_set1_epi16(short(El::q_mask)));
+  }
+  ZC_AVX2 static __m256i normal(__m256i q) {
+    if (kWide)
+      return _mm256_and_si256(_mm256_cmpgt_epi32(q, _mm256_set1_epi32(3)), _mm256_cmpgt_epi32(_mm256_set1_epi32(int(lay.q_max)), q));
+    const __m256i t = _mm256_sub_epi16(q, _mm256_set1_epi16(4));
+    return _mm256_cmpeq_epi16(_mm256_min_epu16(t, _mm256_set1_epi16(short(lay.q_max - 5))), t);
+  }
+  ZC_AVX2 static __m256i symbols(__m256i v, __m256i vref) {
+    const __m256i q = q_of(v);
+    if (kWide) {
+      const __m256i d = _mm256_sub_epi32(vref, q);
+      const __m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(kMaxD + 1), d), _mm256_cmpgt_epi32(d, _mm256_set1_epi32(-1)));
+      __m256i cls = _mm256_blendv_epi8(_mm256_set1_epi32(kClassEsc), _mm256_add_epi32(d, _mm256_set1_epi32(1)),
+                                       _mm256_and_si256(normal(q), in));
+      cls = _mm256_andnot_si256(_mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(int(El::mag_mask))), _mm256_setzero_si256()), cls);
+      return _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(v, 31), 7), cls);
+    }
+    const __m256i d = _mm256_sub_epi16(vref, q);
+    const __m256i near = _mm256_and_si256(normal(q), _mm256_cmpeq_epi16(_mm256_min_epu16(d, _mm256_set1_epi16(kMaxD)), d));
+    __m256i cls = _mm256_blendv_epi8(_mm256_set1_epi16(kClassEsc), _mm256_add_epi16(d, _mm256_set1_epi16(1)), near);
+    cls = _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(v, _mm256_set1_epi16(short(El::mag_mask))), _mm256_setzero_si256()), cls);
+    return _mm256_or_si256(_mm256_slli_epi16(_mm256_srli_epi16(v, 15), 7), cls);
+  }
+};
+
+template <int DT>
+ZC_AVX2 uint32_t avx2_symbols(const typename Elements<DT>::T* x, uint8_t* syms) {
+  using S = Avx2Symbols<DT>;
+  constexpr int kStep = 32 / sizeof(typename Elements<DT>::T);  // values a vector
+  __m256i top = _mm256_setzero_si256();
+  for (int i = 0; i < kBlock; i += kStep) {
+    const __m256i q = S::q_of(avx2_load(x + i));
+    top = S::kWide ? _mm256_max_epu32(top, _mm256_and_si256(q, S::normal(q))) : _mm256_max_epu16(top, _mm256_and_si256(q, S::normal(q)));
+  }
+  const uint32_t ref = S::kWide ? avx2_max_epu32(top) : avx2_max_epu16(top);
+  const __m256i vref = S::kWide ? _mm256_set1_epi32(int(ref)) : _mm256_set1_epi16(short(ref));
+  for (int i = 0; i < kBlock; i += 32) {  // 32 symbols a store
+    __m256i bytes;
+    if constexpr (S::kWide) {
+      __m256i s[4];
+      for (int j = 0; j < 4; ++j) s[j] = S::symbols(avx2_load(x + i + 8 * j), vref);
+      bytes = _mm256_packus_epi16(_mm256_packus_epi32(s[0], s[1]), _mm256_packus_epi32(s[2], s[3]));
+      bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    } else {
+      bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(S::symbols(avx2_load(x + i), vref), S::symbols(avx2_load(x + i + 16), vref)), 0xD8);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(syms + i), bytes);
+  }
+  return ref;
+}
+
+ZC_AVX2 inline void avx2_rows(GroupScratch& gs, BlockStats& st) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int s = 0; s < kNumSyms; ++s) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gs.hist[s]));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gs.hist[s] + 16));
+    st.counts[s] = 0;
+    if (_mm256_testz_si256(_mm256_or_si256(a, b), _mm256_or_si256(a, b))) continue;
+    const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    st.counts[s] = uint32_t(_mm_cvtsi128_si32(t));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.rows[st.nused]), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.rows[st.nused] + 16), b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(gs.hist[s]), _mm256_setzero_si256());
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(gs.hist[s] + 16), _mm256_setzero_si256());
+    st.used[st.nused++] = uint8_t(s);
+  }
+}
+
+ZC_AVX2 inline bool avx2_lane_bits(const BlockStats& s, const uint8_t* lens, const uint8_t* fixed, const uint8_t* map,
+                                   uint32_t* bits) {
+  __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+  for (int j = 0; j < s.nused; ++j) {
+    const int sym = map ? map[s.used[j]] : s.used[j];
+    if (!lens[sym]) return false;
+    const __m256i c = _mm256_set1_epi16(short(lens[sym] + fixed[sym]));
+    lo = _mm256_add_epi16(lo, _mm256_mullo_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.rows[j])), c));
+    hi = _mm256_add_epi16(hi, _mm256_mullo_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.rows[j] + 16)), c));
+  }
+  const __m256i halves[2] = {lo, hi};
+  for (int h = 0; h < 2; ++h) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + 16 * h), _mm256_cvtepu16_epi32(_mm256_castsi256_si128(halves[h])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + 16 * h + 8), _mm256_cvtepu16_epi32(_mm256_extracti128_si256(halves[h], 1)));
+  }
+  return true;
+}
 #endif
 
 // The lane bits of a block under code lens (after map, if given), and its
@@ -163,8 +276,8 @@ ZC_SIMD inline bool simd_lane_bits(const BlockStats& s, const uint8_t* lens, con
 inline uint32_t stats_size(const BlockStats& s, const uint8_t* lens, const uint8_t* fixed, const uint8_t* map, uint32_t* bits,
                     int32_t* devs, int* width) {
 #if ZC_HAVE_SIMD
-  if (simd_enabled()) {
-    if (!simd_lane_bits(s, lens, fixed, map, bits)) return kNoSize;
+  if (simd_level() != kPlain) {
+    if (!(simd_enabled() ? simd_lane_bits(s, lens, fixed, map, bits) : avx2_lane_bits(s, lens, fixed, map, bits))) return kNoSize;
     uint32_t size;
     *width = narrowest_width(bits, devs, &size);
     return size;
@@ -229,8 +342,8 @@ void block_stats(const typename Elements<DT>::T* x, int count, GroupScratch& gs,
   using El = Elements<DT>;
   uint32_t ref = 0;
 #if ZC_HAVE_SIMD
-  if (count == kBlock && simd_enabled()) {
-    ref = simd_symbols<DT>(x, syms);
+  if (count == kBlock && simd_level() != kPlain) {
+    ref = simd_enabled() ? simd_symbols<DT>(x, syms) : avx2_symbols<DT>(x, syms);
   } else
 #endif
   {
@@ -244,12 +357,18 @@ void block_stats(const typename Elements<DT>::T* x, int count, GroupScratch& gs,
       syms[i] = uint8_t((v >> El::sign_shift) << 7 | cls);
     }
   }
-  for (int i = 0; i < count; ++i) ++gs.hist[syms[i]][i & (kLanes - 1)];
+  int i = 0;
+  for (; i + kLanes <= count; i += kLanes) {  // a row at a time: each lane's counter at a constant offset
+#pragma GCC unroll 32
+    for (int k = 0; k < kLanes; ++k) ++gs.hist[syms[i + k]][k];
+  }
+  for (; i < count; ++i) ++gs.hist[syms[i]][i & (kLanes - 1)];
   st.ref = ref;
   st.count = count;
   st.nused = 0;
 #if ZC_HAVE_SIMD
   if (simd_enabled()) return simd_rows(gs, st);
+  if (avx2_enabled()) return avx2_rows(gs, st);
 #endif
   for (int s = 0; s < kNumSyms; ++s) {
     uint32_t total = 0;

@@ -56,9 +56,20 @@ def mutate(stream: bytes, rng) -> bytes:
 
 
 
+# The CPU codec's paths, by the environment that selects them (ffi/simd_cpu.h): the widest the CPU
+# has (AVX-512, else AVX2), AVX2 (on an AVX-512 CPU too), the portable loops. On a CPU without
+# AVX-512 the first two are the same path, run twice.
+SIMD_PATHS = {"widest": {}, "avx2": {"ZIPCCL_SIMD": "avx2"}, "portable": {"ZIPCCL_NO_SIMD": "1"}}
+
+
+def path_env(path: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("ZIPCCL_NO_SIMD", "ZIPCCL_SIMD")}
+    return {**env, **SIMD_PATHS[path]}
+
+
 def run_sanitized_fuzzer(tmp_path, fuzzer: str, *codec: str):
     """Builds tests/<fuzzer> with the ffi/ sources `codec` under AddressSanitizer and UBSan and runs
-    it on the SIMD and the portable paths (150 inputs each); it must report no failure."""
+    it on each of the CPU codec's paths (150 inputs each); it must report no failure."""
     import shutil
 
     compiler = shutil.which("g++") or shutil.which("c++")
@@ -68,12 +79,9 @@ def run_sanitized_fuzzer(tmp_path, fuzzer: str, *codec: str):
     subprocess.run([compiler, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                     f"-I{root / 'ffi'}", str(root / "tests" / fuzzer), *(str(root / "ffi" / c) for c in codec), "-o", str(exe)],
                    check=True, timeout=600)
-    for seed, no_simd in [(1, False), (2, True)]:
-        env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
-        if no_simd:
-            env["ZIPCCL_NO_SIMD"] = "1"
-        run = subprocess.run([str(exe), str(seed), "150"], env=env, capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0 and ", 0 failures" in run.stdout, run.stdout[-2000:] + run.stderr[-3000:]
+    for seed, path in enumerate(SIMD_PATHS, start=1):
+        run = subprocess.run([str(exe), str(seed), "150"], env=path_env(path), capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0 and ", 0 failures" in run.stdout, path + run.stdout[-2000:] + run.stderr[-3000:]
 
 def category(message: str) -> str:
     """A verdict's kind, as the reference and the C++ codec both word it: 'corrupt block descriptor',
@@ -230,22 +238,24 @@ def test_hostile_descriptors_and_tables_get_the_references_verdicts():
             "unsupported format version"} <= seen
 
 
-def test_plain_paths_give_the_same_bytes_as_avx512(tmp_path):
-    """ZIPCCL_NO_SIMD=1 forces the portable decoder: the same streams and decodes, in a fresh process
-    (run outside the checkout, so the installed package is imported, not the source tree)."""
-    code = ("import numpy as np, sys, zlib; sys.path.insert(0, %r); import test_codec_cpu as t; from zipccl_jax.bench.data import gaussian;"
-            "x = gaussian(3 * 4096 + 5, 'bfloat16', seed=41); s = t.compress(x);"
-            "print(zlib.crc32(s), t.decompress(s, x).tobytes() == x.tobytes())") % str(Path(__file__).parent)
-    outs = []
-    for no_simd in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != "ZIPCCL_NO_SIMD"}
-        if no_simd:
-            env["ZIPCCL_NO_SIMD"] = "1"
-        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+def test_every_path_gives_the_same_bytes_and_decodes(tmp_path):
+    """AVX-512, AVX2 and the portable loops (ZIPCCL_SIMD=avx2, ZIPCCL_NO_SIMD=1): the same streams
+    and decodes, for each dtype and kind of data, in fresh processes (run outside the checkout, so
+    the installed package is imported, not the source tree)."""
+    code = ("import numpy as np, sys, zlib; sys.path.insert(0, %r); import test_codec_cpu as t;"
+            "out = []\n"
+            "for dtype in t.DTYPES:\n"
+            "    for name, x in t.kinds(dtype).items():\n"
+            "        s = t.compress(x); out.append(f'{dtype}/{name}:{zlib.crc32(s)}:{t.decompress(s, x).tobytes() == x.tobytes()}')\n"
+            "print('|'.join(out))") % str(Path(__file__).parent)
+    outs = {}
+    for path in SIMD_PATHS:
+        run = subprocess.run([sys.executable, "-c", code], env=path_env(path), capture_output=True, text=True, timeout=300,
                              cwd=tmp_path)
         assert run.returncode == 0, run.stderr[-2000:]
-        outs.append(run.stdout.split())
-    assert outs[0] == outs[1] and outs[0][1] == "True"
+        outs[path] = run.stdout.strip().split("|")
+    assert outs["widest"] == outs["avx2"] == outs["portable"]
+    assert len(outs["widest"]) >= 3 * 8 and all(item.endswith(":True") for item in outs["widest"]), outs["widest"]
 
 
 def test_sanitized_differential_fuzzer(tmp_path):
