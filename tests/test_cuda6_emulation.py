@@ -315,12 +315,14 @@ def test_fast_path_values_and_verdicts_at_lane_ends(emulator):
 
 
 def test_no_data_race_under_threadsanitizer(tmp_path):
+    """Two groups and a partial one, on two SMs of two CUDA blocks at once (under ThreadSanitizer the
+    cost is the launches' threads: four SMs of four took ~2.5 minutes of CI's time)."""
     exe = build(tmp_path, "thread")
     for dtype in ("bfloat16", "float32"):
         xs = [gaussian(r6.GROUP_BLOCKS * r6.BLOCK + 4097, dtype, seed=30), silu(3 * r6.BLOCK + 1, dtype, seed=31)]
         code = CODES[dtype]
         replies = run(exe, [(COMPRESS, code, x.size, x.tobytes()) for x in xs] +
-                      [(DECOMPRESS, code, x.size, r6.compress(x)) for x in xs], (4, 4))
+                      [(DECOMPRESS, code, x.size, r6.compress(x)) for x in xs], (2, 2))
         for i, x in enumerate(xs):
             assert replies[i] == r6.compress(x)
             assert replies[len(xs) + i][0] == NO_ERROR

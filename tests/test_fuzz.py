@@ -47,10 +47,16 @@ def campaign(exe, corpus, *args, env=None, timeout=CAMPAIGN_S + 120):
 PATHS = {"simd": None, "avx2": {"ZIPCCL_SIMD": "avx2"}, "portable": {"ZIPCCL_NO_SIMD": "1"}}  # ffi/simd_cpu.h
 
 
+@pytest.fixture(scope="module")
+def fuzz_codec(tmp_path_factory):
+    """The codec's fuzz target, built once (each path is chosen at run time, by the environment)."""
+    return build(tmp_path_factory.mktemp("fuzz"), [ROOT / "tests" / "fuzz_harness.cc", ROOT / "ffi" / "codec6_cpu.cc",
+                                                   ROOT / "ffi" / "accumulate_cpu.cc"], "fuzz_codec")
+
+
 @pytest.mark.parametrize("path", list(PATHS))
-def test_coverage_guided_campaign_finds_nothing_and_grows_coverage(tmp_path, path):
-    exe = build(tmp_path, [ROOT / "tests" / "fuzz_harness.cc", ROOT / "ffi" / "codec6_cpu.cc",
-                                  ROOT / "ffi" / "accumulate_cpu.cc"], "fuzz_codec")
+def test_coverage_guided_campaign_finds_nothing_and_grows_coverage(fuzz_codec, tmp_path, path):
+    exe = fuzz_codec
     corpus = tmp_path / "corpus"
     seeds = write_seeds(corpus)
     # the portable run stops at a number of executions (its time limit only a guard), so a loaded

@@ -18,7 +18,7 @@ SOURCE = ROOT / "tools" / "v6_proto" / "v6_proto.cu"
 VARIANTS = {"default": [], "family": ["-DV6_GROUP_TABLES=0"], "direct": ["-DV6_DECODE_WINDOW=0"],
             "hold": ["-DV6_COMPRESS_REREAD=0"], "peek9": ["-DV6_PEEK=9"]}
 SIZES = [1, 63, 64, 4095, 4096, 4097, 40000]  # a lane, partial lanes, a block, partial blocks, 3 CTAs
-FEWER = [63, 4097, 40000]  # for the variants beside the default
+FEWER = [63, 4097, 40000]  # for the variants beside the default (the other kinds: the largest only)
 RATIO = {"gaussian": (1.44, 1.50), "relu": (2.4, 2.8), "mixed": (1.40, 1.47), "bits": (0.98, 1.0)}
 FAMILY_RELU = (1.35, 1.42)  # the family alone has no member for half-zero blocks: the group tables' gain
 LINE = re.compile(r"^(\w+) n=(\d+) ratio ([\d.]+) .* (bit-exact|MISMATCH)$")
@@ -47,7 +47,7 @@ def run(exe, kind, n, resident=3):
 def test_every_kind_and_size_round_trips_bit_for_bit(tmp_path, variant):
     exe = build(tmp_path, variant, VARIANTS[variant], "address,undefined")
     for kind, bounds in RATIO.items():
-        for n in SIZES if variant == "default" else FEWER:
+        for n in SIZES if variant == "default" else FEWER if kind in ("gaussian", "relu") else FEWER[-1:]:
             ratio, verdict = run(exe, kind, n)
             assert verdict == "bit-exact", (kind, n)
             if n >= 4096:  # small streams are mostly their descriptors
