@@ -87,7 +87,9 @@ def test_a_stalled_peer_fails_the_survivor_after_the_collective_timeout(job_fact
     job = job_factory(TIMEOUT_S, LONG_S, stall_at=4)
     job.wait_for(1, "stalling")
     elapsed, out = job.survivor_exit(TIMEOUT_S + 60)
-    assert job.procs[0].returncode == 3 and "Timed out" in out, out[-3000:]
+    # the first of the survivor's two devices to time out closes its pair with the other, which may report
+    # that instead (seen under load: "Connection closed by peer" after 8.0 s); the time is what is under test
+    assert job.procs[0].returncode == 3 and ("Timed out" in out or "Connection closed by peer" in out), out[-3000:]
     assert TIMEOUT_S - 1 < float(out.split("error after ")[1].split(" s")[0]) < TIMEOUT_S + 30
 
 

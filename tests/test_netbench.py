@@ -111,8 +111,10 @@ def test_network_links_are_shaped_and_torn_down():
 @needs_netns
 def test_the_link_probe_moves_plain_tcp_at_the_shaped_rate_both_ways():
     from zipccl_jax.bench import linkprobe
-    result = linkprobe.probe("40mbit", [50_000, 100_000], repeat=6, gap_ms=10)  # 5 MB/s each way
-    (small, *_), (large, *_) = result[50_000], result[100_000]
+    result = linkprobe.probe("40mbit", [50_000, 100_000], repeat=8, gap_ms=10)  # 5 MB/s each way
+    # the lower quartiles: a loaded machine (CI's 2 cores, the suite beside) only adds time, and a median of
+    # few exchanges took it (CI, 2026-12-02: medians 9.7 and 24.6 ms, ratio 2.53; quartiles 9.5 and 21.5)
+    (_, small, _), (_, large, _) = result[50_000], result[100_000]
     assert 1.5 < large / small < 2.5, result  # in proportion to the bytes
     assert 3.0 < 100_000 / large / 1e3 < 5.5, result  # MB/s each way, both directions at once
     assert ours() == []
