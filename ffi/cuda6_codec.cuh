@@ -15,7 +15,7 @@ namespace zipccl {
 namespace cuda6 {
 
 constexpr int kDecodeCtasPerSm = kDecodeMinCtas;  // DecodeKernel: 64 registers, 34 KB of shared memory
-constexpr int kAccumulateCtasPerSm = kAccumulateMinCtas;  // AccumulateKernel: at most 128 registers
+constexpr int kSumCtasPerSm = 2;  // AccumulateKernel: at most 128 registers (its shared memory may allow fewer)
 
 inline int64_t NumBlocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 inline int64_t NumGroups(int64_t n) { return (NumBlocks(n) + kGroupBlocks - 1) / kGroupBlocks; }
@@ -119,26 +119,56 @@ inline void Decompress(int dtype, const uint8_t* in, int64_t size, int64_t n, vo
   DecompressBatch(dtype, in, 0, size, n, 1, y, status, tables, sms, stream);
 }
 
+// How AccumulateKernel runs for k rows of dtype on a device whose CUDA blocks may take
+// smem_block bytes of shared memory (cudaDevAttrMaxSharedMemoryPerBlockOptin) and whose SMs
+// hold smem_sm (cudaDevAttrMaxSharedMemoryPerMultiprocessor): its row warps (up to 8, at most k,
+// as many as the shared memory allows: an H100's 227 KB takes 8 for every dtype), its bytes of
+// dynamic shared memory and the CUDA blocks an SM holds (1 KB of each block's shared memory is
+// the system's; at most kSumCtasPerSm by registers).
+struct SumShape {
+  int row_warps;
+  size_t smem;
+  int per_sm;
+};
+inline SumShape SumShapeOf(int dtype, int64_t k, int64_t smem_block, int64_t smem_sm) {
+  const int eb = v6::layout_of(dtype).elem_bytes;
+  const int64_t fit = (smem_block - int64_t(SumSmemBytes(0, eb))) / int64_t(SumSmemBytes(1, eb) - SumSmemBytes(0, eb));
+  const int rows = int(Max<int64_t>(1, Min<int64_t>(Min<int64_t>(kRowWarps, Max<int64_t>(k, 1)), fit)));
+  const size_t smem = SumSmemBytes(rows, eb);
+  const int per_sm = int(Max<int64_t>(1, Min<int64_t>(kSumCtasPerSm, smem_sm / int64_t(smem + 1024))));
+  return {rows, smem, per_sm};
+}
+
 // The reduce step: `items` items of k rows of dtype, row r of item i at rows[i k + r] (a device
-// array of device pointers; size bytes each), summed in row order in float32 in acc + i n
-// (device, n floats an item) and rounded once into out + i n (device, out_dtype: dtype or
-// kF32). verdicts[i k + r] (device, ~0 before) receives each row's verdict, as DecompressBatch's.
-// The sums of an item with a failing row are garbage: the caller poisons them.
-inline void Accumulate(int dtype, const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items,
-                       float* acc, int out_dtype, void* out, unsigned long long* verdicts, const Tables* tables,
-                       int sms, cudaStream_t stream) {
-  if (items == 0 || k == 0) return;
-  const unsigned grid = unsigned(items * DecodeCtas(n, items, sms, kAccumulateCtasPerSm));
+// array of device pointers; size bytes each), summed in row order in float32 and rounded once
+// into out + i n (device, out_dtype: dtype or kF32). verdicts[i k + r] (device, ~0 before)
+// receives each row's verdict, as DecompressBatch's. The sums of an item with a failing row
+// are garbage: the caller poisons them. sms, smem_block, smem_sm: the device's (SumShapeOf).
+// Returns the error of allowing the kernel its shared memory, if any (the launch's is the
+// caller's cudaGetLastError).
+inline cudaError_t Accumulate(int dtype, const uint8_t* const* rows, int64_t size, int64_t k, int64_t n,
+                              int64_t items, int out_dtype, void* out, unsigned long long* verdicts,
+                              const Tables* tables, int sms, int64_t smem_block, int64_t smem_sm,
+                              cudaStream_t stream) {
+  if (items == 0 || k == 0) return cudaSuccess;
+  const SumShape shape = SumShapeOf(dtype, k, smem_block, smem_sm);
+  const int64_t ctas = Max<int64_t>(1, Min<int64_t>(NumBlocks(n), int64_t(sms) * shape.per_sm / items));
+  const unsigned grid = unsigned(items * ctas);
   uint8_t* o = static_cast<uint8_t*>(out);
-  if (dtype == kBF16)
-    ZC_LAUNCH_KERNEL(AccumulateKernel<kBF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables, acc,
-                     out_dtype, o, verdicts);
-  else if (dtype == kF16)
-    ZC_LAUNCH_KERNEL(AccumulateKernel<kF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables, acc,
-                     out_dtype, o, verdicts);
-  else
-    ZC_LAUNCH_KERNEL(AccumulateKernel<kF32>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables, acc,
-                     out_dtype, o, verdicts);
+  cudaError_t e = cudaSuccess;
+#define ZC_SUM_LAUNCH(kernel)                                                                                 \
+  do {                                                                                                        \
+    if (shape.smem > (48u << 10))                                                                             \
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shape.smem));         \
+    if (e == cudaSuccess)                                                                                     \
+      ZC_LAUNCH_KERNEL_SMEM(kernel, grid, kSumThreads, shape.smem, stream, rows, size, k, n, items,           \
+                            shape.row_warps, tables, out_dtype, o, verdicts);                                 \
+  } while (0)
+  if (dtype == kBF16) ZC_SUM_LAUNCH(AccumulateKernel<kBF16>);
+  else if (dtype == kF16) ZC_SUM_LAUNCH(AccumulateKernel<kF16>);
+  else ZC_SUM_LAUNCH(AccumulateKernel<kF32>);
+#undef ZC_SUM_LAUNCH
+  return e;
 }
 
 // The Status of a decoder's verdict word.

@@ -19,12 +19,15 @@
 // first error. A launch decodes a batch of streams, a run of CTAs each
 // (item = blockIdx.x / the run's length), at any byte alignment.
 //
-// AccumulateKernel<DT>: the reduce step on the same block decoder (DecodeBatch,
-// DecodeBlock with an AddSink instead of a StoreSink): a CTA takes a batch of
-// 8 blocks through an item's k rows in order, adding each decoded value in
-// float32 to its sum (in the workspace, touched only by the lane that owns the
-// value), then rounds the batch's sums once into the output: no decoded row is
-// written to memory.
+// AccumulateKernel<DT>: the reduce step on the same block decoder: a CTA takes
+// one block at a time through an item's k rows, up to 8 rows at once (a warp a
+// row, each with its row's group table, built by the warp: BuildWarpGroupTable),
+// each warp decoding its row's block into a slot in shared memory (dynamic: up
+// to ~216 KB a CTA); then its 256 threads add the slots in row order to 16
+// float32 sums each, in registers, and round them once into the output: no
+// decoded row is written to memory, and the rows of a block decode in parallel
+// (a block's k rows were one warp's serial work before, which left most SMs
+// idle when rows are short and many: 64 rows of a 64 MB bucket filled 16 CTAs).
 #pragma once
 
 #include "cuda6_device.cuh"
@@ -34,7 +37,6 @@ namespace cuda6 {
 
 constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
 constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
-constexpr int kAccumulateMinCtas = 2;  // AccumulateKernel: at most 128 registers (its sums and rows live across the decode)
 
 // A group table's entry (u32, FastEntry) for the 12 bits at a lane's position, LSB first:
 //   fast:  bits 0-15 the element's top 16 bits less ref << kLow16 (sign << 15 - d << kLow16, mod 2^16;
@@ -54,24 +56,12 @@ struct Fast {
   static constexpr int kLow16 = Elem<DT>::kBytes == 2 ? Elem<DT>::kLay.low_bits : 5;
 };
 
-// Where a block's decoded values go (value i of the block, i < 4096): StoreSink stores them as
-// elements (y: the block's); AddSink adds them in float32 to the block's sums (acc), or sets them
-// for a stream's first row (the reduce step's order, FORMAT.md §8: add_f32, the format's NaN rule).
+// Where a block's decoded values go (value i of the block, i < 4096): stored as elements (y:
+// the block's; DecodeKernel's output, AccumulateKernel's row slot in shared memory).
 template <int DT>
 struct StoreSink {
-  static constexpr bool kAdds = false;
   typename Elem<DT>::Word* y;
   __device__ __forceinline__ void Put(int i, uint32_t v) const { y[i] = typename Elem<DT>::Word(v); }
-};
-template <int DT>
-struct AddSink {
-  static constexpr bool kAdds = true;
-  float* acc;
-  bool first;
-  __device__ __forceinline__ void Put(int i, uint32_t v) const {
-    const float f = element_to_f32(DT, v);
-    acc[i] = first ? f : ZC_INJECTED(3) ? ZC_FADD(acc[i], f) : add_f32(acc[i], f);
-  }
 };
 
 template <int DT>
@@ -91,15 +81,43 @@ __host__ __device__ __forceinline__ uint16_t FamEntry(uint32_t sym, uint32_t cle
   return uint16_t((e & 0xFFFFu) | (e >> 16 & 15u) | (e & kZeroBit ? kZero16 : 0u));
 }
 
+// A warp's group table entry (u16, AccumulateKernel): FamEntry's where it is fast; an escape's
+// (slow: bits 0-3 are 0) sym << 4 | length << 12, which Group16Slow turns into build_lut's sym |
+// length << 8 for SlowValue; 0 for a window that starts no code.
+template <int DT>
+__host__ __device__ __forceinline__ uint16_t Group16Entry(uint32_t sym, uint32_t clen) {
+  const uint32_t fast = FamEntry<DT>(sym, clen);
+  return uint16_t(fast ? fast : clen ? sym << 4 | clen << 12 : 0u);
+}
+__device__ __forceinline__ uint32_t Group16Slow(uint32_t e) { return (e >> 4 & 0xFFu) | (e >> 12) << 8; }
+
+// A group's canonical code, for the exact decoder's lookups (LongLookup): by canonical index i
+// (codes in (length, symbol) order), its symbol, length and first 12-bit window (MSB first).
+struct GroupCode {
+  uint16_t start[v6::kNumSyms + 1];
+  uint8_t order[v6::kNumSyms], olen[v6::kNumSyms];
+  uint32_t kraft, coded;  // the windows that start a code ([0, kraft)); the codes
+};
+
 struct DecodeSmem {
   uint16_t fam[kCombos][1 << kPeek];       // FamEntry of Tables::lut10, per combo
   uint32_t group[kLutSize];                // the group's code (FastEntry, 12 bits: only escapes are slow)
-  uint16_t start[v6::kNumSyms + 1];   // canonical index i's first 12-bit window, MSB first
-  uint8_t order[v6::kNumSyms], olen[v6::kNumSyms];
+  GroupCode code;
   CanonScratch canon;
-  uint32_t kraft, longest;
+  uint32_t longest;
   uint32_t need[kDecodeWarps], table_at[kDecodeWarps];
 };
+
+// The last canonical index (of `coded`) whose first window (MSB first) is at or before w.
+__device__ __forceinline__ uint32_t FirstCodeAt(const GroupCode& g, uint32_t coded, uint32_t w) {
+  uint32_t i = 0;
+  for (uint32_t lo = 0, hi = coded; lo + 1 < hi;) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (g.start[mid] <= w) lo = mid, i = mid;
+    else hi = mid;
+  }
+  return i;
+}
 
 // §4: checks the group table at `table` (122 bytes, in the stream) and builds
 // its decode table, read with the sign inverted if flip (§2: a flip applies to
@@ -109,28 +127,25 @@ __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int f
   const int sym = int(threadIdx.x), cls = sym & (v6::kSignSym - 1);
   const int j = ((sym >> 7) ^ flip) * 122 + cls;  // its length's place among the 244 valid symbols'
   const uint32_t len = cls <= v6::kClassEsc ? (table[j / 2] >> (4 * (j & 1))) & 15u : 0u;
-  if (sym == 0) s.kraft = 0, s.longest = 0;
+  if (sym == 0) s.code.kraft = 0, s.longest = 0;
   __syncthreads();
-  if (len) atomicAdd(&s.kraft, len <= uint32_t(kMaxCodeLen) ? 1u << (kMaxCodeLen - len) : 0u), atomicMax(&s.longest, len);
+  if (len) atomicAdd(&s.code.kraft, len <= uint32_t(kMaxCodeLen) ? 1u << (kMaxCodeLen - len) : 0u), atomicMax(&s.longest, len);
   __syncthreads();
-  const uint32_t kraft = s.kraft;
+  const uint32_t kraft = s.code.kraft;
   const bool ok = s.longest <= uint32_t(kMaxCodeLen) && kraft != 0 && kraft <= uint32_t(kLutSize);
   uint32_t index;
   const uint32_t code = CanonicalCode(ok ? len : 0u, s.canon, &index);
-  if (ok && len) s.order[index] = uint8_t(sym), s.olen[index] = uint8_t(len), s.start[index] = uint16_t(code << (kMaxCodeLen - len));
+  GroupCode& g = s.code;
+  if (ok && len) g.order[index] = uint8_t(sym), g.olen[index] = uint8_t(len), g.start[index] = uint16_t(code << (kMaxCodeLen - len));
+  if (sym == 0) g.coded = s.canon.coded;
   __syncthreads();
   if (!ok) return kErrGroupTable;
   // thread t: the 12-bit windows 16 t .. 16 t + 15 (MSB first); the codes' ranges are consecutive from 0 to kraft
   const uint32_t coded = s.canon.coded, from = 16 * uint32_t(sym);
-  uint32_t i = 0;
-  for (uint32_t lo = 0, hi = coded; lo + 1 < hi;) {  // the last index starting at or before `from`
-    const uint32_t mid = (lo + hi) / 2;
-    if (s.start[mid] <= from) lo = mid, i = mid;
-    else hi = mid;
-  }
+  uint32_t i = FirstCodeAt(g, coded, from);
   for (uint32_t w = from; w < from + 16; ++w) {
-    while (i + 1 < coded && s.start[i + 1] <= w) ++i;
-    s.group[Reverse(w, kMaxCodeLen)] = w < kraft ? FastEntry<DT>(s.order[i], s.olen[i]) : 0u;
+    while (i + 1 < coded && g.start[i + 1] <= w) ++i;
+    s.group[Reverse(w, kMaxCodeLen)] = w < kraft ? FastEntry<DT>(g.order[i], g.olen[i]) : 0u;
   }
   __syncthreads();
   return kOk;
@@ -138,17 +153,12 @@ __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int f
 
 // The code at a 12-bit window (LSB first) as build_lut's entry (sym | length << 8, 0 = none):
 // the family's 12-bit table, or (lut12 null) the group's canonical code by a binary search.
-__device__ __forceinline__ uint32_t LongLookup(uint32_t window, const uint16_t* lut12, const DecodeSmem& s) {
+__device__ __forceinline__ uint32_t LongLookup(uint32_t window, const uint16_t* lut12, const GroupCode& g) {
   if (lut12) return lut12[window & (kLutSize - 1)];
   const uint32_t w = Reverse(window, kMaxCodeLen);
-  if (w >= s.kraft) return 0;
-  uint32_t lo = 0, hi = s.canon.coded;
-  while (lo + 1 < hi) {
-    const uint32_t mid = (lo + hi) / 2;
-    if (s.start[mid] <= w) lo = mid;
-    else hi = mid;
-  }
-  return s.order[lo] | uint32_t(s.olen[lo]) << 8;
+  if (w >= g.kraft) return 0;
+  const uint32_t i = FirstCodeAt(g, g.coded, w);
+  return g.order[i] | uint32_t(g.olen[i]) << 8;
 }
 
 // The 32-bit word idx from `in` (4-byte aligned: a stream's start rounded down), its bytes at or
@@ -163,7 +173,7 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
 
 // §3, exactly as format6.h decode_element: a lane of `len` bits from bit `bit`
 // of `in` (size bytes, 4-byte aligned): `values` elements to the sink's lane,
-// lane + 32, ... (put false: none, the verdict only) The window past the lane's end
+// lane + 32, ... The window past the lane's end
 // holds the next lane's bits, which decode nothing the reference's zeros would
 // not (a code that fits the lane is found the same either way; one that does not
 // fails either way). Returns a Status | the bits taken << 32 (no pointer out: a
@@ -171,8 +181,8 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
 // accept (FastLane) is decoded again here.
 template <int DT, typename Sink>
 __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int64_t bit, uint32_t len, uint32_t ref,
-                                           const uint16_t* lut12, const DecodeSmem& s, Sink sink, int lane,
-                                           int values, bool put) {
+                                           const uint16_t* lut12, const GroupCode& g, Sink sink, int lane,
+                                           int values) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   int64_t idx = bit / 32;
@@ -184,7 +194,7 @@ __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int6
   };
   for (int i = 0; i < values; ++i) {
     refill();
-    const uint32_t e = LongLookup(uint32_t(buf), lut12, s);
+    const uint32_t e = LongLookup(uint32_t(buf), lut12, g);
     if (!(e >> 8)) return uint64_t(kErrBitstream);
     const uint32_t clen = e >> 8, sym = e & 0xFF, cls = sym & 127;
     uint32_t q = 0, head = clen;
@@ -202,7 +212,7 @@ __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int6
       buf >>= lay.low_bits, held -= lay.low_bits, taken += lay.low_bits;
     }
     if (taken > len) return uint64_t(kErrBitstream);
-    if (put) sink.Put(lane + kWarp * i, (sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
+    sink.Put(lane + kWarp * i, (sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
   }
   return uint64_t(kOk) | uint64_t(taken) << 32;
 }
@@ -246,7 +256,7 @@ constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kL
 // ref < 4 only zeros pass; the caller sent ref >= q_max to DecodeLane). Returns the bits
 // taken; *ok false if a value failed (the lane's later values are then garbage, and DecodeLane
 // decodes it again for the reference's verdict).
-template <int DT, bool kCheck, typename Entry, typename Sink>
+template <int DT, bool kCheck, bool kGroup16, typename Entry, typename Sink>
 __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words, uint64_t bit, uint32_t ref,
                                              const Entry* lut, uint32_t mask, const uint16_t* lut12,
                                              Sink sink, int at, int values, bool* ok) {
@@ -269,7 +279,7 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
     bool zero = k32 ? (e & kZeroBit) != 0 : (e & kZero16) != 0;
     uint32_t v, n = k32 ? e >> 27 : E::kBytes == 2 && !zero ? clen + lay.low_bits : clen;
     if (k32 ? n == 0 : clen == 0) {  // an escape, a long code or none: no break, so that the loop has one exit
-      const uint64_t r = SlowValue<DT>(peek, e, ref, lut12);
+      const uint64_t r = SlowValue<DT>(peek, kGroup16 ? Group16Slow(e) : e, ref, lut12);
       good = good && !(r & kSlowError);
       v = uint32_t(r), n = uint32_t(r >> 32) & 0xFF, zero = (r >> 40) & 1;
     } else {
@@ -293,12 +303,22 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   return 32 * (k - k0 - 3) + pos - pos0;
 }
 
+// What DecodeBlock reads a block's code from: the family's first lookups (FamEntry) and the
+// group's code, a CTA's 12-bit table (FastEntry, DecodeKernel) or, kWarpGroup, a warp's
+// (Group16Entry, AccumulateKernel), with its canonical code for the exact decoder.
+struct BlockTables {
+  const uint16_t (*fam)[1 << kPeek];
+  const uint32_t* group;
+  const uint16_t* group16;
+  const GroupCode* code;
+};
+
 // §2, §3: block b, by its warp, into sink. `in` may lie anywhere: the stream's words are read
 // from it rounded down to 4 bytes (mis bytes before it). Returns the block's Status (the same in
 // every lane).
-template <int DT, typename Sink>
+template <int DT, bool kWarpGroup, typename Sink>
 __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int64_t nb, int64_t b, int count,
-                                  const v6::BlockPlan& p, int plan_status, int table_status, const DecodeSmem& s,
+                                  const v6::BlockPlan& p, int plan_status, int table_status, const BlockTables& t,
                                   const Tables* tables, Sink sink) {
   using E = Elem<DT>;
   const int lane = LaneId();
@@ -344,25 +364,25 @@ __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int6
   uint32_t used = 0;
   int st = kOk;
   bool ok = ref < E::kLay.q_max && bit / 32 + 2 + (31 + int64_t(values) * kMaxValueBits<DT>) / 32 < (size + mis) / 4;
-  const bool fast = ok;
   if (ok) {
     const uint32_t* words = reinterpret_cast<const uint32_t*>(aligned);
     const bool check = ref < uint32_t(v6::kMaxD + 4);
     const uint64_t at = uint64_t(bit);
-    if (group)
-      used = check ? FastLane<DT, true>(words, at, ref, s.group, kLutSize - 1, lut12, sink, lane, values, &ok)
-                   : FastLane<DT, false>(words, at, ref, s.group, kLutSize - 1, lut12, sink, lane, values, &ok);
+    constexpr uint32_t kGroupMask = kLutSize - 1, kFamMask = (1u << kPeek) - 1;
+    if (group && kWarpGroup)
+      used = check ? FastLane<DT, true, true>(words, at, ref, t.group16, kGroupMask, lut12, sink, lane, values, &ok)
+                   : FastLane<DT, false, true>(words, at, ref, t.group16, kGroupMask, lut12, sink, lane, values, &ok);
+    else if (group)
+      used = check ? FastLane<DT, true, false>(words, at, ref, t.group, kGroupMask, lut12, sink, lane, values, &ok)
+                   : FastLane<DT, false, false>(words, at, ref, t.group, kGroupMask, lut12, sink, lane, values, &ok);
     else
-      used = check ? FastLane<DT, true>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, sink, lane, values, &ok)
-                   : FastLane<DT, false>(words, at, ref, s.fam[c], (1u << kPeek) - 1, lut12, sink, lane, values, &ok);
+      used = check ? FastLane<DT, true, false>(words, at, ref, t.fam[c], kFamMask, lut12, sink, lane, values, &ok)
+                   : FastLane<DT, false, false>(words, at, ref, t.fam[c], kFamMask, lut12, sink, lane, values, &ok);
     ok = ok && (lane < kWarp - 1 ? used == len : used <= len);
   }
-  if (!ok) {  // a sum must not add a lane twice: after FastLane, DecodeLane gives the verdict only
-    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, s, sink, lane, values, !(Sink::kAdds && fast));
+  if (!ok) {  // the exact decoder stores the lane's values again (over FastLane's) and gives the verdict
+    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, *t.code, sink, lane, values);
     st = int(uint32_t(r)), used = uint32_t(r >> 32);
-    // FastLane refuses only a lane DecodeLane refuses (they decode the same values); were one
-    // accepted, a sum would hold FastLane's values: refused rather than trusted
-    if (Sink::kAdds && fast && st == kOk) st = kErrBitstream;
   }
   if (st == kOk && lane < kWarp - 1) st = used == len ? kOk : kErrTrailing;  // format6.h lane_end_status
   if (st == kOk && lane == kWarp - 1) {
@@ -384,12 +404,12 @@ __device__ __forceinline__ int StreamStatus(const uint8_t* in, int64_t size, int
   return st;
 }
 
-// The family's decode tables into shared memory (every thread of the CTA; a barrier follows).
+// The family's decode tables into shared memory (every thread of a CTA of `threads`; a barrier follows).
 template <int DT>
-__device__ __forceinline__ void LoadFamily(DecodeSmem& s, const Tables* tables) {
-  for (int i = int(threadIdx.x); i < kCombos * (1 << kPeek); i += kDecodeThreads) {
+__device__ __forceinline__ void LoadFamily(uint16_t (*fam)[1 << kPeek], const Tables* tables, int threads) {
+  for (int i = int(threadIdx.x); i < kCombos * (1 << kPeek); i += threads) {
     const uint32_t e = tables->lut10[i >> kPeek][i & ((1 << kPeek) - 1)];
-    s.fam[i >> kPeek][i & ((1 << kPeek) - 1)] = FamEntry<DT>(e & 0xFF, e >> 8);
+    fam[i >> kPeek][i & ((1 << kPeek) - 1)] = FamEntry<DT>(e & 0xFF, e >> 8);
   }
 }
 
@@ -420,7 +440,9 @@ __device__ inline void DecodeBatch(DecodeSmem& s, const uint8_t* in, int64_t siz
     const int64_t key = 2 * (b / kGroupBlocks) + f;  // the same in every thread: a batch is in one group
     if (needs && *built != key) *table_status = BuildGroupTable<DT>(s, in + v6::data_offset(nb) + at, f), *built = key;
     if (b < nb && (group ? p.d.flip == uint32_t(f) : !decoded)) {
-      const int bs = DecodeBlock<DT>(in, mis, size, nb, b, count, p, plan_status, *table_status, s, tables, sink_of(b));
+      const BlockTables t{s.fam, s.group, nullptr, &s.code};
+      const int bs = DecodeBlock<DT, false>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables,
+                                            sink_of(b));
       if (bs != kOk && lane == 0) atomicMin(status, (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
     }
     decoded = true;
@@ -456,7 +478,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(c
                      : typename E::Word(load_element(src + i * E::kBytes, E::kBytes));
     return;
   }
-  LoadFamily<DT>(s, tables);
+  LoadFamily<DT>(s.fam, tables, kDecodeThreads);
   __syncthreads();
   const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + ctas - 1) / ctas;
   int64_t built = -1;  // 2 group + flip of the code s.group holds
@@ -466,66 +488,198 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(c
                     &built, &table_status);
 }
 
-// AccumulateKernel's shared memory: the decoder's, and the tables' address (read from here after
-// the decode's barriers rather than held in registers across it).
-struct AccumulateSmem {
-  DecodeSmem d;
-  const Tables* tables;
+// A warp's group code (AccumulateKernel, a warp a row): its 12-bit table (Group16Entry), each
+// code's entry by canonical index (the table's fill reads them), and the canonical code.
+struct WarpCode {
+  uint16_t lut[kLutSize];
+  uint16_t entry[v6::kNumSyms];
+  GroupCode code;
 };
 
-// The reduce step (FORMAT.md §8) without the decoded rows in memory: `items` items of k rows,
-// row r of item i at rows[i k + r] (size bytes each, any alignment), each a stream of n elements.
-// A CTA takes a batch of 8 blocks (a warp a block) through the item's rows in order, decoding
-// block b of row 0, 1, ... k - 1 into the block's float32 sums (AddSink: acc + i n, each sum
-// touched only by the lane that owns its value, so it stays in that thread's L1 lines), then
-// rounds them once into out + i n (out_dtype: float32 or DT). verdicts[i k + r] (~0 before)
-// receives row r's verdict. grid = items x a run of CTAs per item. Two CTAs an SM: the loop over
-// the rows keeps ~100 registers live (64 spill), and the sums' loads want the unrolled decode.
+// §4 by one warp: checks the group table at `table` (122 bytes, in the stream) and builds its
+// 12-bit table into t, read with the sign inverted if flip (BuildGroupTable's, for a warp: lane
+// l holds symbols 8 l .. 8 l + 7; the codes of each length counted a byte each in three words and
+// ranked by one warp scan of each). Every lane of the warp calls it. Returns a Status.
 template <int DT>
-__global__ void __launch_bounds__(kDecodeThreads, kAccumulateMinCtas) AccumulateKernel(
-    const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items, const Tables* tables, float* acc,
-    int out_dtype, uint8_t* out, unsigned long long* verdicts) {
+__device__ inline int BuildWarpGroupTable(WarpCode& t, const uint8_t* table, int flip) {
+  constexpr int kPer = 256 / kWarp;  // symbols a lane
+  const int lane = LaneId();
+  GroupCode& g = t.code;
+  uint32_t len[kPer], kraft = 0, longest = 0, count[3] = {0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int sym = kPer * lane + j, cls = sym & (v6::kSignSym - 1);
+    const int at = ((sym >> 7) ^ flip) * 122 + cls;  // its length's place among the 244 valid symbols'
+    len[j] = cls <= v6::kClassEsc ? (table[at / 2] >> (4 * (at & 1))) & 15u : 0u;
+    longest = Max(longest, len[j]);
+    if (len[j] && len[j] <= uint32_t(kMaxCodeLen))
+      kraft += 1u << (kMaxCodeLen - len[j]), count[(len[j] - 1) / 4] += 1u << (8 * ((len[j] - 1) % 4));
+  }
+  kraft = RedAdd(kraft), longest = RedMax(longest);
+  if (longest > uint32_t(kMaxCodeLen) || kraft == 0 || kraft > uint32_t(kLutSize)) return kErrGroupTable;
+  // per length l (byte (l - 1) % 4 of word (l - 1) / 4, at most 244 each): the codes in lower lanes, in all
+  uint32_t below[3], total[3];
+#pragma unroll
+  for (int q = 0; q < 3; ++q) {
+    const uint32_t incl = WarpInclusiveScan(count[q]);
+    below[q] = incl - count[q], total[q] = __shfl_sync(kAll, incl, kWarp - 1);
+  }
+  uint32_t code[kPer] = {}, index[kPer] = {}, first = 0, coded = 0;
+#pragma unroll
+  for (int l = 1; l <= kMaxCodeLen; ++l) {  // canonical: by (length, symbol), as CanonicalCode
+    const int q = (l - 1) / 4, shift = 8 * ((l - 1) % 4);
+    uint32_t rank = below[q] >> shift & 0xFFu;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (len[j] == uint32_t(l)) code[j] = first + rank, index[j] = coded + rank, ++rank;
+    const uint32_t codes = total[q] >> shift & 0xFFu;
+    first = (first + codes) << 1, coded += codes;
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (len[j]) {
+      const int sym = kPer * lane + j;
+      g.order[index[j]] = uint8_t(sym), g.olen[index[j]] = uint8_t(len[j]);
+      g.start[index[j]] = uint16_t(code[j] << (kMaxCodeLen - len[j]));
+      t.entry[index[j]] = Group16Entry<DT>(uint32_t(sym), len[j]);
+    }
+  if (lane == 0) g.kraft = kraft, g.coded = coded, g.start[coded] = uint16_t(kraft);  // start[coded]: the end
+  __syncwarp();
+  // lane l: the 12-bit windows 128 l .. 128 l + 127 (MSB first), a code's run of them at a time; the
+  // codes' runs are consecutive from 0 to kraft, the windows past it start no code
+  const uint32_t from = (kLutSize / kWarp) * uint32_t(lane), to = from + kLutSize / kWarp;
+  uint32_t w = from;
+  for (uint32_t i = FirstCodeAt(g, coded, from); w < Min(to, kraft); ++i) {
+    const uint32_t end = Min<uint32_t>(to, g.start[i + 1]);
+    const uint16_t e = t.entry[i];
+    for (; w < end; ++w) t.lut[Reverse(w, kMaxCodeLen)] = e;
+  }
+  for (; w < to; ++w) t.lut[Reverse(w, kMaxCodeLen)] = 0;
+  __syncwarp();
+  return kOk;
+}
+
+// The reduce step's CUDA blocks: kRowWarps warps, each decoding one row's block at a time into
+// its slot; the 256 threads then add the slots in row order, 16 sums each.
+constexpr int kRowWarps = 8, kSumThreads = kWarp * kRowWarps, kSumsPerThread = kBlock / kSumThreads;
+constexpr size_t kFamBytes = sizeof(uint16_t) * kCombos * (1 << kPeek);
+
+// AccumulateKernel's dynamic shared memory with `row_warps` row warps: the family's first
+// lookups, then per row warp its WarpCode, then per row warp its slot (a block's elements).
+constexpr size_t SumSmemBytes(int row_warps, int elem_bytes) {
+  return kFamBytes + size_t(row_warps) * (sizeof(WarpCode) + size_t(kBlock) * size_t(elem_bytes));
+}
+static_assert(SumSmemBytes(kRowWarps, 4) <= 232448, "8 rows of float32 fit the 227 KB an H100's CUDA block may have");
+
+// Row r's block b (count elements) by one warp into slot: the row's header, its block plan,
+// the warp's group table when the block takes the group's code (built again only when the row,
+// the group or the flip changed: *built holds the key), DecodeBlock. A row whose header fails
+// leaves the slot as it was (CTA 0 reported it; the item's sums are poisoned). Returns the
+// block's Status.
+template <int DT>
+__device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n, int64_t b, int count, int64_t r,
+                                     WarpCode& wc, const uint16_t (*fam)[1 << kPeek], const Tables* tables,
+                                     typename Elem<DT>::Word* slot, int64_t* built, int* table_status) {
   using E = Elem<DT>;
-  ZC_SHARED(AccumulateSmem, s);
+  const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks;
+  const StoreSink<DT> sink{slot};
+  int flags = 0;
+  if (StreamStatus<DT>(in, size, n, &flags) != kOk) return kOk;
+  if (flags & kFlagStoredRaw) {
+    for (int i = LaneId(); i < count; i += kWarp)
+      sink.Put(i, load_element(in + kHeaderBytes + (b * kBlock + i) * E::kBytes, E::kBytes));
+    return kOk;
+  }
+  v6::BlockPlan p{};
+  const int plan_status = v6::plan_block(in, size, nb, b, count, E::kLay, &p);
+  if (plan_status == kOk)  // the record's lines into L1 while the table is built and the lanes located
+    for (uint32_t at = p.start + 128u * uint32_t(LaneId()); at < p.end; at += 128u * kWarp)
+      PrefetchL1(in + v6::data_offset(nb) + at);
+  if (plan_status == kOk && !p.d.raw && p.d.code == uint32_t(v6::kGroupCode)) {
+    const int64_t key = 2 * (r * ng + b / kGroupBlocks) + p.d.flip;
+    if (*built != key)
+      *table_status = BuildWarpGroupTable<DT>(wc, in + v6::data_offset(nb) + p.table_at, int(p.d.flip)), *built = key;
+  }
+  const int mis = int(reinterpret_cast<uintptr_t>(in) % 4);
+  const BlockTables t{fam, nullptr, wc.lut, &wc.code};
+  return DecodeBlock<DT, true>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables, sink);
+}
+
+// A slot's values (this thread's 16: tid + 256 j) added to the thread's sums in float32 (first:
+// they are the sums). A sum is the GPU's add, the IEEE sum with subnormals kept, unless it is a
+// NaN, where FORMAT.md §7's rule (add_f32) differs: the thread adds its 16 again by the rule when
+// one of its sums is a NaN (rare: a branch, not the rule's selects for every value).
+template <int DT>
+__device__ __forceinline__ void AddSlot(const typename Elem<DT>::Word* slot, bool first, float (&acc)[kSumsPerThread]) {
+  float f[kSumsPerThread], sum[kSumsPerThread];
+  bool nan = false;
+#pragma unroll
+  for (int j = 0; j < kSumsPerThread; ++j) {
+    f[j] = element_to_f32(DT, slot[threadIdx.x + kSumThreads * j]);
+    sum[j] = first ? f[j] : ZC_FADD(acc[j], f[j]);
+    nan = nan || sum[j] != sum[j];
+  }
+  if (nan && !first && !ZC_INJECTED(3))  // (3: the GPU's add alone, which the NaN tests must catch)
+#pragma unroll
+    for (int j = 0; j < kSumsPerThread; ++j) sum[j] = add_f32(acc[j], f[j]);
+#pragma unroll
+  for (int j = 0; j < kSumsPerThread; ++j) acc[j] = sum[j];
+}
+
+// The reduce step (FORMAT.md §7) without the decoded rows in memory: `items` items of k rows,
+// row r of item i at rows[i k + r] (size bytes each, any alignment), each a stream of n
+// elements. A CUDA block takes one block b (4,096 elements) at a time through the item's rows:
+// its row warps (row_warps <= 8, as shared memory allows) decode rows r0 .. r0 + row_warps - 1
+// of block b into their slots at once, then every thread adds the slots' values, in row order,
+// to its 16 float32 sums in registers (add_f32; the first row's value is the sum), and so on to
+// the last row; the sums are rounded once into out + i n (out_dtype: float32 or DT). So the rows
+// are decoded in parallel (row_warps of them), and the sums of a block never leave the SM.
+// verdicts[i k + r] (~0 before) receives row r's verdict. grid = items x a run of CUDA blocks
+// per item, each looping over its share of the blocks.
+template <int DT>
+__global__ void __launch_bounds__(kSumThreads, 1) AccumulateKernel(
+    const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items, int row_warps,
+    const Tables* tables, int out_dtype, uint8_t* out, unsigned long long* verdicts) {
+  using E = Elem<DT>;
+  ZC_DYNAMIC_SHARED(smem);
+  auto* fam = reinterpret_cast<uint16_t (*)[1 << kPeek]>(smem);
+  WarpCode* codes = reinterpret_cast<WarpCode*>(smem + kFamBytes);
+  auto* slots = reinterpret_cast<typename E::Word*>(smem + kFamBytes + size_t(row_warps) * sizeof(WarpCode));
   const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
   const int64_t ctas = gridDim.x / items, item = blockIdx.x / ctas, cta = blockIdx.x % ctas;
   const int out_bytes = out_dtype == kF32 ? 4 : 2;
-  rows += item * k, acc += item * n, out += item * n * out_bytes, verdicts += item * k;
-  if (tid == 0) s.tables = TablesOr(tables);
-  const int64_t nb = (n + kBlock - 1) / kBlock;
+  rows += item * k, out += item * n * out_bytes, verdicts += item * k, tables = TablesOr(tables);
   if (cta == 0)  // every row's header (n = 0 too), once
-    for (int64_t r = tid; r < k; r += kDecodeThreads) {
+    for (int64_t r = tid; r < k; r += kSumThreads) {
       int flags = 0;
       const int st = StreamStatus<DT>(rows[r], size, n, &flags);
       if (st != kOk) atomicMin(&verdicts[r], (unsigned long long)st);
     }
+  LoadFamily<DT>(fam, tables, kSumThreads);
   __syncthreads();
-  LoadFamily<DT>(s.d, s.tables);
-  __syncthreads();
-  const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + ctas - 1) / ctas;
-  for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j) {
-    for (int r = 0; r < int(k); ++r) {  // k < 2^31 (the handlers' rows)
-      const uint8_t* in = rows[r];
-      int flags = 0;
-      if (StreamStatus<DT>(in, size, n, &flags) != kOk) continue;  // reported above; the sums are poisoned
-      const bool first = r == 0;
-      const auto sink_of = [&](int64_t block) { return AddSink<DT>{acc + block * kBlock, first}; };
-      if (flags & kFlagStoredRaw) {
-        const int64_t b = j * kDecodeWarps + w;
-        const AddSink<DT> sink = sink_of(b);
-        for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp)
-          sink.Put(i, load_element(in + kHeaderBytes + (b * kBlock + i) * E::kBytes, E::kBytes));
-        continue;
+  const int64_t nb = (n + kBlock - 1) / kBlock, per = (nb + ctas - 1) / ctas;
+  int64_t built = -1;  // the key of the code in the warp's table (DecodeRowBlock)
+  int table_status = kOk;
+  for (int64_t b = cta * per; b < Min<int64_t>(nb, (cta + 1) * per); ++b) {
+    const int count = int(Min<int64_t>(kBlock, n - b * kBlock));
+    float acc[kSumsPerThread];
+    for (int64_t r0 = 0; r0 < k; r0 += row_warps) {
+      if (w < row_warps && r0 + w < k) {
+        const int64_t r = r0 + w;
+        const int bs = DecodeRowBlock<DT>(rows[r], size, n, b, count, r, codes[w], fam, tables, slots + w * kBlock,
+                                          &built, &table_status);
+        if (bs != kOk && lane == 0) atomicMin(&verdicts[r], (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
       }
-      int64_t built = -1;
-      int table_status = kOk;
-      DecodeBatch<DT>(s.d, in, size, n, j, s.tables, sink_of, &verdicts[r], &built, &table_status);
+      __syncthreads();
+      const int here = int(Min<int64_t>(row_warps, k - r0));
+      for (int s = 0; s < here; ++s)  // a slot's values past count are garbage, never stored
+        AddSlot<DT>(slots + s * kBlock, r0 + s == 0, acc);
+      __syncthreads();  // before the slots are written again
     }
-    // the block's sums, rounded once, each by the lane that added it
-    const int64_t b = j * kDecodeWarps + w;
-    for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp) {
-      const int64_t e = b * kBlock + i;
-      store_element(out + e * out_bytes, f32_to_element(out_dtype, acc[e]), out_bytes);
+#pragma unroll
+    for (int j = 0; j < kSumsPerThread; ++j) {
+      const int i = tid + kSumThreads * j;
+      if (i < count) store_element(out + (b * kBlock + i) * out_bytes, f32_to_element(out_dtype, acc[j]), out_bytes);
     }
   }
 }

@@ -29,6 +29,11 @@
 #ifndef ZC_LAUNCH_KERNEL
 #define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) kernel<<<grid, threads, 0, stream>>>(__VA_ARGS__)
 #endif
+// A launch with `smem` bytes of dynamic shared memory (past 48 KB the kernel must be allowed them
+// first: cudaFuncSetAttribute), and the kernel's view of them.
+#define ZC_LAUNCH_KERNEL_SMEM(kernel, grid, threads, smem, stream, ...) \
+  kernel<<<grid, threads, smem, stream>>>(__VA_ARGS__)
+#define ZC_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
 namespace zipccl {
@@ -203,6 +208,15 @@ struct Words4 {
 #else
 using Words4 = uint4;
 #endif
+
+// Asks L1 for the 128-byte line at p (a hint; nothing in the emulation).
+__device__ __forceinline__ void PrefetchL1(const void* p) {
+#ifdef ZIPCCL_HOST_EMULATION
+  (void)p;
+#else
+  asm volatile("prefetch.L1 [%0];" ::"l"(p));
+#endif
+}
 
 // The bits of v (0 for 0).
 __device__ __forceinline__ int BitLength(uint32_t v) {

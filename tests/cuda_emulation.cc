@@ -1,6 +1,6 @@
 // Runs the CUDA codec's handlers and kernels (ffi/zipccl_cuda.cu) on the
 // host, for tests/test_cuda_emulation.py:
-//   cuda_emulation SMS RESIDENT [INJECT] < requests > replies
+//   cuda_emulation SMS RESIDENT [INJECT [SMEM_BLOCK]] < requests > replies
 // The file is compiled whole with tests/cuda_host_shim.h in place of the
 // CUDA runtime, and the driver calls the real handlers (Compress, Decompress,
 // DecompressAccumulate, the collectives' row ops) with XLA FFI buffers over host memory, garbage-filled
@@ -10,7 +10,8 @@
 // has SMS SMs (the handlers size their grids from it) and keeps RESIDENT CUDA
 // blocks running at once; INJECT (default 0) picks a deliberately broken
 // kernel variant (ZC_INJECTED in zipccl_cuda.cu) for the tests that must
-// catch it.
+// catch it; SMEM_BLOCK (default an H100's 232,448) is the shared memory a
+// CUDA block may have, which sets the reduce step's rows decoded at once.
 //
 // A request is eight little-endian int64 (op, dtype, n, a, b, c, d, short)
 // and its input bytes; each handler gets a workspace of the bytes its
@@ -260,13 +261,14 @@ ffi::Error Serve(const int64_t* req, std::vector<uint8_t>* out, std::vector<uint
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 && argc != 4) {
-    std::fprintf(stderr, "usage: cuda_emulation SMS RESIDENT [INJECT] < requests > replies\n");
+  if (argc < 3 || argc > 5) {
+    std::fprintf(stderr, "usage: cuda_emulation SMS RESIDENT [INJECT [SMEM_BLOCK]] < requests > replies\n");
     return 2;
   }
   zc_emu::sms = std::atoi(argv[1]);
   zc_emu::resident = unsigned(std::atoi(argv[2]));
-  zc_emu::inject = argc == 4 ? std::atoi(argv[3]) : 0;
+  zc_emu::inject = argc >= 4 ? std::atoi(argv[3]) : 0;
+  if (argc == 5) zc_emu::smem_optin = size_t(std::atoll(argv[4]));  // a smaller GPU's (the reduce step's row warps)
   int64_t req[8];
   while (std::fread(req, sizeof(req), 1, stdin) == 1) {
     std::vector<uint8_t> out, status;

@@ -54,6 +54,9 @@ namespace zc_emu {
 
 constexpr unsigned kWarp = 32;
 constexpr size_t kSmemBytes = 48 << 10;  // static shared memory a CUDA block may declare
+// Dynamic shared memory: a block's at most (cudaDevAttrMaxSharedMemoryPerBlockOptin, an H100's or
+// H200's 227 KB unless a test says otherwise), and an SM's (cudaDevAttrMaxSharedMemoryPerMultiprocessor).
+inline size_t smem_optin = 232448, smem_per_sm = 233472;
 constexpr int kTimeoutSeconds = 60;
 constexpr int kSpins = 64;
 
@@ -94,7 +97,7 @@ struct Warp {
 
 // One resident CUDA block: its warps, its barrier and its shared memory.
 struct Block {
-  explicit Block(unsigned n) : state(n), warps((n + kWarp - 1) / kWarp) {
+  Block(unsigned n, size_t dynamic) : state(n), warps((n + kWarp - 1) / kWarp), dsmem(dynamic, 0xA5) {
     for (auto& s : state) s = kRunning;
     std::memset(smem, 0xA5, sizeof(smem));
   }
@@ -105,6 +108,7 @@ struct Block {
   unsigned block_arrived = 0, exited = 0;
   uint64_t block_gen = 0, exit_gen = 0;
   alignas(64) unsigned char smem[kSmemBytes];
+  std::vector<unsigned char> dsmem;  // the launch's dynamic shared memory (garbage as smem)
 };
 
 inline thread_local Block* block = nullptr;
@@ -186,7 +190,7 @@ inline void BlockBarrier(bool at_exit) {
     arrived = 0;
     ++gen_ref;
     for (auto& s : b.state) s = kRunning;
-    if (at_exit) std::memset(b.smem, 0xA5, sizeof(b.smem));
+    if (at_exit) std::memset(b.smem, 0xA5, sizeof(b.smem)), std::fill(b.dsmem.begin(), b.dsmem.end(), 0xA5);
     b.cv.notify_all();
     return;
   }
@@ -256,14 +260,25 @@ class Pool {
 
 inline Pool pool;
 
+// The largest dynamic shared memory each kernel was allowed (cudaFuncSetAttribute), by its address.
+inline std::mutex allowed_mutex;
+inline std::vector<std::pair<const void*, size_t>> allowed;
+
 template <typename Kernel, typename... Args>
-void Launch(const char* name, unsigned grid, unsigned threads, Kernel kernel, Args... args) {
+void LaunchSmem(const char* name, unsigned grid, unsigned threads, size_t dynamic, Kernel kernel, Args... args) {
+  if (dynamic > kSmemBytes) {  // past 48 KB a kernel must have been allowed it, and the device must have it
+    std::lock_guard<std::mutex> lock(allowed_mutex);
+    const auto it = std::find_if(allowed.begin(), allowed.end(),
+                                 [&](const auto& a) { return a.first == reinterpret_cast<const void*>(kernel); });
+    if (it == allowed.end() || it->second < dynamic || dynamic > smem_optin)
+      Fail(std::string(name) + ": " + std::to_string(dynamic) + " bytes of dynamic shared memory not allowed");
+  }
   gridDim.x = grid;
   blockDim.x = threads;
   warp_ops = barriers = atomics = 0;
   const unsigned r = std::min(resident, grid);
   std::vector<std::unique_ptr<Block>> blocks;
-  for (unsigned i = 0; i < r; ++i) blocks.push_back(std::make_unique<Block>(threads));
+  for (unsigned i = 0; i < r; ++i) blocks.push_back(std::make_unique<Block>(threads, dynamic));
   pool.Run(r * threads, [&](unsigned worker) {
     const unsigned i = worker / threads;
     block = blocks[i].get();
@@ -282,6 +297,11 @@ void Launch(const char* name, unsigned grid, unsigned threads, Kernel kernel, Ar
   it->second.warp_ops += warp_ops;
   it->second.barriers += barriers;
   it->second.atomics += atomics;
+}
+
+template <typename Kernel, typename... Args>
+void Launch(const char* name, unsigned grid, unsigned threads, Kernel kernel, Args... args) {
+  LaunchSmem(name, grid, threads, 0, kernel, args...);
 }
 
 template <typename T>
@@ -316,6 +336,9 @@ inline float CudaFadd(float a, float b) {
 #define ZC_SHARED(Type, name)                                                 \
   static_assert(sizeof(Type) <= zc_emu::kSmemBytes, "shared memory too big"); \
   Type& name = *reinterpret_cast<Type*>(zc_emu::block->smem)
+
+// A kernel's dynamic shared memory (the launch's bytes), in the block's arena.
+#define ZC_DYNAMIC_SHARED(name) unsigned char* name = zc_emu::block->dsmem.data()
 
 #define ZC_INJECTED(k) (zc_emu::inject == (k))
 
@@ -388,6 +411,8 @@ T atomicMin(T* address, T val) {
 // zipccl_cuda.cu's launch macro calls this instead of kernel<<<...>>>.
 #define ZC_LAUNCH_KERNEL(kernel, grid, threads, stream, ...) \
   zc_emu::Launch(#kernel, grid, threads, kernel, __VA_ARGS__)
+#define ZC_LAUNCH_KERNEL_SMEM(kernel, grid, threads, smem, stream, ...) \
+  zc_emu::LaunchSmem(#kernel, grid, threads, smem, kernel, __VA_ARGS__)
 
 // The workspace's arrays (ffi/zipccl_cuda.cu) are each followed by a gap that
 // AddressSanitizer reports when touched, as it would a separate allocation.
@@ -403,19 +428,38 @@ T atomicMin(T* address, T val) {
 // The runtime API the handlers and the timing call.
 using cudaStream_t = struct zc_emu_stream*;
 using cudaEvent_t = struct zc_emu_event*;
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 constexpr unsigned cudaStreamNonBlocking = 1;
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory"; }
+inline const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error" : e == cudaErrorInvalidValue ? "invalid argument" : "out of memory";
+}
 inline cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
-  *value = zc_emu::sms;
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  *value = attr == cudaDevAttrMultiProcessorCount ? zc_emu::sms
+           : attr == cudaDevAttrMaxSharedMemoryPerBlockOptin ? int(zc_emu::smem_optin)
+                                                              : int(zc_emu::smem_per_sm);
+  return cudaSuccess;
+}
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel kernel, cudaFuncAttribute, int bytes) {
+  if (bytes < 0 || size_t(bytes) > zc_emu::smem_optin) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(zc_emu::allowed_mutex);
+  const void* key = reinterpret_cast<const void*>(kernel);
+  const auto it = std::find_if(zc_emu::allowed.begin(), zc_emu::allowed.end(), [&](const auto& a) { return a.first == key; });
+  if (it == zc_emu::allowed.end()) zc_emu::allowed.emplace_back(key, size_t(bytes));
+  else it->second = size_t(bytes);
   return cudaSuccess;
 }
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {

@@ -68,9 +68,12 @@ def tsan_emulator(tmp_path_factory):
     return build(tmp_path_factory.mktemp("tsan"), "thread")
 
 
-def run_emulator(exe, requests, launch, inject=0):
+def run_emulator(exe, requests, launch, inject=0, smem_block=None):
+    """smem_block: the shared memory a CUDA block may have (default an H100's)."""
     data = b"".join(struct.pack("<8q", *(list(h) + [0] * (8 - len(h)))) + body for h, body in requests)
-    return subprocess.run([str(exe), *map(str, launch), str(inject)], input=data, capture_output=True, timeout=600)
+    extra = [] if smem_block is None else [str(smem_block)]
+    return subprocess.run([str(exe), *map(str, launch), str(inject), *extra], input=data, capture_output=True,
+                          timeout=600)
 
 
 def replies_of(run, count):
@@ -103,10 +106,10 @@ def verdict(header, message, out, status):
     return corrupt_payload_error(status, rows) or ""
 
 
-def emulate(exe, requests, launch=LAUNCHES[-1]):
+def emulate(exe, requests, launch=LAUNCHES[-1], smem_block=None):
     """Runs requests (header tuple, input bytes) -> [(error message, output bytes)]. The handlers
     must not synchronise with the host."""
-    replies = replies_of(run_emulator(exe, requests, launch), len(requests))
+    replies = replies_of(run_emulator(exe, requests, launch, smem_block=smem_block), len(requests))
     for (header, _), (_, _, _, syncs) in zip(requests, replies):
         assert syncs == 0, f"request {header} made {syncs} host synchronisations"
     return [(verdict(h, m, out, st), out) for (h, _), (m, out, st, _) in zip(requests, replies)]
@@ -207,6 +210,37 @@ def test_accumulate_matches_reference(emulator, dtype, launch):
     for (err, out), sums in zip(emulate(emulator, requests, launch), expected):
         assert err == ""
         assert_same_sums(np.frombuffer(out, sums.dtype), sums)
+
+
+# The shared memory a CUDA block may have: an H100's (8 rows decoded at once, whatever the dtype), a
+# consumer Blackwell's 99 KB (4 rows of bf16 and fp16, 3 of fp32) and 64 KB (2 rows, fp32 1)
+SMEM_BLOCKS = [232448, 101376, 65536]
+
+
+@pytest.mark.parametrize("smem_block", SMEM_BLOCKS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dtype, smem_block):
+    """11 rows, each its own stream of another kind or scale (each with its own group codes), summed
+    in row order by rounds of as many rows as the shared memory lets decode at once (8 + 3, 4 + 4 + 3,
+    2 x 5 + 1, ...): the reference's bits. A corrupt row of a later round gives its verdict and
+    poisons its item alone."""
+    k, n = 11, 2 * 65536 + 4097  # three groups of codes per row, the last partial
+    rows = np.stack([gaussian(n, dtype, seed=20 + r) * np.asarray(2.0 ** (r - 5), dtype) if r % 4 else
+                     items_of(dtype, n)[r // 4 % 6] for r in range(k)])
+    streams = [r6.compress(r) for r in rows]
+    cap = max(map(len, streams)) + 3  # unaligned rows
+    payload = np.frombuffer(decompress_request(streams, dtype, n, cap)[1], np.uint8).reshape(1, k, cap)
+    bad = payload.copy()
+    bad[0, 9, r6.HEADER_BYTES + 8 * 20 + 7] |= 2  # row 9's descriptor of block 20: a reserved bit (49)
+    requests = [accumulate_request(p, dtype, n, out_dtype) for p in (payload, np.concatenate([payload, bad]))
+                for out_dtype in (dtype, np.float32)]
+    replies = emulate(emulator, requests, smem_block=smem_block)
+    for (err, out), out_dtype in zip(replies[:2], (dtype, np.float32)):
+        assert err == ""
+        assert_same_sums(np.frombuffer(out, out_dtype), ref.accumulate(list(rows), out_dtype))
+    for (err, out), out_dtype in zip(replies[2:], (dtype, np.float32)):
+        assert err == CORRUPT.format(1) + status_messages()[13], err
+        assert_same_sums(np.frombuffer(out, out_dtype)[:n], ref.accumulate(list(rows), out_dtype))
 
 
 def reference_message(stream, dtype, n):
