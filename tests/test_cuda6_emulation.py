@@ -12,6 +12,7 @@ reference names one, the same failing block. ThreadSanitizer checks that blocks 
 their shared and global accesses. With nvcc on PATH the kernels compile for sm_90 within their
 register and shared-memory budgets (docs/GPU.md, "Version 6 kernels: predictions")."""
 
+import os
 import re
 import shutil
 import struct
@@ -387,8 +388,10 @@ def test_the_timing_tool_round_trips_under_emulation(tmp_path):
                     str(ROOT / "tools" / "v6_cuda" / "time6.cu"), "-pthread", "-o", str(exe)], check=True, timeout=300)
     data = tmp_path / "data.bf16"
     data.write_bytes(gaussian(5000, "bfloat16", seed=40).tobytes())
-    for args in (["bf16", "gaussian", "20000"], ["fp16", "relu", "9000"], ["fp32", "gaussian", "4097"],
-                 ["bf16", "file", "12345", "1", str(data)]):
+    for args, rows in ((["bf16", "gaussian", "20000"], "3"), (["fp16", "relu", "9000"], None),
+                       (["fp32", "gaussian", "4097"], None), (["bf16", "file", "12345", "1", str(data)], None)):
+        env = dict(os.environ, **({"ROWS": rows} if rows else {}))  # ROWS: the reduce step of 3 rows too
         out = subprocess.run([str(exe), *args, *([] if args[1] == "file" else ["1"])], capture_output=True,
-                             text=True, timeout=300)
+                             text=True, timeout=300, env=env)
         assert out.returncode == 0 and out.stdout.strip().endswith("bit-exact"), (args, out.stdout, out.stderr)
+        assert ("sum of 3 rows of 6666" in out.stdout) == bool(rows), out.stdout

@@ -2,6 +2,9 @@
 //   time6 bf16|fp16|fp32 gaussian|relu|file N [REPS] [FILE]
 // FILE: raw elements of the dtype, repeated to N. Prints the ratio, and per call the compress and
 // decompress time (CUDA events, REPS calls each after a warm-up) and GB/s of uncompressed bytes.
+// With ROWS=K in the environment, also the reduce step (Accumulate) of the N elements cut into K
+// rows (a psum bucket's), compressed as one batch: per call its time and GB/s of row bytes, the
+// sums checked bit for bit against the host's rank-ordered float32 sum.
 // Builds for the host emulation too (-DZIPCCL_HOST_EMULATION, tests/cuda_host_shim.h): a smoke test.
 #ifdef ZIPCCL_HOST_EMULATION
 #include "../../tests/cuda_host_shim.h"
@@ -48,6 +51,70 @@ uint16_t ToF16(float f) {  // round to nearest even (finite inputs)
   if (e > 0) r = uint32_t(e) << 10 | (r & 0x3FF);
   if (rem > half || (rem == half && (r & 1))) ++r;
   return uint16_t(sign | r);
+}
+
+// The reduce step of x cut into k rows of m = n / k elements: compressed as one batch, summed by
+// Accumulate `reps` times between CUDA events, checked against the host's sum (FORMAT.md §7).
+bool TimeSum(int dtype, const std::vector<uint8_t>& x, int64_t k, int reps, const void* dx, const c6::Tables* tables,
+             int sms, cudaStream_t stream, const std::string& dt) {
+  const int eb = zipccl::v6::layout_of(dtype).elem_bytes;
+  const int64_t m = k > 0 ? int64_t(x.size()) / eb / k : 0;
+  if (m < 1) return false;
+  const int64_t pitch = int64_t(zipccl::kHeaderBytes) + m * eb;
+  int device = 0, smem_block = 0, smem_sm = 0;
+  Check(cudaGetDevice(&device), "device");
+  Check(cudaDeviceGetAttribute(&smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "smem");
+  Check(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "smem");
+  void *payload, *ws, *ptrs, *sums, *verdicts;
+  Check(cudaMalloc(&payload, size_t(k * pitch)), "malloc");
+  Check(cudaMalloc(&ws, c6::CompressWorkspaceBytes(m, k)), "malloc");
+  Check(cudaMalloc(&ptrs, size_t(k) * sizeof(void*)), "malloc");
+  Check(cudaMalloc(&sums, size_t(m * eb)), "malloc");
+  Check(cudaMalloc(&verdicts, size_t(k) * 8), "malloc");
+  std::vector<const uint8_t*> host_ptrs(static_cast<size_t>(k));
+  for (int64_t r = 0; r < k; ++r) host_ptrs[size_t(r)] = static_cast<uint8_t*>(payload) + r * pitch;
+  Check(cudaMemcpyAsync(ptrs, host_ptrs.data(), size_t(k) * sizeof(void*), cudaMemcpyHostToDevice, stream), "copy");
+  c6::Workspace w;
+  c6::CarveWorkspace(ws, m, k, &w);
+  c6::CompressBatch(dtype, dx, m, k, static_cast<uint8_t*>(payload), pitch, nullptr, nullptr, w, tables, true, stream);
+  const auto* rows = static_cast<const uint8_t* const*>(ptrs);
+  auto* v = static_cast<unsigned long long*>(verdicts);
+  auto sum = [&] {
+    Check(cudaMemsetAsync(verdicts, 0xFF, size_t(k) * 8, stream), "memset");
+    Check(c6::Accumulate(dtype, rows, pitch, k, m, 1, dtype, sums, v, tables, sms, smem_block, smem_sm, stream),
+          "accumulate");
+  };
+  sum();
+  std::vector<uint8_t> got(static_cast<size_t>(m * eb));
+  std::vector<unsigned long long> words(static_cast<size_t>(k));
+  Check(cudaMemcpyAsync(got.data(), sums, got.size(), cudaMemcpyDeviceToHost, stream), "copy");
+  Check(cudaMemcpyAsync(words.data(), verdicts, size_t(k) * 8, cudaMemcpyDeviceToHost, stream), "copy");
+  Check(cudaStreamSynchronize(stream), "sync");
+  bool exact = true;
+  for (unsigned long long word : words) exact = exact && word == c6::kNoError;
+  for (int64_t i = 0; exact && i < m; ++i) {  // the rank-ordered float32 sum, rounded once
+    float acc = 0;
+    for (int64_t r = 0; r < k; ++r) {
+      const float f = zipccl::element_to_f32(dtype, zipccl::load_element(&x[size_t((r * m + i) * eb)], eb));
+      acc = r == 0 ? f : zipccl::add_f32(acc, f);
+    }
+    exact = zipccl::f32_to_element(dtype, acc) == zipccl::load_element(&got[size_t(i * eb)], eb);
+  }
+  cudaEvent_t e0, e1;
+  Check(cudaEventCreate(&e0), "event");
+  Check(cudaEventCreate(&e1), "event");
+  Check(cudaEventRecord(e0, stream), "record");
+  for (int r = 0; r < reps; ++r) sum();
+  Check(cudaEventRecord(e1, stream), "record");
+  Check(cudaEventSynchronize(e1), "sync");
+  Check(cudaGetLastError(), "kernels");
+  float ms = 0;
+  Check(cudaEventElapsedTime(&ms, e0, e1), "time");
+  ms /= reps;
+  std::printf("%s sum of %lld rows of %lld: %.4f ms %.1f GB/s of row bytes %s\n", dt.c_str(), (long long)k,
+              (long long)m, ms, double(k * m * eb) / 1e9 / (ms / 1e3), exact ? "bit-exact" : "MISMATCH");
+  for (void* p : {payload, ws, ptrs, sums, verdicts}) cudaFree(p);
+  return exact;
 }
 
 }  // namespace
@@ -131,5 +198,7 @@ int main(int argc, char** argv) {
   std::printf("%s %s n=%lld ratio %.4f compress %.4f ms %.1f GB/s decompress %.4f ms %.1f GB/s %s\n", dt.c_str(),
               kind.c_str(), (long long)n, double(x.size()) / double(stream_bytes), cms, gb / (cms / 1e3), dms,
               gb / (dms / 1e3), exact ? "bit-exact" : "MISMATCH");
-  return exact ? 0 : 1;
+  const char* rows = std::getenv("ROWS");
+  const bool summed = !rows || TimeSum(dtype, x, std::atoll(rows), reps, dx, tables, sms, stream, dt);
+  return exact && summed ? 0 : 1;
 }
