@@ -16,6 +16,11 @@ namespace cuda6 {
 
 constexpr int kDecodeCtasPerSm = kDecodeMinCtas;  // DecodeKernel: 64 registers, 34 KB of shared memory
 constexpr int kSumCtasPerSm = 2;  // AccumulateKernel: at most 128 registers (its shared memory may allow fewer)
+constexpr int kSerialSumCtasPerSm = kSerialSumMinCtas;  // AccumulateSerialKernel: at most 128 registers
+
+// Whether the reduce step of k rows adds each block's rows one after another (AccumulateSerialKernel,
+// its sums in the workspace: n floats an item) rather than 8 at once (AccumulateKernel).
+inline bool SerialSum(int64_t k) { return k < kRowWarps; }
 
 inline int64_t NumBlocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 inline int64_t NumGroups(int64_t n) { return (NumBlocks(n) + kGroupBlocks - 1) / kGroupBlocks; }
@@ -143,14 +148,28 @@ inline SumShape SumShapeOf(int dtype, int64_t k, int64_t smem_block, int64_t sme
 // array of device pointers; size bytes each), summed in row order in float32 and rounded once
 // into out + i n (device, out_dtype: dtype or kF32). verdicts[i k + r] (device, ~0 before)
 // receives each row's verdict, as DecompressBatch's. The sums of an item with a failing row
-// are garbage: the caller poisons them. sms, smem_block, smem_sm: the device's (SumShapeOf).
-// Returns the error of allowing the kernel its shared memory, if any (the launch's is the
-// caller's cudaGetLastError).
+// are garbage: the caller poisons them. acc: n floats an item (device) where SerialSum(k), else
+// unused. sms, smem_block, smem_sm: the device's (SumShapeOf). Returns the error of allowing the
+// kernel its shared memory, if any (the launch's is the caller's cudaGetLastError).
 inline cudaError_t Accumulate(int dtype, const uint8_t* const* rows, int64_t size, int64_t k, int64_t n,
-                              int64_t items, int out_dtype, void* out, unsigned long long* verdicts,
+                              int64_t items, float* acc, int out_dtype, void* out, unsigned long long* verdicts,
                               const Tables* tables, int sms, int64_t smem_block, int64_t smem_sm,
                               cudaStream_t stream) {
   if (items == 0 || k == 0) return cudaSuccess;
+  if (SerialSum(k)) {
+    const unsigned grid = unsigned(items * DecodeCtas(n, items, sms, kSerialSumCtasPerSm));
+    uint8_t* o = static_cast<uint8_t*>(out);
+    if (dtype == kBF16)
+      ZC_LAUNCH_KERNEL(AccumulateSerialKernel<kBF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables,
+                       acc, out_dtype, o, verdicts);
+    else if (dtype == kF16)
+      ZC_LAUNCH_KERNEL(AccumulateSerialKernel<kF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables,
+                       acc, out_dtype, o, verdicts);
+    else
+      ZC_LAUNCH_KERNEL(AccumulateSerialKernel<kF32>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables,
+                       acc, out_dtype, o, verdicts);
+    return cudaSuccess;
+  }
   const SumShape shape = SumShapeOf(dtype, k, smem_block, smem_sm);
   const int64_t ctas = Max<int64_t>(1, Min<int64_t>(NumBlocks(n), int64_t(sms) * shape.per_sm / items));
   const unsigned grid = unsigned(items * ctas);

@@ -19,15 +19,20 @@
 // first error. A launch decodes a batch of streams, a run of CTAs each
 // (item = blockIdx.x / the run's length), at any byte alignment.
 //
-// AccumulateKernel<DT>: the reduce step on the same block decoder: a CTA takes
-// one block at a time through an item's k rows, up to 8 rows at once (a warp a
-// row, each with its row's group table, built by the warp: BuildWarpGroupTable),
+// AccumulateKernel<DT>: the reduce step of 8 rows or more on the same block
+// decoder: a CTA takes one block at a time through an item's k rows, up to 8 rows
+// at once (a warp a row, each with its row's group table, built by the warp: BuildWarpGroupTable),
 // each warp decoding its row's block into a slot in shared memory (dynamic: up
 // to ~216 KB a CTA); then its 256 threads add the slots in row order to 16
 // float32 sums each, in registers, and round them once into the output: no
-// decoded row is written to memory, and the rows of a block decode in parallel
-// (a block's k rows were one warp's serial work before, which left most SMs
-// idle when rows are short and many: 64 rows of a 64 MB bucket filled 16 CTAs).
+// decoded row is written to memory, and the rows of a block decode in parallel.
+// AccumulateSerialKernel<DT>, fewer rows: a CTA takes a batch of 8 blocks (a
+// warp a block) through the rows one after another, adding each value to its
+// float32 sum in the workspace (AddSink); two such CTAs an SM keep 16 warps
+// decoding, where k < 8 row warps would leave most of an SM idle, but a
+// block's rows are one warp's serial work, which leaves most SMs idle when rows
+// are short and many (64 rows of a 64 MB bucket filled 16 CTAs: why
+// AccumulateKernel exists).
 #pragma once
 
 #include "cuda6_device.cuh"
@@ -37,6 +42,7 @@ namespace cuda6 {
 
 constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
 constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
+constexpr int kSerialSumMinCtas = 2;  // AccumulateSerialKernel: at most 128 registers (its sums and rows live across the decode)
 
 // A group table's entry (u32, FastEntry) for the 12 bits at a lane's position, LSB first:
 //   fast:  bits 0-15 the element's top 16 bits less ref << kLow16 (sign << 15 - d << kLow16, mod 2^16;
@@ -56,12 +62,25 @@ struct Fast {
   static constexpr int kLow16 = Elem<DT>::kBytes == 2 ? Elem<DT>::kLay.low_bits : 5;
 };
 
-// Where a block's decoded values go (value i of the block, i < 4096): stored as elements (y:
-// the block's; DecodeKernel's output, AccumulateKernel's row slot in shared memory).
+// Where a block's decoded values go (value i of the block, i < 4096): StoreSink stores them as
+// elements (y: the block's; DecodeKernel's output, AccumulateKernel's row slot in shared memory);
+// AddSink adds them in float32 to the block's sums (acc, AccumulateSerialKernel's), or sets them
+// for a stream's first row (the reduce step's order, FORMAT.md §7: add_f32, the format's NaN rule).
 template <int DT>
 struct StoreSink {
+  static constexpr bool kAdds = false;
   typename Elem<DT>::Word* y;
   __device__ __forceinline__ void Put(int i, uint32_t v) const { y[i] = typename Elem<DT>::Word(v); }
+};
+template <int DT>
+struct AddSink {
+  static constexpr bool kAdds = true;
+  float* acc;
+  bool first;
+  __device__ __forceinline__ void Put(int i, uint32_t v) const {
+    const float f = element_to_f32(DT, v);
+    acc[i] = first ? f : ZC_INJECTED(3) ? ZC_FADD(acc[i], f) : add_f32(acc[i], f);
+  }
 };
 
 template <int DT>
@@ -173,7 +192,7 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
 
 // §3, exactly as format6.h decode_element: a lane of `len` bits from bit `bit`
 // of `in` (size bytes, 4-byte aligned): `values` elements to the sink's lane,
-// lane + 32, ... The window past the lane's end
+// lane + 32, ... (put false: none, the verdict only) The window past the lane's end
 // holds the next lane's bits, which decode nothing the reference's zeros would
 // not (a code that fits the lane is found the same either way; one that does not
 // fails either way). Returns a Status | the bits taken << 32 (no pointer out: a
@@ -182,7 +201,7 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
 template <int DT, typename Sink>
 __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int64_t bit, uint32_t len, uint32_t ref,
                                            const uint16_t* lut12, const GroupCode& g, Sink sink, int lane,
-                                           int values) {
+                                           int values, bool put) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   int64_t idx = bit / 32;
@@ -212,7 +231,7 @@ __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int6
       buf >>= lay.low_bits, held -= lay.low_bits, taken += lay.low_bits;
     }
     if (taken > len) return uint64_t(kErrBitstream);
-    sink.Put(lane + kWarp * i, (sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
+    if (put) sink.Put(lane + kWarp * i, (sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
   }
   return uint64_t(kOk) | uint64_t(taken) << 32;
 }
@@ -364,6 +383,7 @@ __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int6
   uint32_t used = 0;
   int st = kOk;
   bool ok = ref < E::kLay.q_max && bit / 32 + 2 + (31 + int64_t(values) * kMaxValueBits<DT>) / 32 < (size + mis) / 4;
+  const bool fast = ok;
   if (ok) {
     const uint32_t* words = reinterpret_cast<const uint32_t*>(aligned);
     const bool check = ref < uint32_t(v6::kMaxD + 4);
@@ -380,9 +400,14 @@ __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int6
                    : FastLane<DT, false, false>(words, at, ref, t.fam[c], kFamMask, lut12, sink, lane, values, &ok);
     ok = ok && (lane < kWarp - 1 ? used == len : used <= len);
   }
-  if (!ok) {  // the exact decoder stores the lane's values again (over FastLane's) and gives the verdict
-    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, *t.code, sink, lane, values);
+  if (!ok) {  // a store sink takes the lane's values again; a sum must not add a lane twice: after
+              // FastLane, DecodeLane gives an AddSink's verdict only
+    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, *t.code, sink, lane, values,
+                                      !(Sink::kAdds && fast));
     st = int(uint32_t(r)), used = uint32_t(r >> 32);
+    // FastLane refuses only a lane DecodeLane refuses (they decode the same values); were one
+    // accepted, a sum would hold FastLane's values: refused rather than trusted
+    if (Sink::kAdds && fast && st == kOk) st = kErrBitstream;
   }
   if (st == kOk && lane < kWarp - 1) st = used == len ? kOk : kErrTrailing;  // format6.h lane_end_status
   if (st == kOk && lane == kWarp - 1) {
@@ -486,6 +511,72 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(c
   for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j)
     DecodeBatch<DT>(s, in, size, n, j, tables, [&](int64_t b) { return StoreSink<DT>{y + b * kBlock}; }, status,
                     &built, &table_status);
+}
+
+// AccumulateSerialKernel's shared memory: the decoder's, and the tables' address (read from here
+// after the decode's barriers rather than held in registers across it).
+struct SerialSumSmem {
+  DecodeSmem d;
+  const Tables* tables;
+};
+
+// The reduce step (FORMAT.md §7) of few rows (k < 8: cuda6_codec.cuh's Accumulate), without the
+// decoded rows in memory: `items` items of k rows, row r of item i at rows[i k + r] (size bytes
+// each, any alignment), each a stream of n elements. A CTA takes a batch of 8 blocks (a warp a
+// block) through the item's rows in order, decoding block b of row 0, 1, ... k - 1 into the
+// block's float32 sums (AddSink: acc + i n, each sum touched only by the lane that owns its value,
+// so it stays in that thread's L1 lines), then rounds them once into out + i n (out_dtype: float32
+// or DT). verdicts[i k + r] (~0 before) receives row r's verdict. grid = items x a run of CTAs per
+// item. Two CTAs an SM (16 warps decoding; AccumulateKernel decodes k rows of a block at once
+// instead, k warps a CTA, which for few rows would leave most of an SM idle); the loop over the
+// rows keeps ~100 registers live (64 spill), and the sums' loads want the unrolled decode.
+template <int DT>
+__global__ void __launch_bounds__(kDecodeThreads, kSerialSumMinCtas) AccumulateSerialKernel(
+    const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items, const Tables* tables, float* acc,
+    int out_dtype, uint8_t* out, unsigned long long* verdicts) {
+  using E = Elem<DT>;
+  ZC_SHARED(SerialSumSmem, s);
+  const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
+  const int64_t ctas = gridDim.x / items, item = blockIdx.x / ctas, cta = blockIdx.x % ctas;
+  const int out_bytes = out_dtype == kF32 ? 4 : 2;
+  rows += item * k, acc += item * n, out += item * n * out_bytes, verdicts += item * k;
+  if (tid == 0) s.tables = TablesOr(tables);
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+  if (cta == 0)  // every row's header (n = 0 too), once
+    for (int64_t r = tid; r < k; r += kDecodeThreads) {
+      int flags = 0;
+      const int st = StreamStatus<DT>(rows[r], size, n, &flags);
+      if (st != kOk) atomicMin(&verdicts[r], (unsigned long long)st);
+    }
+  __syncthreads();
+  LoadFamily<DT>(s.d.fam, s.tables, kDecodeThreads);
+  __syncthreads();
+  const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + ctas - 1) / ctas;
+  for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j) {
+    for (int r = 0; r < int(k); ++r) {  // k < 8
+      const uint8_t* in = rows[r];
+      int flags = 0;
+      if (StreamStatus<DT>(in, size, n, &flags) != kOk) continue;  // reported above; the sums are poisoned
+      const bool first = r == 0;
+      const auto sink_of = [&](int64_t block) { return AddSink<DT>{acc + block * kBlock, first}; };
+      if (flags & kFlagStoredRaw) {
+        const int64_t b = j * kDecodeWarps + w;
+        const AddSink<DT> sink = sink_of(b);
+        for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp)
+          sink.Put(i, load_element(in + kHeaderBytes + (b * kBlock + i) * E::kBytes, E::kBytes));
+        continue;
+      }
+      int64_t built = -1;
+      int table_status = kOk;
+      DecodeBatch<DT>(s.d, in, size, n, j, s.tables, sink_of, &verdicts[r], &built, &table_status);
+    }
+    // the block's sums, rounded once, each by the lane that added it
+    const int64_t b = j * kDecodeWarps + w;
+    for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp) {
+      const int64_t e = b * kBlock + i;
+      store_element(out + e * out_bytes, f32_to_element(out_dtype, acc[e]), out_bytes);
+    }
+  }
 }
 
 // A warp's group code (AccumulateKernel, a warp a row): its 12-bit table (Group16Entry), each

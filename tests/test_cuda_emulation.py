@@ -389,15 +389,16 @@ def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
                       ""]
 
 
+@pytest.mark.parametrize("k", [4, 9], ids=["4 rows (AccumulateSerialKernel)", "9 rows (AccumulateKernel)"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sums_of_nans_carry_the_reference_bits_although_the_gpu_add_canonicalises(emulator, dtype):
+def test_sums_of_nans_carry_the_reference_bits_although_the_gpu_add_canonicalises(emulator, dtype, k):
     """Rows of NaNs of random payloads and signs (quiet and signalling) and infinities of both signs,
-    summed by the reduce-step kernel through both handlers (zipccl_decompress_accumulate, the
-    collectives' decode_accumulate_rows) to the dtype and to float32. The emulated float add is a
-    GPU's: every NaN it makes is 0x7FFFFFFF. The kernel applies §8's NaN rule and gives the
-    reference's bits; adding with the GPU's add alone (ZC_INJECTED(3)) gives other bits at the NaN
-    sums, so this test can fail."""
-    k, n = 4, 4097
+    summed by the reduce-step kernels (fewer than 8 rows and more) through both handlers
+    (zipccl_decompress_accumulate, the collectives' decode_accumulate_rows) to the dtype and to
+    float32. The emulated float add is a GPU's: every NaN it makes is 0x7FFFFFFF. The kernels apply
+    §7's NaN rule and give the reference's bits; adding with the GPU's add alone (ZC_INJECTED(3))
+    gives other bits at the NaN sums, so this test can fail."""
+    n = 4097
     rng = np.random.default_rng(11)
     w = np.dtype(dtype).itemsize * 8
     exp = ((1 << {16: 5, 32: 8}[w]) - 1) << {16: 10, 32: 23}[w]
