@@ -5,7 +5,8 @@
 // blocks (half a group), a warp per block and a thread per lane. The family's
 // decode tables (a 10-bit first lookup per combo, whose u16 entry carries the
 // value's top bits and its code's length; the few longer codes from a 12-bit
-// table in global memory) are built in shared memory once per CTA; a group's
+// table in global memory) are copied to shared memory once per CTA, as built
+// at compile time (Tables::fam); a group's
 // table is checked and its 12-bit table (u32 entries that also carry the
 // value's whole length) built by the CTA when one of the batch's
 // blocks takes the group's code (once per group and CTA). Every block plans
@@ -44,24 +45,6 @@ constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
 constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
 constexpr int kSerialSumMinCtas = 2;  // AccumulateSerialKernel: at most 128 registers (its sums and rows live across the decode)
 
-// A group table's entry (u32, FastEntry) for the 12 bits at a lane's position, LSB first:
-//   fast:  bits 0-15 the element's top 16 bits less ref << kLow16 (sign << 15 - d << kLow16, mod 2^16;
-//          a zero's: sign << 15), 16-19 the code's length, 26 a zero, 27-31 the bits the value takes
-//          (its code and, in 16-bit dtypes, its low bits; never 0);
-//   slow:  bits 27-31 are 0: sym | code length << 8 for an escape, 0 for a code longer than kPeek
-//          bits or none (a 12-bit lookup then says which).
-// So a 16-bit value is a lookup, two shifts, a mask and a three-input add: entry + (ref << kLow16) + low.
-constexpr uint32_t kZeroBit = 1u << 26;
-// A family table's entry (u16, every combo's in 16 KB): the same top 16 bits, whose low kLow16 bits
-// are 0, hold the code's length (bits 0-3, 0: slow) and a zero (bit 4); one add and one select more.
-constexpr uint32_t kZero16 = 1u << 4;
-
-template <int DT>
-struct Fast {
-  // the low bits' place in the element's top 16 bits (fp32: the top 5 of its 21)
-  static constexpr int kLow16 = Elem<DT>::kBytes == 2 ? Elem<DT>::kLay.low_bits : 5;
-};
-
 // Where a block's decoded values go (value i of the block, i < 4096): StoreSink stores them as
 // elements (y: the block's; DecodeKernel's output, AccumulateKernel's row slot in shared memory);
 // AddSink adds them in float32 to the block's sums (acc, AccumulateSerialKernel's), or sets them
@@ -83,23 +66,6 @@ struct AddSink {
   }
 };
 
-template <int DT>
-__host__ __device__ __forceinline__ uint32_t FastEntry(uint32_t sym, uint32_t clen) {
-  constexpr v6::Layout lay = Elem<DT>::kLay;
-  const uint32_t cls = sym & (v6::kSignSym - 1), sign = sym >> 7;
-  if (clen == 0 || cls >= uint32_t(v6::kClassEsc)) return clen ? sym | clen << 8 : 0u;
-  if (cls == uint32_t(v6::kClassZero)) return sign << 15 | kZeroBit | clen << 16 | clen << 27;
-  const uint32_t total = clen + (Elem<DT>::kBytes == 2 ? uint32_t(lay.low_bits) : 0u);
-  return (((sign << 15) - ((cls - 1) << Fast<DT>::kLow16)) & 0xFFFFu) | clen << 16 | total << 27;
-}
-
-template <int DT>
-__host__ __device__ __forceinline__ uint16_t FamEntry(uint32_t sym, uint32_t clen) {
-  const uint32_t e = FastEntry<DT>(sym, clen);
-  if (!(e >> 27)) return 0;  // slow: the 12-bit table says which
-  return uint16_t((e & 0xFFFFu) | (e >> 16 & 15u) | (e & kZeroBit ? kZero16 : 0u));
-}
-
 // A warp's group table entry (u16, AccumulateKernel): FamEntry's where it is fast; an escape's
 // (slow: bits 0-3 are 0) sym << 4 | length << 12, which Group16Slow turns into build_lut's sym |
 // length << 8 for SlowValue; 0 for a window that starts no code.
@@ -116,12 +82,23 @@ struct GroupCode {
   uint16_t start[v6::kNumSyms + 1];
   uint8_t order[v6::kNumSyms], olen[v6::kNumSyms];
   uint32_t kraft, coded;  // the windows that start a code ([0, kraft)); the codes
+  // the lowest ref at which every class the code holds gives a normal q (its largest distance + 4;
+  // 0 if it holds none): a block at this ref or over needs no per-value check (FastLane's kCheck)
+  uint32_t safe_ref;
 };
 
+// Symbol sym's term (of code length len) in its code's safe_ref: its class's distance + 4, if it
+// is coded and has one.
+__device__ __forceinline__ uint32_t SafeRefOf(uint32_t sym, uint32_t len) {
+  const uint32_t cls = sym & (v6::kSignSym - 1);
+  return len && cls != uint32_t(v6::kClassZero) && cls < uint32_t(v6::kClassEsc) ? cls - 1 + 4 : 0u;
+}
+
 struct DecodeSmem {
-  uint16_t fam[kCombos][1 << kPeek];       // FamEntry of Tables::lut10, per combo
+  alignas(16) uint16_t fam[kCombos][1 << kPeek];  // Tables::fam's, the dtype's (LoadFamily)
   uint32_t group[kLutSize];                // the group's code (FastEntry, 12 bits: only escapes are slow)
   GroupCode code;
+  uint32_t entry[v6::kNumSyms];            // the group table's entry (FastEntry) by canonical index
   CanonScratch canon;
   uint32_t longest;
   uint32_t need[kDecodeWarps], table_at[kDecodeWarps];
@@ -138,6 +115,23 @@ __device__ __forceinline__ uint32_t FirstCodeAt(const GroupCode& g, uint32_t cod
   return i;
 }
 
+// A group's 12-bit decode table (lut, indexed LSB first) for the `count` windows from `from` (MSB
+// first), a code's run of them at a time: the codes' runs are consecutive from 0 to kraft
+// (g.start[coded] = kraft), each window of a run takes its code's entry (by canonical index), and
+// the windows past kraft start no code (0).
+template <typename Entry>
+__device__ __forceinline__ void FillWindows(Entry* lut, const Entry* entry, const GroupCode& g, uint32_t coded,
+                                            uint32_t kraft, uint32_t from, uint32_t count) {
+  const uint32_t to = from + count;
+  uint32_t w = from;
+  for (uint32_t i = FirstCodeAt(g, coded, from); w < Min(to, kraft); ++i) {
+    const uint32_t end = Min<uint32_t>(to, g.start[i + 1]);
+    const Entry e = entry[i];
+    for (; w < end; ++w) lut[Reverse(w, kMaxCodeLen)] = e;
+  }
+  for (; w < to; ++w) lut[Reverse(w, kMaxCodeLen)] = 0;
+}
+
 // §4: checks the group table at `table` (122 bytes, in the stream) and builds
 // its decode table, read with the sign inverted if flip (§2: a flip applies to
 // any code). Every thread of the CTA (256) calls it. Returns a Status.
@@ -146,26 +140,26 @@ __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int f
   const int sym = int(threadIdx.x), cls = sym & (v6::kSignSym - 1);
   const int j = ((sym >> 7) ^ flip) * 122 + cls;  // its length's place among the 244 valid symbols'
   const uint32_t len = cls <= v6::kClassEsc ? (table[j / 2] >> (4 * (j & 1))) & 15u : 0u;
-  if (sym == 0) s.code.kraft = 0, s.longest = 0;
+  if (sym == 0) s.code.kraft = 0, s.code.safe_ref = 0, s.longest = 0;
   __syncthreads();
-  if (len) atomicAdd(&s.code.kraft, len <= uint32_t(kMaxCodeLen) ? 1u << (kMaxCodeLen - len) : 0u), atomicMax(&s.longest, len);
+  if (len) {
+    atomicAdd(&s.code.kraft, len <= uint32_t(kMaxCodeLen) ? 1u << (kMaxCodeLen - len) : 0u), atomicMax(&s.longest, len);
+    atomicMax(&s.code.safe_ref, SafeRefOf(uint32_t(sym), len));
+  }
   __syncthreads();
   const uint32_t kraft = s.code.kraft;
   const bool ok = s.longest <= uint32_t(kMaxCodeLen) && kraft != 0 && kraft <= uint32_t(kLutSize);
   uint32_t index;
   const uint32_t code = CanonicalCode(ok ? len : 0u, s.canon, &index);
   GroupCode& g = s.code;
-  if (ok && len) g.order[index] = uint8_t(sym), g.olen[index] = uint8_t(len), g.start[index] = uint16_t(code << (kMaxCodeLen - len));
-  if (sym == 0) g.coded = s.canon.coded;
+  if (ok && len) {
+    g.order[index] = uint8_t(sym), g.olen[index] = uint8_t(len), g.start[index] = uint16_t(code << (kMaxCodeLen - len));
+    s.entry[index] = FastEntry<DT>(uint32_t(sym), len);
+  }
+  if (sym == 0) g.coded = s.canon.coded, g.start[s.canon.coded] = uint16_t(kraft);  // start[coded]: the end
   __syncthreads();
   if (!ok) return kErrGroupTable;
-  // thread t: the 12-bit windows 16 t .. 16 t + 15 (MSB first); the codes' ranges are consecutive from 0 to kraft
-  const uint32_t coded = s.canon.coded, from = 16 * uint32_t(sym);
-  uint32_t i = FirstCodeAt(g, coded, from);
-  for (uint32_t w = from; w < from + 16; ++w) {
-    while (i + 1 < coded && g.start[i + 1] <= w) ++i;
-    s.group[Reverse(w, kMaxCodeLen)] = w < kraft ? FastEntry<DT>(g.order[i], g.olen[i]) : 0u;
-  }
+  FillWindows(s.group, s.entry, g, s.canon.coded, kraft, (kLutSize / 256) * uint32_t(sym), kLutSize / 256);
   __syncthreads();
   return kOk;
 }
@@ -270,11 +264,12 @@ constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kL
 // §3, the common path: a lane of `values` elements from bit `bit` of words into the sink's lane, lane + 32, ...
 // through a 32-bit window over three stream words held in registers, a word loaded as one is
 // consumed (the caller checked that `values` values of kMaxValueBits stay in the stream's whole
-// words). kCheck: the block's ref admits classes whose q is not normal (ref < 123), so each
-// value's is checked (d <= ref - 4, folded into a maximum and tested at the lane's end; with
-// ref < 4 only zeros pass; the caller sent ref >= q_max to DecodeLane). Returns the bits
-// taken; *ok false if a value failed (the lane's later values are then garbage, and DecodeLane
-// decodes it again for the reference's verdict).
+// words). kCheck: the block's code holds classes whose q is not normal at its ref (a family
+// code: ref < 123; a group code: ref < its safe_ref), so each value's is checked (d <= ref - 4,
+// folded into a maximum and tested at the lane's end; with ref < 4 only zeros pass; the caller
+// sent ref >= q_max to DecodeLane). Returns the bits taken; *ok false if a value failed (the
+// lane's later values are then garbage, and DecodeLane decodes it again for the reference's
+// verdict).
 template <int DT, bool kCheck, bool kGroup16, typename Entry, typename Sink>
 __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words, uint64_t bit, uint32_t ref,
                                              const Entry* lut, uint32_t mask, const uint16_t* lut12,
@@ -386,7 +381,9 @@ __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int6
   const bool fast = ok;
   if (ok) {
     const uint32_t* words = reinterpret_cast<const uint32_t*>(aligned);
-    const bool check = ref < uint32_t(v6::kMaxD + 4);
+    // (a group code holds the classes its group's values took: at the group's ref, or at a block's
+    // own ref at or over the others', none gives q < 4, and no value is checked)
+    const bool check = ref < (group ? t.code->safe_ref : uint32_t(v6::kMaxD + 4));
     const uint64_t at = uint64_t(bit);
     constexpr uint32_t kGroupMask = kLutSize - 1, kFamMask = (1u << kPeek) - 1;
     if (group && kWarpGroup)
@@ -429,13 +426,14 @@ __device__ __forceinline__ int StreamStatus(const uint8_t* in, int64_t size, int
   return st;
 }
 
-// The family's decode tables into shared memory (every thread of a CTA of `threads`; a barrier follows).
+// The family's decode tables (Tables::fam, built at compile time) into shared memory, 16 bytes a
+// load (every thread of a CTA of `threads`; a barrier follows).
 template <int DT>
 __device__ __forceinline__ void LoadFamily(uint16_t (*fam)[1 << kPeek], const Tables* tables, int threads) {
-  for (int i = int(threadIdx.x); i < kCombos * (1 << kPeek); i += threads) {
-    const uint32_t e = tables->lut10[i >> kPeek][i & ((1 << kPeek) - 1)];
-    fam[i >> kPeek][i & ((1 << kPeek) - 1)] = FamEntry<DT>(e & 0xFF, e >> 8);
-  }
+  constexpr int kWords = int(sizeof(Tables::fam[0]) / sizeof(Words4));
+  const Words4* src = reinterpret_cast<const Words4*>(tables->fam[DT - 1]);
+  Words4* dst = reinterpret_cast<Words4*>(fam);
+  for (int i = int(threadIdx.x); i < kWords; i += threads) dst[i] = src[i];
 }
 
 // Batch j (blocks 8 j .. 8 j + 7, half a group) of a coded stream at `in` (any alignment, size
@@ -596,17 +594,17 @@ __device__ inline int BuildWarpGroupTable(WarpCode& t, const uint8_t* table, int
   constexpr int kPer = 256 / kWarp;  // symbols a lane
   const int lane = LaneId();
   GroupCode& g = t.code;
-  uint32_t len[kPer], kraft = 0, longest = 0, count[3] = {0, 0, 0};
+  uint32_t len[kPer], kraft = 0, longest = 0, safe = 0, count[3] = {0, 0, 0};
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int sym = kPer * lane + j, cls = sym & (v6::kSignSym - 1);
     const int at = ((sym >> 7) ^ flip) * 122 + cls;  // its length's place among the 244 valid symbols'
     len[j] = cls <= v6::kClassEsc ? (table[at / 2] >> (4 * (at & 1))) & 15u : 0u;
-    longest = Max(longest, len[j]);
+    longest = Max(longest, len[j]), safe = Max(safe, SafeRefOf(uint32_t(sym), len[j]));
     if (len[j] && len[j] <= uint32_t(kMaxCodeLen))
       kraft += 1u << (kMaxCodeLen - len[j]), count[(len[j] - 1) / 4] += 1u << (8 * ((len[j] - 1) % 4));
   }
-  kraft = RedAdd(kraft), longest = RedMax(longest);
+  kraft = RedAdd(kraft), longest = RedMax(longest), safe = RedMax(safe);
   if (longest > uint32_t(kMaxCodeLen) || kraft == 0 || kraft > uint32_t(kLutSize)) return kErrGroupTable;
   // per length l (byte (l - 1) % 4 of word (l - 1) / 4, at most 244 each): the codes in lower lanes, in all
   uint32_t below[3], total[3];
@@ -634,18 +632,9 @@ __device__ inline int BuildWarpGroupTable(WarpCode& t, const uint8_t* table, int
       g.start[index[j]] = uint16_t(code[j] << (kMaxCodeLen - len[j]));
       t.entry[index[j]] = Group16Entry<DT>(uint32_t(sym), len[j]);
     }
-  if (lane == 0) g.kraft = kraft, g.coded = coded, g.start[coded] = uint16_t(kraft);  // start[coded]: the end
+  if (lane == 0) g.kraft = kraft, g.coded = coded, g.start[coded] = uint16_t(kraft), g.safe_ref = safe;  // start[coded]: the end
   __syncwarp();
-  // lane l: the 12-bit windows 128 l .. 128 l + 127 (MSB first), a code's run of them at a time; the
-  // codes' runs are consecutive from 0 to kraft, the windows past it start no code
-  const uint32_t from = (kLutSize / kWarp) * uint32_t(lane), to = from + kLutSize / kWarp;
-  uint32_t w = from;
-  for (uint32_t i = FirstCodeAt(g, coded, from); w < Min(to, kraft); ++i) {
-    const uint32_t end = Min<uint32_t>(to, g.start[i + 1]);
-    const uint16_t e = t.entry[i];
-    for (; w < end; ++w) t.lut[Reverse(w, kMaxCodeLen)] = e;
-  }
-  for (; w < to; ++w) t.lut[Reverse(w, kMaxCodeLen)] = 0;
+  FillWindows(t.lut, t.entry, g, coded, kraft, (kLutSize / kWarp) * uint32_t(lane), kLutSize / kWarp);
   __syncwarp();
   return kOk;
 }
@@ -726,9 +715,10 @@ __device__ __forceinline__ void AddSlot(const typename Elem<DT>::Word* slot, boo
 // the last row; the sums are rounded once into out + i n (out_dtype: float32 or DT). So the rows
 // are decoded in parallel (row_warps of them), and the sums of a block never leave the SM.
 // verdicts[i k + r] (~0 before) receives row r's verdict. grid = items x a run of CUDA blocks
-// per item, each looping over its share of the blocks.
+// per item, each looping over its share of the blocks. At most 128 registers (launch bounds of
+// two CTAs an SM), so that shared memory alone bounds its CTAs an SM.
 template <int DT>
-__global__ void __launch_bounds__(kSumThreads, 1) AccumulateKernel(
+__global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
     const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items, int row_warps,
     const Tables* tables, int out_dtype, uint8_t* out, unsigned long long* verdicts) {
   using E = Elem<DT>;

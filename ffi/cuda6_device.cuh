@@ -1,5 +1,5 @@
 // Format version 6 on CUDA (docs/FORMAT.md): what the compress and decompress
-// kernels share. The family's tables (built once on the host), warp helpers,
+// kernels share. The family's tables (built at compile time), warp helpers,
 // the body's width choice for a warp's 32 lane lengths, and the canonical code
 // of a 256-symbol code by 256 threads.
 //
@@ -71,11 +71,47 @@ __host__ __device__ constexpr uint32_t PutEntry(uint32_t base, int sym) {
   return base | (E::kBytes == 2 ? 0u : more * kPutMore) | esc * kPutEsc | first << 25;
 }
 
+// A group table's entry (u32, FastEntry) for the 12 bits at a lane's position, LSB first:
+//   fast:  bits 0-15 the element's top 16 bits less ref << kLow16 (sign << 15 - d << kLow16, mod 2^16;
+//          a zero's: sign << 15), 16-19 the code's length, 26 a zero, 27-31 the bits the value takes
+//          (its code and, in 16-bit dtypes, its low bits; never 0);
+//   slow:  bits 27-31 are 0: sym | code length << 8 for an escape, 0 for a code longer than kPeek
+//          bits or none (a 12-bit lookup then says which).
+// So a 16-bit value is a lookup, two shifts, a mask and a three-input add: entry + (ref << kLow16) + low.
+constexpr uint32_t kZeroBit = 1u << 26;
+// A family table's entry (u16, every combo's in 16 KB): the same top 16 bits, whose low kLow16 bits
+// are 0, hold the code's length (bits 0-3, 0: slow) and a zero (bit 4); one add and one select more.
+constexpr uint32_t kZero16 = 1u << 4;
+
+template <int DT>
+struct Fast {
+  // the low bits' place in the element's top 16 bits (fp32: the top 5 of its 21)
+  static constexpr int kLow16 = Elem<DT>::kBytes == 2 ? Elem<DT>::kLay.low_bits : 5;
+};
+
+template <int DT>
+__host__ __device__ constexpr uint32_t FastEntry(uint32_t sym, uint32_t clen) {
+  constexpr v6::Layout lay = Elem<DT>::kLay;
+  const uint32_t cls = sym & (v6::kSignSym - 1), sign = sym >> 7;
+  if (clen == 0 || cls >= uint32_t(v6::kClassEsc)) return clen ? sym | clen << 8 : 0u;
+  if (cls == uint32_t(v6::kClassZero)) return sign << 15 | kZeroBit | clen << 16 | clen << 27;
+  const uint32_t total = clen + (Elem<DT>::kBytes == 2 ? uint32_t(lay.low_bits) : 0u);
+  return (((sign << 15) - ((cls - 1) << Fast<DT>::kLow16)) & 0xFFFFu) | clen << 16 | total << 27;
+}
+
+template <int DT>
+__host__ __device__ constexpr uint16_t FamEntry(uint32_t sym, uint32_t clen) {
+  const uint32_t e = FastEntry<DT>(sym, clen);
+  if (!(e >> 27)) return 0;  // slow: the 12-bit table says which
+  return uint16_t((e & 0xFFFFu) | (e >> 16 & 15u) | (e & kZeroBit ? kZero16 : 0u));
+}
+
 // The family, as the kernels use it (MakeTables).
 struct Tables {
   uint64_t sizes[v6::kNumSyms][2];        // a symbol's code length under combo c: bits 16 (c % 4) of [c / 4]
   uint32_t put[3][kCombos][v6::kNumSyms];  // per dtype (kBF16 - 1, ...): CodeKernel's entries (PutEntry)
   uint16_t lut10[kCombos][1 << kPeek];    // sym | length << 8 for codes of at most kPeek bits, else 0
+  alignas(16) uint16_t fam[3][kCombos][1 << kPeek];  // per dtype: lut10 as the decoder's entries (FamEntry)
   uint16_t lut12[kCombos][kLutSize];      // sym | length << 8 (build_lut): the long codes' fallback
 };
 
@@ -109,6 +145,9 @@ __host__ __device__ constexpr Tables MakeTables() {
     for (int w = 0; w < (1 << kPeek); ++w) {
       const uint16_t e = t.lut12[c][w];
       t.lut10[c][w] = (e >> 8) <= kPeek ? e : 0;
+      t.fam[kBF16 - 1][c][w] = FamEntry<kBF16>(t.lut10[c][w] & 0xFF, t.lut10[c][w] >> 8);
+      t.fam[kF16 - 1][c][w] = FamEntry<kF16>(t.lut10[c][w] & 0xFF, t.lut10[c][w] >> 8);
+      t.fam[kF32 - 1][c][w] = FamEntry<kF32>(t.lut10[c][w] & 0xFF, t.lut10[c][w] >> 8);
     }
   }
   return t;

@@ -159,6 +159,44 @@ def test_compress_writes_the_reference_stream_and_decompress_every_bit(emulator,
     assert all(seen.values()), seen
 
 
+def family_coded(dtype):
+    """A valid stream of 8 blocks, block c coded under the family's combo c (member c >> 1, flip
+    c & 1; no group code), each on the data among a few kinds that the combo codes best: the
+    encoder takes a member only where it wins, so its streams need not hold every combo."""
+    lay = r6.Layout(CODES[dtype])
+    g = gaussian(r6.BLOCK, "float32", seed=31)
+    data = [g, np.maximum(g, 0), -np.maximum(g, 0), 1 + g / 20, -1 - g / 20, g / (1 + np.exp(-g))]
+    blocks, descs, records, end = [], [], [], 0
+    for c in range(2 * r6.MEMBERS):
+        best = None
+        for v in (d.astype(dtype) for d in data):
+            s, q, low = r6.split(lay, v)
+            ref = r6.block_ref(lay, q)
+            lengths = r6.block_code(c >> 1, c & 1, None)
+            size = r6._coded_size(lay, r6.symbols(lay, s, q, low, ref), lengths)
+            if size < v.nbytes and (best is None or size < best[0]):
+                best = (size, v, r6.encode_body(lay, s, q, low, ref, lengths), ref)
+        assert best is not None, (dtype, c)
+        _, v, record, ref = best
+        end += len(record)
+        blocks.append(v), records.append(record)
+        descs.append(r6.descriptor(end, dict(ref=ref, code=c >> 1, flip=c & 1, raw=False, table=None)))
+    x = np.concatenate(blocks)
+    return x, r6.header(CODES[dtype], 0, x.size) + b"".join(descs) + b"".join(records)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_family_code_decodes(emulator, dtype):
+    """Each of the family's 8 codes (4 members, each also with the sign read inverted) through the
+    decoder's per-dtype tables (Tables::fam, built at compile time), bit for bit."""
+    x, stream = family_coded(dtype)
+    assert [d["code"] * 2 + d["flip"] for d in descriptors(stream, x.size)] == list(range(2 * r6.MEMBERS))
+    np.testing.assert_array_equal(bits(r6.decompress(stream, dtype, x.size)), bits(x))
+    ((verdict, out),) = run(emulator, [(DECOMPRESS, CODES[dtype], x.size, stream)], LAUNCHES[1])
+    assert verdict == NO_ERROR, hex(verdict)
+    np.testing.assert_array_equal(np.frombuffer(out, bits(x).dtype), bits(x))
+
+
 # Streams to corrupt: a group's table and its own-coded blocks, escapes inside coded blocks, raw
 # blocks among coded ones, a float32 group; each a few blocks so that the reference decodes fast.
 @np.errstate(over="ignore")
@@ -253,7 +291,9 @@ def test_hostile_headers_tables_and_descriptors(emulator):
 @np.errstate(over="ignore")
 def fast_path_cases():
     """The decoder's fast path (docs/GPU.md, "Second version"): long codes and escapes inside full
-    lanes, family and group codes; fp16, whose refs are all checked value by value (ref < 123)."""
+    lanes, family and group codes; fp16, whose refs are all under 123 (a family-coded block's values
+    are checked one by one there, a group-coded one's where the code holds classes its ref cannot
+    have)."""
     B = r6.BLOCK
     rng = np.random.default_rng(60)
     narrow = rng.choice([1.0, 1.19, 1.41, 1.68, -1.0, -1.19], 3 * B + 17)  # member 1 (narrow): long codes
@@ -276,9 +316,25 @@ def fast_path_cases():
             "fp32 tails": tails[: 2 * B + 9].copy()}
 
 
+def group_safe_ref(stream, nb, b):
+    """The lowest ref at which every class of block b's group code gives a normal q (its largest
+    distance + 4; from it up the decoder checks no value: docs/GPU.md, "Sixth version"), or None
+    if block b does not take its group's code."""
+    d = r6.read_descriptor(stream, b)
+    if d["raw"] or d["code"] != r6.GROUP_CODE:
+        return None
+    first = b - b % r6.GROUP_BLOCKS
+    at = r6.HEADER_BYTES + r6.DESC_BYTES * nb + (r6.read_descriptor(stream, first - 1)["end"] if first else 0)
+    lengths = r6.unpack_table(stream[at : at + r6.TABLE_BYTES])
+    cls = np.nonzero(lengths)[0] & 127
+    cls = cls[(cls != r6.CLASS_ZERO) & (cls < r6.CLASS_ESC)]
+    return int(cls.max()) - 1 + 4 if cls.size else 0
+
+
 def test_fast_path_values_and_verdicts_at_lane_ends(emulator):
     """Every bit of streams whose full lanes hold escapes and long codes, then targeted corruptions:
-    each block's ref moved (classes whose q is not normal, a ref at q_max), a bit flipped in the lane
+    each block's ref moved (classes whose q is not normal, a ref at q_max, a group-coded block's
+    just under and at the ref from which its values go unchecked), a bit flipped in the lane
     lengths and in the lanes (lanes that end early or late), the last bytes cut."""
     rng = np.random.default_rng(64)
     cases, streams, requests = [], [], []
@@ -297,7 +353,9 @@ def test_fast_path_values_and_verdicts_at_lane_ends(emulator):
                 continue
             at = r6.HEADER_BYTES + r6.DESC_BYTES * b
             word = int.from_bytes(stream[at : at + 8], "little")
-            for ref in {d["ref"] - 1, d["ref"] + 1, d["ref"] - 7, 3, 4, 122, 123, q_max - 1, q_max}:
+            safe = group_safe_ref(stream, nb, b)
+            for ref in {d["ref"] - 1, d["ref"] + 1, d["ref"] - 7, 3, 4, 122, 123, q_max - 1, q_max,
+                        *(() if safe is None else (safe - 1, safe))}:
                 if 0 <= ref < 1 << (10 if code != 2 else 7):
                     w = (word & ~(0x3FF << 32)) | ref << 32
                     bad.append(stream[:at] + w.to_bytes(8, "little") + stream[at + 8 :])

@@ -41,7 +41,8 @@ from zipccl_jax import reference as r6
 from zipccl_jax.bench.data import DTYPES, gaussian, random_bits, special_values
 from zipccl_jax.ops import corrupt_payload_error
 from test_codec_cpu import mutate
-from test_cuda6_emulation import build as build_emulator, category, hostile_cases, kinds, status_messages
+from test_cuda6_emulation import (build as build_emulator, category, group_safe_ref, hostile_cases, kinds,
+                                  status_messages)
 
 ROOT = Path(__file__).resolve().parents[1]
 CODES = {"bfloat16": 1, "float16": 2, "float32": 3}
@@ -223,7 +224,8 @@ def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dty
     """11 rows, each its own stream of another kind or scale (each with its own group codes), summed
     in row order by rounds of as many rows as the shared memory lets decode at once (8 + 3, 4 + 4 + 3,
     2 x 5 + 1, 1 x 11, ...): the reference's bits. A corrupt row of a later round gives its verdict and
-    poisons its item alone."""
+    poisons its item alone: a reserved bit set, or a group-coded block's ref moved just under the one
+    from which the row warp's decoder checks no value (a class whose q is not normal)."""
     k, n = 11, 65536 + 4097  # two groups of codes a row, the second partial
     rows = np.stack([gaussian(n, dtype, seed=20 + r) * np.asarray(2.0 ** (r - 5), dtype) if r % 4 else
                      items_of(dtype, n)[r // 4 % 6] for r in range(k)])
@@ -232,14 +234,30 @@ def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dty
     payload = np.frombuffer(decompress_request(streams, dtype, n, cap)[1], np.uint8).reshape(1, k, cap)
     bad = payload.copy()
     bad[0, 9, r6.HEADER_BYTES + 8 * 16 + 7] |= 2  # row 9's descriptor of block 16: a reserved bit (49)
+    low, message = payload.copy(), ""
+    nb = -(-n // r6.BLOCK)
+    for b in range(nb):  # row 10's first block whose ref just under its code's safe ref the reference refuses
+        safe, at = group_safe_ref(streams[10], nb, b), r6.HEADER_BYTES + r6.DESC_BYTES * b
+        if safe:
+            word = int.from_bytes(streams[10][at : at + 8], "little") & ~(0x3FF << 32) | (safe - 1) << 32
+            moved = streams[10][:at] + word.to_bytes(8, "little") + streams[10][at + 8 :]
+            message = reference_message(moved, dtype, n)
+            if message:
+                low[0, 10, : len(moved)] = np.frombuffer(moved, np.uint8)
+                break
+    assert message, "no block to move"
     requests = [accumulate_request(payload, dtype, n, out_dtype) for out_dtype in (dtype, np.float32)]
-    requests.append(accumulate_request(np.concatenate([payload, bad]), dtype, n, dtype))
+    requests += [accumulate_request(np.concatenate([payload, b]), dtype, n, dtype) for b in (bad, low)]
     replies = emulate(emulator, requests, smem_block=smem_block)
     for (err, out), out_dtype in zip(replies[:2], (dtype, np.float32)):
         assert err == ""
         assert_same_sums(np.frombuffer(out, out_dtype), ref.accumulate(list(rows), out_dtype))
     err, out = replies[2]
     assert err == CORRUPT.format(1) + status_messages()[13], err
+    assert_same_sums(np.frombuffer(out, dtype)[:n], ref.accumulate(list(rows), dtype))
+    err, out = replies[3]
+    assert err.startswith(CORRUPT.format(1)) and category(err[len(CORRUPT.format(1)) :]) == category(message), (
+        err, message)
     assert_same_sums(np.frombuffer(out, dtype)[:n], ref.accumulate(list(rows), dtype))
 
 
