@@ -110,8 +110,9 @@ __host__ __device__ constexpr uint16_t FamEntry(uint32_t sym, uint32_t clen) {
 struct Tables {
   uint64_t sizes[v6::kNumSyms][2];        // a symbol's code length under combo c: bits 16 (c % 4) of [c / 4]
   uint32_t put[3][kCombos][v6::kNumSyms];  // per dtype (kBF16 - 1, ...): CodeKernel's entries (PutEntry)
-  uint16_t lut10[kCombos][1 << kPeek];    // sym | length << 8 for codes of at most kPeek bits, else 0
-  alignas(16) uint16_t fam[3][kCombos][1 << kPeek];  // per dtype: lut10 as the decoder's entries (FamEntry)
+  // per dtype: the decoder's first lookup (FamEntry) of the kPeek bits at a lane's position, 0 where
+  // no code of at most kPeek bits starts (lut12 then says which)
+  alignas(16) uint16_t fam[3][kCombos][1 << kPeek];
   uint16_t lut12[kCombos][kLutSize];      // sym | length << 8 (build_lut): the long codes' fallback
 };
 
@@ -143,11 +144,10 @@ __host__ __device__ constexpr Tables MakeTables() {
       t.put[kF32 - 1][c][s] = PutEntry<kF32>(base, s);
     }
     for (int w = 0; w < (1 << kPeek); ++w) {
-      const uint16_t e = t.lut12[c][w];
-      t.lut10[c][w] = (e >> 8) <= kPeek ? e : 0;
-      t.fam[kBF16 - 1][c][w] = FamEntry<kBF16>(t.lut10[c][w] & 0xFF, t.lut10[c][w] >> 8);
-      t.fam[kF16 - 1][c][w] = FamEntry<kF16>(t.lut10[c][w] & 0xFF, t.lut10[c][w] >> 8);
-      t.fam[kF32 - 1][c][w] = FamEntry<kF32>(t.lut10[c][w] & 0xFF, t.lut10[c][w] >> 8);
+      const uint32_t e = t.lut12[c][w], sym = e & 0xFF, len = (e >> 8) <= kPeek ? e >> 8 : 0;
+      t.fam[kBF16 - 1][c][w] = FamEntry<kBF16>(sym, len);
+      t.fam[kF16 - 1][c][w] = FamEntry<kF16>(sym, len);
+      t.fam[kF32 - 1][c][w] = FamEntry<kF32>(sym, len);
     }
   }
   return t;
