@@ -278,11 +278,15 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   constexpr v6::Layout lay = E::kLay;
   const uint32_t pos0 = uint32_t(bit % 32), qadd = ref << Fast<DT>::kLow16;
   uint32_t dseen = 0, nonzero = 0;  // kCheck: the largest d << kLow16 of a fast value; one was not a zero
-  const uint32_t k0 = uint32_t(bit / 32);
-  uint32_t cur = words[k0], next = words[k0 + 1], after = words[k0 + 2], pos = pos0, k = k0 + 3;
+  // pos counts bits from the lane's first word (FunnelR takes it mod 32); cur holds word pos / 32
+  // of it, next and after the two after that; the next to load is w[pos / 32]
+  const uint32_t* __restrict__ w = words + bit / 32 + 2;
+  uint32_t cur = w[-2], next = w[-1], after = w[0], pos = pos0;
   bool good = true;
-  auto advance = [&] {
-    if (pos >= 32) pos -= 32, cur = next, next = after, after = words[k++];
+  static_assert(E::kBytes == 4 || kMaxValueBits<DT> < 32, "a 16-bit value ends at most one word on");
+  static_assert(kMaxCodeLen + lay.q_bits < 32 && lay.low_bits < 32, "so does each of a float32's two steps");
+  auto advance = [&](uint32_t from) {  // from: pos before the step's bits, fewer than 32
+    if ((pos ^ from) & 32u) cur = next, next = after, after = w[pos / 32];
   };
 #pragma unroll 4
   for (int i = 0; i < values; ++i) {
@@ -302,10 +306,10 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
       v = zero ? out : v;
     }
     pos += n;
-    advance();
+    advance(pos - n);
     if (E::kBytes == 4) {  // the 21 low bits after the code (and an escape's q)
       uint32_t low = 0;
-      if (!zero) low = FunnelR(cur, next, pos) & E::kLowMask, pos += lay.low_bits, advance();
+      if (!zero) low = FunnelR(cur, next, pos) & E::kLowMask, pos += lay.low_bits, advance(pos - lay.low_bits);
       v = v << 16 | low;
     }
     sink.Put(at, v);
@@ -314,7 +318,7 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   // kCheck: every fast value's q = ref - d >= 4 (with ref < 4, only zeros)
   if (kCheck) good = good && (ref < 4 ? !nonzero : dseen <= (ref - 4) << Fast<DT>::kLow16);
   *ok = good;
-  return 32 * (k - k0 - 3) + pos - pos0;
+  return pos - pos0;
 }
 
 // What DecodeBlock reads a block's code from: the family's first lookups (FamEntry) and the
@@ -403,8 +407,10 @@ __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int6
                                       !(Sink::kAdds && fast));
     st = int(uint32_t(r)), used = uint32_t(r >> 32);
     // FastLane refuses only a lane DecodeLane refuses (they decode the same values); were one
-    // accepted, a sum would hold FastLane's values: refused rather than trusted
-    if (Sink::kAdds && fast && st == kOk) st = kErrBitstream;
+    // accepted, a sum would hold FastLane's values: refused rather than trusted. (4: the host
+    // emulation's strict mode, in which the same holds for every sink, so that its tests see every
+    // lane of a valid stream take the fast path: a refusal there is no error, only slow.)
+    if ((Sink::kAdds || ZC_INJECTED(4)) && fast && st == kOk) st = kErrBitstream;
   }
   if (st == kOk && lane < kWarp - 1) st = used == len ? kOk : kErrTrailing;  // format6.h lane_end_status
   if (st == kOk && lane == kWarp - 1) {

@@ -316,16 +316,24 @@ def fast_path_cases():
             "fp32 tails": tails[: 2 * B + 9].copy()}
 
 
-def group_safe_ref(stream, nb, b):
-    """The lowest ref at which every class of block b's group code gives a normal q (its largest
-    distance + 4; from it up the decoder checks no value: docs/GPU.md, "Sixth version"), or None
-    if block b does not take its group's code."""
+def group_lengths(stream, nb, b):
+    """Block b's group code (a code length a symbol), or None if block b does not take its group's
+    code."""
     d = r6.read_descriptor(stream, b)
     if d["raw"] or d["code"] != r6.GROUP_CODE:
         return None
     first = b - b % r6.GROUP_BLOCKS
     at = r6.HEADER_BYTES + r6.DESC_BYTES * nb + (r6.read_descriptor(stream, first - 1)["end"] if first else 0)
-    lengths = r6.unpack_table(stream[at : at + r6.TABLE_BYTES])
+    return r6.unpack_table(stream[at : at + r6.TABLE_BYTES])
+
+
+def group_safe_ref(stream, nb, b):
+    """The lowest ref at which every class of block b's group code gives a normal q (its largest
+    distance + 4; from it up the decoder checks no value: docs/GPU.md, "Sixth version"), or None
+    if block b does not take its group's code."""
+    lengths = group_lengths(stream, nb, b)
+    if lengths is None:
+        return None
     cls = np.nonzero(lengths)[0] & 127
     cls = cls[(cls != r6.CLASS_ZERO) & (cls < r6.CLASS_ESC)]
     return int(cls.max()) - 1 + 4 if cls.size else 0

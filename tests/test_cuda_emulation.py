@@ -41,8 +41,8 @@ from zipccl_jax import reference as r6
 from zipccl_jax.bench.data import DTYPES, gaussian, random_bits, special_values
 from zipccl_jax.ops import corrupt_payload_error
 from test_codec_cpu import mutate
-from test_cuda6_emulation import (build as build_emulator, category, group_safe_ref, hostile_cases, kinds,
-                                  status_messages)
+from test_cuda6_emulation import (build as build_emulator, category, fast_path_cases, group_lengths, group_safe_ref,
+                                  hostile_cases, kinds, status_messages)
 
 ROOT = Path(__file__).resolve().parents[1]
 CODES = {"bfloat16": 1, "float16": 2, "float32": 3}
@@ -213,6 +213,22 @@ def test_accumulate_matches_reference(emulator, dtype, launch):
         assert_same_sums(np.frombuffer(out, sums.dtype), sums)
 
 
+@lru_cache(maxsize=None)
+def many_rows(dtype):
+    """11 rows, each its own stream of another kind or scale (each with its own group codes, which
+    hold codes of 12 bits), as an item of the reduce step: (rows, streams, payload [1, 11, cap])."""
+    k, n = 11, 65536 + 4097  # two groups of codes a row, the second partial
+    rows = np.stack([gaussian(n, dtype, seed=20 + r) * np.asarray(2.0 ** (r - 5), dtype) if r % 4 else
+                     items_of(dtype, n)[r // 4 % 6] for r in range(k)])
+    streams = [r6.compress(r) for r in rows]
+    nb = -(-n // r6.BLOCK)
+    codes = [group_lengths(s, nb, b) for s in streams for b in range(nb)]
+    assert max(c.max() for c in codes if c is not None) == 12, "no 12-bit group code: the slow values go untested"
+    cap = max(map(len, streams)) + 3  # unaligned rows
+    payload = np.frombuffer(decompress_request(streams, dtype, n, cap)[1], np.uint8).reshape(1, k, cap)
+    return rows, streams, payload
+
+
 # The shared memory a CUDA block may have: an H100's (8 rows decoded at once, whatever the dtype), a
 # consumer Blackwell's 99 KB (4 rows of bf16 and fp16, 3 of fp32) and 64 KB (2 rows of bf16, 1 of fp32)
 H100, SMALL, TINY = 232448, 101376, 65536
@@ -226,16 +242,12 @@ def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dty
     2 x 5 + 1, 1 x 11, ...): the reference's bits. A corrupt row of a later round gives its verdict and
     poisons its item alone: a reserved bit set, or a group-coded block's ref moved just under the one
     from which the row warp's decoder checks no value (a class whose q is not normal)."""
-    k, n = 11, 65536 + 4097  # two groups of codes a row, the second partial
-    rows = np.stack([gaussian(n, dtype, seed=20 + r) * np.asarray(2.0 ** (r - 5), dtype) if r % 4 else
-                     items_of(dtype, n)[r // 4 % 6] for r in range(k)])
-    streams = [r6.compress(r) for r in rows]
-    cap = max(map(len, streams)) + 3  # unaligned rows
-    payload = np.frombuffer(decompress_request(streams, dtype, n, cap)[1], np.uint8).reshape(1, k, cap)
+    rows, streams, payload = many_rows(dtype)
+    k, n = rows.shape
+    nb = -(-n // r6.BLOCK)
     bad = payload.copy()
     bad[0, 9, r6.HEADER_BYTES + 8 * 16 + 7] |= 2  # row 9's descriptor of block 16: a reserved bit (49)
     low, message = payload.copy(), ""
-    nb = -(-n // r6.BLOCK)
     for b in range(nb):  # row 10's first block whose ref just under its code's safe ref the reference refuses
         safe, at = group_safe_ref(streams[10], nb, b), r6.HEADER_BYTES + r6.DESC_BYTES * b
         if safe:
@@ -259,6 +271,29 @@ def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dty
     assert err.startswith(CORRUPT.format(1)) and category(err[len(CORRUPT.format(1)) :]) == category(message), (
         err, message)
     assert_same_sums(np.frombuffer(out, dtype)[:n], ref.accumulate(list(rows), dtype))
+
+
+def test_every_lane_of_a_valid_stream_takes_the_fast_path(emulator):
+    """The decoder's fast path (FastLane) refuses only lanes the exact decoder (DecodeLane) refuses
+    too, so a slow fast path would still decode every bit: here, in the emulation's strict mode
+    (injection 4), a lane of a valid stream that it refuses fails its stream. The streams hold
+    escapes and long codes in full lanes, family and group codes, checked fp16 values, and rows
+    whose group codes hold 12-bit codes summed by AccumulateKernel's row warps (a warp's table of
+    fewer bits, or a slow value that cannot find a long code, fails it)."""
+    cases = fast_path_cases()
+    requests = [decompress_request([r6.compress(x)], x.dtype, x.size) for x in cases.values()]
+    sums = []
+    for dtype in ("bfloat16", "float32"):
+        rows, _, payload = many_rows(dtype)
+        requests.append(accumulate_request(payload, dtype, rows.shape[1], np.float32))
+        sums.append(ref.accumulate(list(rows), np.float32))
+    replies = replies_of(run_emulator(emulator, requests, LAUNCHES[-1], inject=4), len(requests))
+    for (header, _), (message, out, status, _), x in zip(requests, replies, list(cases.values()) + sums):
+        assert verdict(header, message, out, status) == "", header
+        if header[0] == DECOMPRESS:
+            assert np.frombuffer(out, x.dtype).view(np.uint8).tobytes() == x.view(np.uint8).tobytes(), header
+        else:
+            assert_same_sums(np.frombuffer(out, np.float32), x)
 
 
 def reference_message(stream, dtype, n):
