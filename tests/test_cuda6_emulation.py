@@ -272,7 +272,11 @@ def test_hostile_headers_tables_and_descriptors(emulator):
         v = d["end"] | d["ref"] << 32 | d["code"] << 42 | d["flip"] << 46 | d["raw"] << 47 | d["table"] << 48
         return edit(r6.HEADER_BYTES + r6.DESC_BYTES * b, (v | d["reserved"] << 49).to_bytes(8, "little"))
 
+    lengths = r6.unpack_table(bytes(s[data : data + r6.TABLE_BYTES]))
+    longest = int(np.argmax(np.where(lengths < 12, lengths, 0)))
+    lengths[longest] += 1  # a code with a Kraft sum under 1: the last windows start no code
     bad = [
+        edit(data, r6.pack_table(lengths)),
         edit(0, b"ZCCM"), edit(4, b"\x05"), edit(5, b"\x02"), edit(6, b"\x02"), edit(7, b"\x0b"),
         edit(8, (x.size + 1).to_bytes(8, "little")), bytes(s[:15]), bytes(s[: data - 1]), bytes(s[:-1]),
         edit(data, b"\xdd"),  # a length over 12
