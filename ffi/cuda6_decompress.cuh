@@ -121,8 +121,9 @@ __device__ __forceinline__ uint32_t FirstCodeAt(const GroupCode& g, uint32_t cod
 // its entry); the table of no bits is one window of no code (0). A prefix code (Kraft sum at most
 // 1) writes each slot at most once and leaves the windows past its Kraft sum 0. Thread t of
 // kThreads (a warp's lanes, or a CTA's threads) calls it, sync() their barrier; it ends with one.
-// 16-byte copies and a store a code, where filling each of the 4,096 windows took 6.5
-// instructions a window.
+// Every thread does the same work, 16-byte copies and a store a code (filled window by window, a
+// thread's range of windows cost its code runs, and a warp its slowest thread's, the one holding
+// the long codes' short runs: docs/GPU.md, "Seventh version").
 template <int kThreads, typename Entry, typename Sync>
 __device__ __forceinline__ void FillByDoubling(Entry* lut, const Entry* entry, const GroupCode& g,
                                                const uint32_t (&from)[kMaxCodeLen + 2], int t, Sync sync) {
@@ -610,7 +611,6 @@ struct WarpCode {
   GroupCode code;
 };
 static_assert(sizeof(WarpCode) % 16 == 0, "each warp's table 16-byte aligned (FillByDoubling's copies)");
-
 
 // §4 by one warp: checks the group table at `table` (122 bytes, in the stream) and builds its
 // 12-bit table into t, read with the sign inverted if flip (BuildGroupTable's, for a warp: lane
