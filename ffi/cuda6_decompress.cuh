@@ -179,7 +179,7 @@ __device__ inline int BuildGroupTable(DecodeSmem& s, const uint8_t* table, int f
   uint32_t from[kMaxCodeLen + 2];
 #pragma unroll
   for (int l = 1; l <= kMaxCodeLen; ++l) from[l] = s.canon.base[l];
-  from[0] = 0, from[kMaxCodeLen + 1] = s.canon.coded;
+  from[kMaxCodeLen + 1] = s.canon.coded;
   FillByDoubling<256>(s.group, s.entry, g, from, sym, [] { __syncthreads(); });
   return kOk;
 }

@@ -278,8 +278,8 @@ def test_every_lane_of_a_valid_stream_takes_the_fast_path(emulator):
     too, so a slow fast path would still decode every bit: here, in the emulation's strict mode
     (injection 4), a lane of a valid stream that it refuses fails its stream. The streams hold
     escapes and long codes in full lanes, family and group codes, checked fp16 values, and rows
-    whose group codes hold 12-bit codes summed by AccumulateKernel's row warps (a warp's table of
-    fewer bits, or a slow value that cannot find a long code, fails it)."""
+    whose group codes hold 12-bit codes summed by AccumulateKernel's row warps (a table without its
+    12-bit codes fails it)."""
     cases = fast_path_cases()
     requests = [decompress_request([r6.compress(x)], x.dtype, x.size) for x in cases.values()]
     sums = []
