@@ -297,7 +297,8 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   const uint32_t pos0 = uint32_t(bit % 32), qadd = ref << Fast<DT>::kLow16;
-  uint32_t dseen = 0, nonzero = 0;  // kCheck: the largest d << kLow16 of a fast value; one was not a zero
+  constexpr bool k32 = sizeof(Entry) == 4;
+  uint32_t dseen = 0, nonzero = 0;  // kCheck: the largest d (shifted) of a fast value; one was not a zero
   // pos counts bits from the lane's first word (FunnelR takes it mod 32); cur holds word pos / 32
   // of it, next and after the two after that; the next to load is w[pos / 32]
   const uint32_t* __restrict__ w = words + bit / 32 + 2;
@@ -308,35 +309,49 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   auto advance = [&](uint32_t from) {  // from: pos before the step's bits, fewer than 32
     if ((pos ^ from) & 32u) cur = next, next = after, after = w[pos / 32];
   };
-#pragma unroll 4
+#pragma unroll 8  // (a full lane is 128 values; the loop's own instructions, ~8 a round, ~1 a value)
   for (int i = 0; i < values; ++i) {
-    const uint32_t peek = FunnelR(cur, next, pos), e = lut[peek & mask];
+    // the entry for the window's low bits (the mask by a LOP3 that ptxas keeps apart, so that the
+    // address is one IMAD more: it scales the masked index instead of masking the scaled window)
+    const uint32_t peek = FunnelR(cur, next, pos), e = lut[BitSelect(0u, peek, mask)], from = pos;
     // the entry's fields: a u32's (FastEntry), or a u16's (FamEntry)
-    constexpr bool k32 = sizeof(Entry) == 4;
-    const uint32_t clen = k32 ? e >> 16 : e & 15u, out = k32 ? e : e & (0xFFFFu << Fast<DT>::kLow16);
-    bool zero = k32 ? (e & kZeroBit) != 0 : (e & kZero16) != 0;
-    uint32_t v, n = k32 ? e >> 27 : E::kBytes == 2 && !zero ? clen + lay.low_bits : clen;
-    if (k32 ? n == 0 : clen == 0) {  // an escape, a long code or none: no break, so that the loop has one exit
+    const uint32_t clen16 = e & 15u, out = k32 ? e : e & Fast<DT>::kTop;  // (a u32 zero's low bits are 0)
+    const bool zero = k32 ? (e & kZeroBit) != 0 : (e & kZero16) != 0;
+    uint32_t v;
+    bool has_low = !zero;  // fp32: the low bits follow
+    // an escape, a long code or none (u32: no bits for the value): no break, so that the loop has one exit
+    if (k32 ? e < (1u << 27) : clen16 == 0) {
       const uint64_t r = SlowValue<DT>(peek, kGroup16 ? Group16Slow(e) : e, ref, lut12);
       good = good && !(r & kSlowError);
-      v = uint32_t(r), n = uint32_t(r >> 32) & 0xFF, zero = (r >> 40) & 1;
+      v = uint32_t(r), pos += uint32_t(r >> 32) & 0xFF, has_low = !((r >> 40) & 1);
     } else {
-      if (kCheck) dseen = Max(dseen, (0u - out) & 0x7FFFu), nonzero |= zero ? 0u : 1u;  // a zero's d reads 0
-      v = E::kBytes == 2 ? out + qadd + (FunnelR(peek, 0, clen) & E::kLowMask) : out + qadd;
+      if (kCheck) {  // d << kDShift (u32) or << kLow16 (u16; a zero's d reads 0); one was not a zero
+        dseen = Max(dseen, k32 ? e & (0x7Fu << kDShift) : (0u - out) & 0x7FFFu);
+        nonzero |= ~e & (k32 ? kZeroBit : kZero16);
+      }
+      if (E::kBytes == 2) {
+        // the low bits after the code: the window shifted by the entry, whose low 5 bits are the
+        // code's length (FunnelR takes it mod 32), put in the entry's low bits by one bit select
+        const uint32_t low = FunnelR(peek, 0u, e);
+        v = BitSelect(e, low, E::kLowMask) + qadd;
+      } else {
+        v = out + qadd;
+      }
       v = zero ? out : v;
+      // the value's bits (u16: the code's, and in 16-bit dtypes a nonzero's low bits)
+      pos += k32 ? e >> 27 : clen16 + (E::kBytes == 2 && !(e & kZero16) ? uint32_t(lay.low_bits) : 0u);
     }
-    pos += n;
-    advance(pos - n);
+    advance(from);
     if (E::kBytes == 4) {  // the 21 low bits after the code (and an escape's q)
       uint32_t low = 0;
-      if (!zero) low = FunnelR(cur, next, pos) & E::kLowMask, pos += lay.low_bits, advance(pos - lay.low_bits);
+      if (has_low) low = FunnelR(cur, next, pos) & E::kLowMask, pos += lay.low_bits, advance(pos - lay.low_bits);
       v = v << 16 | low;
     }
     sink.Put(at, v);
     at += kWarp;
   }
   // kCheck: every fast value's q = ref - d >= 4 (with ref < 4, only zeros)
-  if (kCheck) good = good && (ref < 4 ? !nonzero : dseen <= (ref - 4) << Fast<DT>::kLow16);
+  if (kCheck) good = good && (ref < 4 ? !nonzero : dseen <= (ref - 4) << (k32 ? kDShift : Fast<DT>::kLow16));
   *ok = good;
   return pos - pos0;
 }
@@ -603,21 +618,27 @@ __global__ void __launch_bounds__(kDecodeThreads, kSerialSumMinCtas) AccumulateS
   }
 }
 
-// A warp's group code (AccumulateKernel, a warp a row): its 12-bit table (Group16Entry), each
-// code's entry by canonical index (the table's fill reads them), and the canonical code.
+// A warp's group code (AccumulateKernel, a warp a row): its 12-bit table, each code's entry by
+// canonical index (the table's fill reads them), and the canonical code. 16-bit dtypes take
+// DecodeKernel's u32 entries (FastEntry: fewer instructions a value); float32 u16 ones
+// (Group16Entry), so that 8 row warps' tables and slots of float32 blocks fit 227 KB.
+template <int DT>
 struct WarpCode {
-  alignas(16) uint16_t lut[kLutSize];
-  uint16_t entry[v6::kNumSyms];
+  using Entry = std::conditional_t<Elem<DT>::kBytes == 2, uint32_t, uint16_t>;
+  static constexpr bool k32 = sizeof(Entry) == 4;
+  alignas(16) Entry lut[kLutSize];
+  Entry entry[v6::kNumSyms];
   GroupCode code;
 };
-static_assert(sizeof(WarpCode) % 16 == 0, "each warp's table 16-byte aligned (FillByDoubling's copies)");
+static_assert(sizeof(WarpCode<kBF16>) % 16 == 0 && sizeof(WarpCode<kF32>) % 16 == 0,
+              "each warp's table 16-byte aligned (FillByDoubling's copies)");
 
 // §4 by one warp: checks the group table at `table` (122 bytes, in the stream) and builds its
 // 12-bit table into t, read with the sign inverted if flip (BuildGroupTable's, for a warp: lane
 // l holds symbols 8 l .. 8 l + 7; the codes of each length counted a byte each in three words and
 // ranked by one warp scan of each). Every lane of the warp calls it. Returns a Status.
 template <int DT>
-__device__ inline int BuildWarpGroupTable(WarpCode& t, const uint8_t* table, int flip) {
+__device__ inline int BuildWarpGroupTable(WarpCode<DT>& t, const uint8_t* table, int flip) {
   constexpr int kPer = 256 / kWarp;  // symbols a lane
   const int lane = LaneId();
   GroupCode& g = t.code;
@@ -659,7 +680,8 @@ __device__ inline int BuildWarpGroupTable(WarpCode& t, const uint8_t* table, int
       const int sym = kPer * lane + j;
       g.order[index[j]] = uint8_t(sym), g.olen[index[j]] = uint8_t(len[j]);
       g.start[index[j]] = uint16_t(code[j] << (kMaxCodeLen - len[j]));
-      t.entry[index[j]] = Group16Entry<DT>(uint32_t(sym), len[j]);
+      t.entry[index[j]] = WarpCode<DT>::k32 ? FastEntry<DT>(uint32_t(sym), len[j])
+                                            : Group16Entry<DT>(uint32_t(sym), len[j]);
     }
   if (lane == 0) g.kraft = kraft, g.coded = coded, g.start[coded] = uint16_t(kraft), g.safe_ref = safe;  // start[coded]: the end
   __syncwarp();
@@ -674,10 +696,14 @@ constexpr size_t kFamBytes = sizeof(uint16_t) * kCombos * (1 << kPeek);
 
 // AccumulateKernel's dynamic shared memory with `row_warps` row warps: the family's first
 // lookups, then per row warp its WarpCode, then per row warp its slot (a block's elements).
-constexpr size_t SumSmemBytes(int row_warps, int elem_bytes) {
-  return kFamBytes + size_t(row_warps) * (sizeof(WarpCode) + size_t(kBlock) * size_t(elem_bytes));
+constexpr size_t WarpCodeBytes(int elem_bytes) {
+  return elem_bytes == 2 ? sizeof(WarpCode<kBF16>) : sizeof(WarpCode<kF32>);
 }
-static_assert(SumSmemBytes(kRowWarps, 4) <= 232448, "8 rows of float32 fit the 227 KB an H100's CUDA block may have");
+constexpr size_t SumSmemBytes(int row_warps, int elem_bytes) {
+  return kFamBytes + size_t(row_warps) * (WarpCodeBytes(elem_bytes) + size_t(kBlock) * size_t(elem_bytes));
+}
+static_assert(SumSmemBytes(kRowWarps, 2) <= 232448 && SumSmemBytes(kRowWarps, 4) <= 232448,
+              "8 rows fit the 227 KB an H100's CUDA block may have");
 
 // Row r's block b (count elements) by one warp into slot: the row's header, its block plan,
 // the warp's group table when the block takes the group's code (built again only when the row,
@@ -686,7 +712,7 @@ static_assert(SumSmemBytes(kRowWarps, 4) <= 232448, "8 rows of float32 fit the 2
 // block's Status.
 template <int DT>
 __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n, int64_t b, int count, int64_t r,
-                                     WarpCode& wc, const uint16_t (*fam)[1 << kPeek], const Tables* tables,
+                                     WarpCode<DT>& wc, const uint16_t (*fam)[1 << kPeek], const Tables* tables,
                                      typename Elem<DT>::Word* slot, int64_t* built, int* table_status) {
   using E = Elem<DT>;
   const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks;
@@ -709,8 +735,11 @@ __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n,
       *table_status = BuildWarpGroupTable<DT>(wc, in + v6::data_offset(nb) + p.table_at, int(p.d.flip)), *built = key;
   }
   const int mis = int(reinterpret_cast<uintptr_t>(in) % 4);
-  const BlockTables t{fam, nullptr, wc.lut, &wc.code};
-  return DecodeBlock<DT, true>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables, sink);
+  constexpr bool k32 = WarpCode<DT>::k32;  // DecodeKernel's entries (kWarpGroup: Group16Entry's)
+  BlockTables t{fam, nullptr, nullptr, &wc.code};
+  if constexpr (k32) t.group = wc.lut;
+  else t.group16 = wc.lut;
+  return DecodeBlock<DT, !k32>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables, sink);
 }
 
 // A slot's values (this thread's 16: tid + 256 j) added to the thread's sums in float32 (first:
@@ -752,8 +781,8 @@ __global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
   using E = Elem<DT>;
   ZC_DYNAMIC_SHARED(smem);
   auto* fam = reinterpret_cast<uint16_t (*)[1 << kPeek]>(smem);
-  WarpCode* codes = reinterpret_cast<WarpCode*>(smem + kFamBytes);
-  auto* slots = reinterpret_cast<typename E::Word*>(smem + kFamBytes + size_t(row_warps) * sizeof(WarpCode));
+  WarpCode<DT>* codes = reinterpret_cast<WarpCode<DT>*>(smem + kFamBytes);
+  auto* slots = reinterpret_cast<typename E::Word*>(smem + kFamBytes + size_t(row_warps) * sizeof(WarpCode<DT>));
   const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
   const int64_t ctas = gridDim.x / items, item = blockIdx.x / ctas, cta = blockIdx.x % ctas;
   const int out_bytes = out_dtype == kF32 ? 4 : 2;

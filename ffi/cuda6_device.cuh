@@ -73,37 +73,44 @@ __host__ __device__ constexpr uint32_t PutEntry(uint32_t base, int sym) {
 
 // A group table's entry (u32, FastEntry) for the 12 bits at a lane's position, LSB first:
 //   fast:  bits 0-15 the element's top 16 bits less ref << kLow16 (sign << 15 - d << kLow16, mod 2^16;
-//          a zero's: sign << 15), 16-19 the code's length, 26 a zero, 27-31 the bits the value takes
-//          (its code and, in 16-bit dtypes, its low bits; never 0);
+//          a zero's: sign << 15), whose low kLow16 bits (the element's low bits, 0 here) hold in a
+//          16-bit dtype the code's length (bits 0-3; a zero's: 0); 16-22 d (a zero's: 0, for
+//          FastLane's check); 26 a zero; 27-31 the bits the value takes (its code and, in 16-bit
+//          dtypes, its low bits; never 0);
 //   slow:  bits 27-31 are 0: sym | code length << 8 for an escape, 0 for a code longer than kPeek
 //          bits or none (a 12-bit lookup then says which).
-// So a 16-bit value is a lookup, two shifts, a mask and a three-input add: entry + (ref << kLow16) + low.
+// So a 16-bit value is a lookup, a funnel shift of the window by the entry (taken mod 32: the
+// code's length), a bit select of the low bits into the entry and an add of ref << kLow16.
 constexpr uint32_t kZeroBit = 1u << 26;
+constexpr int kDShift = 16;  // FastEntry's d
 // A family table's entry (u16, every combo's in 16 KB): the same top 16 bits, whose low kLow16 bits
-// are 0, hold the code's length (bits 0-3, 0: slow) and a zero (bit 4); one add and one select more.
+// hold the code's length (bits 0-3, 0: slow) and a zero (bit 4; then the length is the value's).
 constexpr uint32_t kZero16 = 1u << 4;
 
 template <int DT>
 struct Fast {
   // the low bits' place in the element's top 16 bits (fp32: the top 5 of its 21)
   static constexpr int kLow16 = Elem<DT>::kBytes == 2 ? Elem<DT>::kLay.low_bits : 5;
+  static constexpr uint32_t kTop = 0xFFFFu << kLow16 & 0xFFFFu;  // an entry's bits that are the element's
 };
 
 template <int DT>
 __host__ __device__ constexpr uint32_t FastEntry(uint32_t sym, uint32_t clen) {
   constexpr v6::Layout lay = Elem<DT>::kLay;
+  constexpr bool k16 = Elem<DT>::kBytes == 2;
   const uint32_t cls = sym & (v6::kSignSym - 1), sign = sym >> 7;
   if (clen == 0 || cls >= uint32_t(v6::kClassEsc)) return clen ? sym | clen << 8 : 0u;
-  if (cls == uint32_t(v6::kClassZero)) return sign << 15 | kZeroBit | clen << 16 | clen << 27;
-  const uint32_t total = clen + (Elem<DT>::kBytes == 2 ? uint32_t(lay.low_bits) : 0u);
-  return (((sign << 15) - ((cls - 1) << Fast<DT>::kLow16)) & 0xFFFFu) | clen << 16 | total << 27;
+  if (cls == uint32_t(v6::kClassZero)) return sign << 15 | kZeroBit | clen << 27;
+  const uint32_t total = clen + (k16 ? uint32_t(lay.low_bits) : 0u);
+  return (((sign << 15) - ((cls - 1) << Fast<DT>::kLow16)) & 0xFFFFu) | (k16 ? clen : 0u) | (cls - 1) << kDShift |
+         total << 27;
 }
 
 template <int DT>
 __host__ __device__ constexpr uint16_t FamEntry(uint32_t sym, uint32_t clen) {
   const uint32_t e = FastEntry<DT>(sym, clen);
   if (!(e >> 27)) return 0;  // slow: the 12-bit table says which
-  return uint16_t((e & 0xFFFFu) | (e >> 16 & 15u) | (e & kZeroBit ? kZero16 : 0u));
+  return uint16_t((e & Fast<DT>::kTop) | clen | (e & kZeroBit ? kZero16 : 0u));
 }
 
 // The family, as the kernels use it (MakeTables).
@@ -307,6 +314,17 @@ __device__ __forceinline__ uint32_t FunnelR(uint32_t lo, uint32_t hi, uint32_t s
   return s ? lo >> s | hi << (32 - s) : lo;
 #else
   return __funnelshift_r(lo, hi, s);
+#endif
+}
+
+// The bits of b where m is set, of a elsewhere: one LOP3 (ptxas splits the C++ form in two).
+__device__ __forceinline__ uint32_t BitSelect(uint32_t a, uint32_t b, uint32_t m) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return (a & ~m) | (b & m);
+#else
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xCA;" : "=r"(r) : "r"(m), "r"(b), "r"(a));  // (m & b) | (~m & a)
+  return r;
 #endif
 }
 

@@ -230,7 +230,8 @@ def many_rows(dtype):
 
 
 # The shared memory a CUDA block may have: an H100's (8 rows decoded at once, whatever the dtype), a
-# consumer Blackwell's 99 KB (4 rows of bf16 and fp16, 3 of fp32) and 64 KB (2 rows of bf16, 1 of fp32)
+# consumer Blackwell's 99 KB (3 rows of each dtype) and 64 KB (1 row: a row warp's table and slot take
+# ~26 KB, bf16's u32 table as fp32's slot)
 H100, SMALL, TINY = 232448, 101376, 65536
 
 
@@ -238,8 +239,8 @@ H100, SMALL, TINY = 232448, 101376, 65536
                                                ("float16", SMALL), ("float32", H100), ("float32", TINY)])
 def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dtype, smem_block):
     """11 rows, each its own stream of another kind or scale (each with its own group codes), summed
-    in row order by rounds of as many rows as the shared memory lets decode at once (8 + 3, 4 + 4 + 3,
-    2 x 5 + 1, 1 x 11, ...): the reference's bits. A corrupt row of a later round gives its verdict and
+    in row order by rounds of as many rows as the shared memory lets decode at once (8 + 3,
+    3 + 3 + 3 + 2, 1 x 11): the reference's bits. A corrupt row of a later round gives its verdict and
     poisons its item alone: a reserved bit set, or a group-coded block's ref moved just under the one
     from which the row warp's decoder checks no value (a class whose q is not normal)."""
     rows, streams, payload = many_rows(dtype)

@@ -5,7 +5,10 @@ opcodes, for counting instructions per value (docs/GPU.md, "Third version: compr
     cuobjdump -sass k.cubin > k.sass
     python tools/v6_cuda/sass_loops.py k.sass GroupKernelILi1      # bf16 (ILi2 fp16, ILi3 fp32)
 
-A per-value loop is unrolled: divide its count by its loads of the input (LDG)."""
+A per-value loop is unrolled: divide its count by its loads of the input (LDG). For a loop that
+calls out (the decoder's slow values), "without its calls" counts what a warp issues when no lane
+takes them: the loop less each block that a forward branch inside it jumps over and that holds a
+CALL (docs/GPU.md, "Eighth version")."""
 import re
 import sys
 
@@ -28,6 +31,15 @@ def loops(text, name_part):
                     kinds[k] = kinds.get(k, 0) + 1
                 top = sorted(kinds.items(), key=lambda kv: -kv[1])[:9]
                 print(f"  loop {start:#06x}-{a:#06x}: {len(body)} instructions  {top}")
+                skipped = set()
+                for bb, o in ins:
+                    j = re.search(r"BRA (?:.*, )?0x([0-9a-f]+)", o)
+                    if start <= bb < a and j and bb < int(j.group(1), 16) <= a:
+                        over = [(cc, oo) for cc, oo in ins if bb < cc < int(j.group(1), 16)]
+                        if any(oo.strip().startswith("CALL") for _, oo in over):
+                            skipped |= {cc for cc, _ in over}
+                if skipped:
+                    print(f"    without its calls: {len(body) - len(skipped)} instructions")
 
 
 if __name__ == "__main__":
