@@ -311,8 +311,8 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
   };
 #pragma unroll 8  // (a full lane is 128 values; the loop's own instructions, ~8 a round, ~1 a value)
   for (int i = 0; i < values; ++i) {
-    // the entry for the window's low bits (the mask by a LOP3 that ptxas keeps apart, so that the
-    // address is one IMAD more: it scales the masked index instead of masking the scaled window)
+    // the entry for the window's low bits: the mask is a LOP3 that ptxas keeps apart, so that the
+    // address is one IMAD of the masked index (from `peek & mask` ptxas made a shift, a mask and an add)
     const uint32_t peek = FunnelR(cur, next, pos), e = lut[BitSelect(0u, peek, mask)], from = pos;
     // the entry's fields: a u32's (FastEntry), or a u16's (FamEntry)
     const uint32_t clen16 = e & 15u, out = k32 ? e : e & Fast<DT>::kTop;  // (a u32 zero's low bits are 0)

@@ -454,6 +454,18 @@ def test_cuda_build_compiles_for_sm90_within_budget(tmp_path):
         assert int(regs) <= limit and int(smem or 0) <= smem_limit, (name, regs, smem)
 
 
+def test_bit_selects_ptx_table_is_the_select():
+    """BitSelect's device form is inline PTX, which the host emulation does not run (it runs the C++
+    form): its lop3 table, read as PTX defines it (the function of 0xF0, 0xCC, 0xAA given to the
+    operands in their order), selects b's bits where m is set and a's elsewhere."""
+    src = (ROOT / "ffi" / "cuda6_device.cuh").read_text()
+    m = re.search(r'asm\("lop3\.b32 %0, %1, %2, %3, (0x[0-9A-Fa-f]+);" : "=r"\(r\) : '
+                  r'"r"\((\w+)\), "r"\((\w+)\), "r"\((\w+)\)\)', src)
+    assert m, "BitSelect's lop3 not found"
+    val = dict(zip(m.groups()[1:], (0xF0, 0xCC, 0xAA)))
+    assert int(m.group(1), 16) == (val["a"] & ~val["m"] | val["b"] & val["m"]) & 0xFF
+
+
 def test_the_timing_tool_round_trips_under_emulation(tmp_path):
     """tools/v6_cuda/time6.cu (what tools/v6_cuda/measure.sh times on a GPU), built for the emulation."""
     exe = tmp_path / "time6"
