@@ -642,15 +642,27 @@ __device__ inline int BuildWarpGroupTable(WarpCode<DT>& t, const uint8_t* table,
   constexpr int kPer = 256 / kWarp;  // symbols a lane
   const int lane = LaneId();
   GroupCode& g = t.code;
-  uint32_t len[kPer], kraft = 0, longest = 0, safe = 0, count[3] = {0, 0, 0};
+  // the lane's symbols are one sign's classes 8 (lane % 16) .. + 7, whose lengths are 4 bytes of the
+  // table (two a byte: 122 a sign), the 4th a byte only for classes 120 and 121
+  const int cls0 = kPer * (lane % 16), at = ((lane / 16) ^ flip) * (v6::kTableBytes / 2) + cls0 / 2;
+  uint32_t len[kPer], kraft = 0, longest = 0, safe = 0;
+  uint64_t nibbles = 0;  // per length l, this lane's codes of length l (at most 8) at nibble l - 1
+#pragma unroll
+  for (int j = 0; j < kPer; j += 2) {
+    const uint32_t byte = cls0 + j <= v6::kClassEsc ? table[at + j / 2] : 0u;  // (cls0 + j even: then both valid)
+    len[j] = byte & 15u, len[j + 1] = byte >> 4;
+  }
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int sym = kPer * lane + j, cls = sym & (v6::kSignSym - 1);
-    const int at = ((sym >> 7) ^ flip) * 122 + cls;  // its length's place among the 244 valid symbols'
-    len[j] = cls <= v6::kClassEsc ? (table[at / 2] >> (4 * (at & 1))) & 15u : 0u;
-    longest = Max(longest, len[j]), safe = Max(safe, SafeRefOf(uint32_t(sym), len[j]));
-    if (len[j] && len[j] <= uint32_t(kMaxCodeLen))
-      kraft += 1u << (kMaxCodeLen - len[j]), count[(len[j] - 1) / 4] += 1u << (8 * ((len[j] - 1) % 4));
+    longest = Max(longest, len[j]), safe = Max(safe, SafeRefOf(uint32_t(kPer * lane + j), len[j]));
+    if (len[j] - 1u < uint32_t(kMaxCodeLen))
+      kraft += 1u << (kMaxCodeLen - len[j]), nibbles += 1ull << (4 * (len[j] - 1));
+  }
+  uint32_t count[3];  // the nibbles as bytes: length l's count is byte (l - 1) % 4 of word (l - 1) / 4
+#pragma unroll
+  for (int q = 0; q < 3; ++q) {
+    const uint32_t x = uint32_t(nibbles >> (16 * q)) & 0xFFFFu;
+    count[q] = (x & 0xFu) | (x & 0xF0u) << 4 | (x & 0xF00u) << 8 | (x & 0xF000u) << 12;
   }
   kraft = RedAdd(kraft), longest = RedMax(longest), safe = RedMax(safe);
   if (longest > uint32_t(kMaxCodeLen) || kraft == 0 || kraft > uint32_t(kLutSize)) return kErrGroupTable;
@@ -661,17 +673,26 @@ __device__ inline int BuildWarpGroupTable(WarpCode<DT>& t, const uint8_t* table,
     const uint32_t incl = WarpInclusiveScan(count[q]);
     below[q] = incl - count[q], total[q] = __shfl_sync(kAll, incl, kWarp - 1);
   }
-  uint32_t code[kPer] = {}, index[kPer] = {}, first = 0, coded = 0, from[kMaxCodeLen + 2] = {};
+  // canonical (by (length, symbol), as CanonicalCode): length l's first code and index, warp-uniform,
+  // kept by lane l for the symbols' shuffles
+  uint32_t first = 0, coded = 0, from[kMaxCodeLen + 2] = {}, first_l = 0, from_l = 0;
 #pragma unroll
-  for (int l = 1; l <= kMaxCodeLen; ++l) {  // canonical: by (length, symbol), as CanonicalCode
-    const int q = (l - 1) / 4, shift = 8 * ((l - 1) % 4);
+  for (int l = 1; l <= kMaxCodeLen; ++l) {
     from[l] = coded;
-    uint32_t rank = below[q] >> shift & 0xFFu;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j)
-      if (len[j] == uint32_t(l)) code[j] = first + rank, index[j] = coded + rank, ++rank;
-    const uint32_t codes = total[q] >> shift & 0xFFu;
+    if (lane == l) first_l = first, from_l = coded;
+    const uint32_t codes = total[(l - 1) / 4] >> (8 * ((l - 1) % 4)) & 0xFFu;
     first = (first + codes) << 1, coded += codes;
+  }
+  // a symbol's rank among the codes of its length: those of lower lanes (below's byte), then this
+  // lane's lower symbols (a symbol without a code gets garbage, never stored)
+  uint32_t code[kPer], index[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const uint32_t l = len[j], b = l - 1, word = b < 4 ? below[0] : b < 8 ? below[1] : below[2];
+    uint32_t rank = word >> (8 * (b % 4)) & 0xFFu;
+#pragma unroll
+    for (int i = 0; i < j; ++i) rank += len[i] == l;
+    code[j] = __shfl_sync(kAll, first_l, int(l)) + rank, index[j] = __shfl_sync(kAll, from_l, int(l)) + rank;
   }
   from[kMaxCodeLen + 1] = coded;
 #pragma unroll

@@ -98,12 +98,13 @@ template <int DT>
 __host__ __device__ constexpr uint32_t FastEntry(uint32_t sym, uint32_t clen) {
   constexpr v6::Layout lay = Elem<DT>::kLay;
   constexpr bool k16 = Elem<DT>::kBytes == 2;
+  // (selects, not branches: the group tables' builders compute one a symbol)
   const uint32_t cls = sym & (v6::kSignSym - 1), sign = sym >> 7;
-  if (clen == 0 || cls >= uint32_t(v6::kClassEsc)) return clen ? sym | clen << 8 : 0u;
-  if (cls == uint32_t(v6::kClassZero)) return sign << 15 | kZeroBit | clen << 27;
+  const uint32_t slow = clen ? sym | clen << 8 : 0u, zero = sign << 15 | kZeroBit | clen << 27;
   const uint32_t total = clen + (k16 ? uint32_t(lay.low_bits) : 0u);
-  return (((sign << 15) - ((cls - 1) << Fast<DT>::kLow16)) & 0xFFFFu) | (k16 ? clen : 0u) | (cls - 1) << kDShift |
-         total << 27;
+  const uint32_t fast = (((sign << 15) - ((cls - 1) << Fast<DT>::kLow16)) & 0xFFFFu) | (k16 ? clen : 0u) |
+                        (cls - 1) << kDShift | total << 27;
+  return clen == 0 || cls >= uint32_t(v6::kClassEsc) ? slow : cls == uint32_t(v6::kClassZero) ? zero : fast;
 }
 
 template <int DT>
@@ -376,7 +377,7 @@ struct CanonScratch {
   uint16_t base[kMaxCodeLen + 1], coded;
 };
 __device__ inline uint32_t CanonicalCode(uint32_t len, CanonScratch& sc, uint32_t* index) {
-  const int tid = int(threadIdx.x), warp = WarpIdx(), lane = LaneId();
+  const int warp = WarpIdx(), lane = LaneId();
   uint32_t rank = 0;
   if (warp < 8) {
     for (int l = 1; l <= kMaxCodeLen; ++l) {
@@ -386,21 +387,27 @@ __device__ inline uint32_t CanonicalCode(uint32_t len, CanonScratch& sc, uint32_
     }
   }
   __syncthreads();
-  if (tid == 0) {
-    uint32_t code = 0, idx = 0;
-    for (int l = 1; l <= kMaxCodeLen; ++l) {
-      uint32_t total = 0;
-      for (int w = 0; w < 8; ++w) total += sc.per_warp[w][l];
-      sc.first[l] = code, sc.base[l] = uint16_t(idx);
-      code = (code + total) << 1, idx += total;
+  if (warp == 0) {  // lane l - 1, for length l: its codes before each warp (in place) and in all,
+                    // then its first code (the sum of total[i] << (l - i), i < l) and first index
+    const int l = lane + 1;
+    uint32_t total = 0, first = 0, base = 0;
+    if (l <= kMaxCodeLen)
+      for (int w = 0; w < 8; ++w) {
+        const uint32_t c = sc.per_warp[w][l];
+        sc.per_warp[w][l] = uint16_t(total), total += c;
+      }
+    for (int i = 1; i < kMaxCodeLen; ++i) {
+      const uint32_t t = __shfl_sync(kAll, total, i - 1);
+      if (i < l) first += t << (l - i), base += t;
     }
-    sc.coded = uint16_t(idx);
+    if (l <= kMaxCodeLen) sc.first[l] = first, sc.base[l] = uint16_t(base);
+    if (l == kMaxCodeLen) sc.coded = uint16_t(base + total);
   }
   __syncthreads();
   uint32_t code = 0;
   *index = 0;
   if (warp < 8 && len) {
-    for (int w = 0; w < warp; ++w) rank += sc.per_warp[w][len];
+    rank += sc.per_warp[warp][len];
     code = sc.first[len] + rank;
     *index = sc.base[len] + rank;
   }
