@@ -32,7 +32,9 @@ def loops(text, name_part):
                 top = sorted(kinds.items(), key=lambda kv: -kv[1])[:9]
                 print(f"  loop {start:#06x}-{a:#06x}: {len(body)} instructions  {top}")
                 skipped = set()
-                for bb, o in ins:
+                inner = any(int(m, 16) <= bb and start <= int(m, 16) and bb < a
+                            for bb, o in ins if start <= bb < a for m in re.findall(r"BRA (?:.*, )?0x([0-9a-f]+)", o))
+                for bb, o in ([] if inner else ins):  # an innermost loop's (an outer one's count means nothing)
                     j = re.search(r"BRA (?:.*, )?0x([0-9a-f]+)", o)
                     if start <= bb < a and j and bb < int(j.group(1), 16) <= a:
                         over = [(cc, oo) for cc, oo in ins if bb < cc < int(j.group(1), 16)]
