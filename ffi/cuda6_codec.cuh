@@ -60,7 +60,11 @@ void CompressAs(const void* x, int64_t n, int64_t items, uint8_t* out, int64_t p
   const int64_t nb = NumBlocks(n), ng = NumGroups(n);
   const Word* xw = static_cast<const Word*>(x);
   if (items == 0) return;
-  if (ng) ZC_LAUNCH_KERNEL(GroupKernel<DT>, unsigned(items * ng), kGroupThreads, stream, xw, n, tables, ws);
+  if (ng) {  // past 48 KB of shared memory (where they cannot be allowed, the launch fails: cudaGetLastError)
+    constexpr int smem = int(sizeof(GroupShared));
+    (void)cudaFuncSetAttribute(GroupKernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    ZC_LAUNCH_KERNEL_SMEM(GroupKernel<DT>, unsigned(items * ng), kGroupThreads, smem, stream, xw, n, tables, ws);
+  }
   ZC_LAUNCH_KERNEL(ScanKernel, unsigned(items), kScanThreads, stream, DT, n, ws, out, pitch, out_len, out_len32);
   constexpr int warps = CodeShape<DT>::kWarps;
   const int64_t per = (nb + warps - 1) / warps;

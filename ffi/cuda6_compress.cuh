@@ -7,7 +7,8 @@
 //                    group ref (its histogram shifted from the own-ref ones),
 //                    both by version 5's code_lengths; the sizes under each and
 //                    the group's decisions: per block its descriptor's fields
-//                    and its record's bytes, per group its bytes and code.
+//                    and its record's bytes, per group its bytes and code (the
+//                    values' symbols kept between its passes: GroupShared).
 //   ScanKernel       one CTA: the groups' offsets, the stream's length, the
 //                    STORED_RAW decision and the header.
 //   CodeKernel<DT>   a warp per block, a thread per lane: the descriptor and
@@ -82,6 +83,31 @@ struct GroupSmem {
   uint32_t used[2], longest[2], gref;
   int best;
 };
+
+// A block's symbols between GroupKernel's passes (each value's exact index at the block's own ref),
+// four a word: value i = 128 t + 32 u + lane at byte u of word 32 t + lane (a lane's four values a
+// word, a warp's 32 words in a row). (Not kept for CodeKernel: a byte an element of workspace would
+// break the collectives' memory bound, docs/GPU.md "Ninth version".)
+// GroupKernel's shared memory (dynamic: past a static array's 48 KB) is GroupSmem and its blocks'
+// symbols, within the 99 KB a CUDA block of sm_86, sm_89 or sm_120 may have.
+struct GroupShared {
+  GroupSmem s;
+  uint32_t syms[kGroupBlocks][kBlock / 4];
+};
+static_assert(sizeof(GroupShared) <= 101376, "GroupKernel's shared memory fits 99 KB");
+
+// f(t, full) for word t of a lane's symbols in a block of `count` values: full (a
+// std::true_type) when every value is there (count == kBlock), else a std::false_type, and f
+// tests each value (128 t + 32 u + lane < count).
+template <typename F>
+__device__ __forceinline__ void ForSymbolWords(int count, F f) {
+  if (count == kBlock) {
+#pragma unroll 2
+    for (int t = 0; t < kBlock / 128; ++t) f(t, std::true_type{});
+  } else {
+    for (int t = 0; 128 * t < count; ++t) f(t, std::false_type{});
+  }
+}
 
 // zipccl_format.h huffman_tree_lengths's two-queue merge for one thread, the
 // queues' head weights in registers: t.weight[0..n) holds the n >= 2 used
@@ -179,14 +205,16 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
 }
 
 template <int DT>
-__global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
+__global__ void __launch_bounds__(kGroupThreads, 2) GroupKernel(const typename Elem<DT>::Word* x, int64_t n,
                                                              const Tables* tables, Workspace ws) {
   // a batch: CTA item * ng + g, the items' x end to end
   const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks, item = blockIdx.x / ng;
   x += item * n, ws = ws.Item(item, nb, ng), tables = TablesOr(tables);
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
-  ZC_SHARED(GroupSmem, s);
+  ZC_DYNAMIC_SHARED(smem);
+  GroupShared& shared = *reinterpret_cast<GroupShared*>(smem);
+  GroupSmem& s = shared.s;
   const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
   const int64_t g = blockIdx.x % ng, b = g * kGroupBlocks + w;
   const int count = b < nb ? int(Min<int64_t>(kBlock, n - b * kBlock)) : 0;
@@ -217,14 +245,23 @@ __global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename E
   const uint32_t own = top >= Img::kNormal ? (top >> lay.low_bits) - 4 : 0u, own_lim = SymbolLimit(own);
   __syncthreads();
   // §6 step 2: the symbols' histogram and the lanes' bits under the 8 family choices (16 bits each:
-  // a lane's 128 values take at most 128 x 43 bits)
+  // a lane's 128 values take at most 128 x 43 bits); the symbols kept (GroupShared)
   uint64_t fam0 = 0, fam1 = 0;
-#pragma unroll 8
-  for (int i = lane; i < count; i += kWarp) {
-    const uint32_t j = SymbolIndex<DT, true>(xb[i], own, own_lim);
-    atomicAdd(&s.u.hist[w][j], 1u);
-    fam0 += s.sizes[j][0], fam1 += s.sizes[j][1];
-  }
+  uint32_t* syms = shared.syms[w];
+  ForSymbolWords(count, [&](int t, auto full) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = 128 * t + 32 * u + lane;
+      if (decltype(full)::value || i < count) {
+        const uint32_t j = SymbolIndex<DT, true>(xb[i], own, own_lim);
+        atomicAdd(&s.u.hist[w][j], 1u);
+        fam0 += s.sizes[j][0], fam1 += s.sizes[j][1];
+        word += j << (8 * u);
+      }
+    }
+    syms[32 * t + lane] = word;
+  });
   uint32_t best_size = 0xFFFFFFFFu, best_c = 0;
   for (int c = 0; c < kCombos; ++c) {
     const uint32_t bits = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;
@@ -264,20 +301,24 @@ __global__ void __launch_bounds__(kGroupThreads, 3) GroupKernel(const typename E
   if (s.counts[tid / v6::kNumSyms][tid % v6::kNumSyms]) atomicAdd(&s.used[tid / v6::kNumSyms], 1u);
   __syncthreads();
   GroupCodeLengths(s);  // its barriers order the histograms' last reads before the tables below
-  // the blocks' sizes under both candidates: per own-ref symbol the bits under candidate 0 and,
-  // shifted to the group ref, under candidate 1 (the block's normal q are at most its ref), so
-  // that a value is one lookup and one add for both (16 bits each, as the family's)
+  // the blocks' sizes under both candidates: per own-ref symbol (its exact index, as kept) the
+  // bits under candidate 0 and, shifted to the group ref, under candidate 1 (the block's normal q
+  // are at most its ref), so that a value is one lookup and one add for both (16 bits each)
   uint32_t* cand = s.u.cand[w];
   // (the ref read again: fewer registers live across GroupCodeLengths)
-  const uint32_t ref = s.own[w], lim = SymbolLimit(ref), shift = s.gref - ref;
-  for (int k = lane; k < v6::kNumSyms; k += kWarp) {  // indexed by SymbolIndex
-    const int k0 = PseudoSource(k, lim), k1 = v6::shifted_symbol(k0, shift);
+  const uint32_t ref = s.own[w], shift = s.gref - ref;
+  for (int k = lane; k < v6::kNumSyms; k += kWarp) {
+    const int k0 = PseudoSource(k, v6::kClassEsc - 1), k1 = v6::shifted_symbol(k0, shift);
     cand[k] = (s.lens[0][k0] + uint32_t(v6::fixed_bits(k0, lay))) | (s.lens[1][k1] + uint32_t(v6::fixed_bits(k1, lay))) << 16;
   }
   __syncwarp();
   uint32_t both = 0;
-#pragma unroll 8
-  for (int i = lane; i < count; i += kWarp) both += cand[SymbolIndex<DT, false>(xb[i], ref, lim)];
+  ForSymbolWords(count, [&](int t, auto full) {
+    const uint32_t word = syms[32 * t + lane];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (decltype(full)::value || 128 * t + 32 * u + lane < count) both += cand[ByteOf(word, u)];
+  });
   const uint32_t bits0 = both & 0xFFFF, bits1 = both >> 16;
   const uint32_t size0 = WarpBodyShape(bits0).size, size1 = WarpBodyShape(bits1).size;
   if (lane == 0) s.cand_size[0][w] = size0, s.cand_size[1][w] = size1;

@@ -329,6 +329,16 @@ __device__ __forceinline__ uint32_t BitSelect(uint32_t a, uint32_t b, uint32_t m
 #endif
 }
 
+// Byte u of w (u a constant, 0..3): one PRMT (ptxas made shift, mask and the table's scaling of it
+// two and an add).
+__device__ __forceinline__ uint32_t ByteOf(uint32_t w, int u) {
+#ifdef ZIPCCL_HOST_EMULATION
+  return (w >> (8 * u)) & 0xFF;
+#else
+  return __byte_perm(w, 0u, 0x4440u + uint32_t(u));
+#endif
+}
+
 // The high 32 bits of hi:lo shifted left by s mod 32 (SHF.L.W); FunnelL(v, 0, s): the bits of v a
 // left shift by s pushes out of a word (0 for s = 0).
 __device__ __forceinline__ uint32_t FunnelL(uint32_t lo, uint32_t hi, uint32_t s) {
