@@ -148,21 +148,46 @@ inline SumShape SumShapeOf(int dtype, int64_t k, int64_t smem_block, int64_t sme
   return {rows, smem, per_sm};
 }
 
+// AccumulateKernel<DT> for `items` items of k rows (Accumulate's arguments), after
+// WarpCodesKernel<DT> where more rows than row warps share a block (codes: CodeCacheBytes).
+template <int DT>
+cudaError_t LaunchAccumulate(const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items,
+                             void* codes, int out_dtype, uint8_t* out, unsigned long long* verdicts,
+                             const Tables* tables, int sms, const SumShape& shape, cudaStream_t stream) {
+  CachedCode<DT>* cache = k > kRowWarps ? static_cast<CachedCode<DT>*>(codes) : nullptr;
+  if (cache) {
+    const int64_t jobs = items * k * NumGroups(n);
+    if (jobs)
+      ZC_LAUNCH_KERNEL(WarpCodesKernel<DT>, unsigned((jobs + kRowWarps - 1) / kRowWarps), kSumThreads, stream, rows,
+                       size, k, n, items, cache);
+  }
+  const int64_t ctas = Max<int64_t>(1, Min<int64_t>(NumBlocks(n), int64_t(sms) * shape.per_sm / items));
+  cudaError_t e = cudaSuccess;
+  if (shape.smem > (48u << 10))
+    e = cudaFuncSetAttribute(AccumulateKernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shape.smem));
+  if (e == cudaSuccess)
+    ZC_LAUNCH_KERNEL_SMEM(AccumulateKernel<DT>, unsigned(items * ctas), kSumThreads, shape.smem, stream, rows, size, k,
+                          n, items, shape.row_warps, tables, cache, out_dtype, out, verdicts);
+  return e;
+}
+
 // The reduce step: `items` items of k rows of dtype, row r of item i at rows[i k + r] (a device
 // array of device pointers; size bytes each), summed in row order in float32 and rounded once
 // into out + i n (device, out_dtype: dtype or kF32). verdicts[i k + r] (device, ~0 before)
 // receives each row's verdict, as DecompressBatch's. The sums of an item with a failing row
 // are garbage: the caller poisons them. acc: n floats an item (device) where SerialSum(k), else
-// unused. sms, smem_block, smem_sm: the device's (SumShapeOf). Returns the error of allowing the
-// kernel its shared memory, if any (the launch's is the caller's cudaGetLastError).
+// unused; codes: CodeCacheBytes(dtype, items, k, n) bytes (device, 16-byte aligned; none, and
+// unused, unless k > kRowWarps). sms, smem_block, smem_sm: the device's (SumShapeOf). Returns
+// the error of allowing the kernel its shared memory, if any (the launch's is the caller's
+// cudaGetLastError).
 inline cudaError_t Accumulate(int dtype, const uint8_t* const* rows, int64_t size, int64_t k, int64_t n,
-                              int64_t items, float* acc, int out_dtype, void* out, unsigned long long* verdicts,
-                              const Tables* tables, int sms, int64_t smem_block, int64_t smem_sm,
-                              cudaStream_t stream) {
+                              int64_t items, float* acc, void* codes, int out_dtype, void* out,
+                              unsigned long long* verdicts, const Tables* tables, int sms, int64_t smem_block,
+                              int64_t smem_sm, cudaStream_t stream) {
   if (items == 0 || k == 0) return cudaSuccess;
+  uint8_t* o = static_cast<uint8_t*>(out);
   if (SerialSum(k)) {
     const unsigned grid = unsigned(items * DecodeCtas(n, items, sms, kSerialSumCtasPerSm));
-    uint8_t* o = static_cast<uint8_t*>(out);
     if (dtype == kBF16)
       ZC_LAUNCH_KERNEL(AccumulateSerialKernel<kBF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables,
                        acc, out_dtype, o, verdicts);
@@ -175,23 +200,11 @@ inline cudaError_t Accumulate(int dtype, const uint8_t* const* rows, int64_t siz
     return cudaSuccess;
   }
   const SumShape shape = SumShapeOf(dtype, k, smem_block, smem_sm);
-  const int64_t ctas = Max<int64_t>(1, Min<int64_t>(NumBlocks(n), int64_t(sms) * shape.per_sm / items));
-  const unsigned grid = unsigned(items * ctas);
-  uint8_t* o = static_cast<uint8_t*>(out);
-  cudaError_t e = cudaSuccess;
-#define ZC_SUM_LAUNCH(kernel)                                                                                 \
-  do {                                                                                                        \
-    if (shape.smem > (48u << 10))                                                                             \
-      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shape.smem));         \
-    if (e == cudaSuccess)                                                                                     \
-      ZC_LAUNCH_KERNEL_SMEM(kernel, grid, kSumThreads, shape.smem, stream, rows, size, k, n, items,           \
-                            shape.row_warps, tables, out_dtype, o, verdicts);                                 \
-  } while (0)
-  if (dtype == kBF16) ZC_SUM_LAUNCH(AccumulateKernel<kBF16>);
-  else if (dtype == kF16) ZC_SUM_LAUNCH(AccumulateKernel<kF16>);
-  else ZC_SUM_LAUNCH(AccumulateKernel<kF32>);
-#undef ZC_SUM_LAUNCH
-  return e;
+  if (dtype == kBF16)
+    return LaunchAccumulate<kBF16>(rows, size, k, n, items, codes, out_dtype, o, verdicts, tables, sms, shape, stream);
+  if (dtype == kF16)
+    return LaunchAccumulate<kF16>(rows, size, k, n, items, codes, out_dtype, o, verdicts, tables, sms, shape, stream);
+  return LaunchAccumulate<kF32>(rows, size, k, n, items, codes, out_dtype, o, verdicts, tables, sms, shape, stream);
 }
 
 // The Status of a decoder's verdict word.

@@ -22,7 +22,8 @@
 //
 // AccumulateKernel<DT>: the reduce step of 8 rows or more on the same block
 // decoder: a CTA takes one block at a time through an item's k rows, up to 8 rows
-// at once (a warp a row, each with its row's group table, built by the warp: BuildWarpGroupTable),
+// at once (a warp a row, each with its row's group table, built by the warp: BuildWarpGroupTable;
+// past 8 rows, filled from the row's code as WarpCodesKernel worked it out once: CachedCode),
 // each warp decoding its row's block into a slot in shared memory (dynamic: up
 // to ~216 KB a CTA); then its 256 threads add the slots in row order to 16
 // float32 sums each, in registers, and round them once into the output: no
@@ -633,15 +634,17 @@ struct WarpCode {
 static_assert(sizeof(WarpCode<kBF16>) % 16 == 0 && sizeof(WarpCode<kF32>) % 16 == 0,
               "each warp's table 16-byte aligned (FillByDoubling's copies)");
 
-// §4 by one warp: checks the group table at `table` (122 bytes, in the stream) and builds its
-// 12-bit table into t, read with the sign inverted if flip (BuildGroupTable's, for a warp: lane
-// l holds symbols 8 l .. 8 l + 7; the codes of each length counted a byte each in three words and
-// ranked by one warp scan of each). Every lane of the warp calls it. Returns a Status.
-template <int DT>
-__device__ inline int BuildWarpGroupTable(WarpCode<DT>& t, const uint8_t* table, int flip) {
+// §4 by one warp: checks the group table at `table` (122 bytes, in the stream) and writes its
+// canonical code to g, each code's entry (by canonical index) to entry and each length's first
+// index to from (every lane's), read with the sign inverted if flip (BuildGroupTable's, for a
+// warp: lane l holds symbols 8 l .. 8 l + 7; the codes of each length counted a byte each in
+// three words and ranked by one warp scan of each). Every lane of the warp calls it; g and entry
+// may be in shared or global memory (only written). Returns a Status.
+template <int DT, typename Entry>
+__device__ inline int WarpGroupCode(Entry* entry, GroupCode& g, const uint8_t* table, int flip,
+                                    uint32_t (&from)[kMaxCodeLen + 2]) {
   constexpr int kPer = 256 / kWarp;  // symbols a lane
   const int lane = LaneId();
-  GroupCode& g = t.code;
   // the lane's symbols are one sign's classes 8 (lane % 16) .. + 7, whose lengths are 4 bytes of the
   // table (two a byte: 122 a sign), the 4th a byte only for classes 120 and 121
   const int cls0 = kPer * (lane % 16), at = ((lane / 16) ^ flip) * (v6::kTableBytes / 2) + cls0 / 2;
@@ -675,7 +678,8 @@ __device__ inline int BuildWarpGroupTable(WarpCode<DT>& t, const uint8_t* table,
   }
   // canonical (by (length, symbol), as CanonicalCode): length l's first code and index, warp-uniform,
   // kept by lane l for the symbols' shuffles
-  uint32_t first = 0, coded = 0, from[kMaxCodeLen + 2] = {}, first_l = 0, from_l = 0;
+  uint32_t first = 0, coded = 0, first_l = 0, from_l = 0;
+  from[0] = 0;
 #pragma unroll
   for (int l = 1; l <= kMaxCodeLen; ++l) {
     from[l] = coded;
@@ -701,12 +705,20 @@ __device__ inline int BuildWarpGroupTable(WarpCode<DT>& t, const uint8_t* table,
       const int sym = kPer * lane + j;
       g.order[index[j]] = uint8_t(sym), g.olen[index[j]] = uint8_t(len[j]);
       g.start[index[j]] = uint16_t(code[j] << (kMaxCodeLen - len[j]));
-      t.entry[index[j]] = WarpCode<DT>::k32 ? FastEntry<DT>(uint32_t(sym), len[j])
-                                            : Group16Entry<DT>(uint32_t(sym), len[j]);
+      entry[index[j]] = sizeof(Entry) == 4 ? FastEntry<DT>(uint32_t(sym), len[j]) : Group16Entry<DT>(uint32_t(sym), len[j]);
     }
   if (lane == 0) g.kraft = kraft, g.coded = coded, g.start[coded] = uint16_t(kraft), g.safe_ref = safe;  // start[coded]: the end
+  return kOk;
+}
+
+// WarpGroupCode and the 12-bit table into t (a warp's, in shared memory). Returns a Status.
+template <int DT>
+__device__ inline int BuildWarpGroupTable(WarpCode<DT>& t, const uint8_t* table, int flip) {
+  uint32_t from[kMaxCodeLen + 2];
+  const int status = WarpGroupCode<DT>(t.entry, t.code, table, flip, from);
+  if (status != kOk) return status;
   __syncwarp();
-  FillByDoubling<kWarp>(t.lut, t.entry, g, from, lane, [] { __syncwarp(); });
+  FillByDoubling<kWarp>(t.lut, t.entry, t.code, from, LaneId(), [] { __syncwarp(); });
   return kOk;
 }
 
@@ -726,15 +738,92 @@ constexpr size_t SumSmemBytes(int row_warps, int elem_bytes) {
 static_assert(SumSmemBytes(kRowWarps, 2) <= 232448 && SumSmemBytes(kRowWarps, 4) <= 232448,
               "8 rows fit the 227 KB an H100's CUDA block may have");
 
+// The reduce step of more rows than row warps (a warp decodes several rows of each block, so it
+// would build each group code once a row and block): each row's group codes are worked out once,
+// a warp a group by WarpCodesKernel, into the workspace (WarpGroupCode's entries, code and first
+// indices, ~2 KB a group and row), and a row warp loads them and fills its 12-bit table (the
+// fill alone: ~400 warp instructions where the whole build is ~1,290). status: WarpGroupCode's, or
+// kNotCached where the group's first block does not give a table (no block of the group plans
+// with one; a row warp that needs one builds it).
+constexpr int kNotCached = -1;
+template <int DT>
+struct alignas(16) CachedCode {
+  typename WarpCode<DT>::Entry entry[v6::kNumSyms];
+  GroupCode code;
+  uint32_t from[kMaxCodeLen + 2];
+  int32_t status;
+};
+static_assert(offsetof(WarpCode<kBF16>, code) == offsetof(WarpCode<kBF16>, entry) + sizeof(WarpCode<kBF16>::entry) &&
+                  offsetof(WarpCode<kF32>, code) == offsetof(WarpCode<kF32>, entry) + sizeof(WarpCode<kF32>::entry) &&
+                  offsetof(CachedCode<kBF16>, code) == sizeof(CachedCode<kBF16>::entry) &&
+                  offsetof(CachedCode<kF32>, code) == sizeof(CachedCode<kF32>::entry) &&
+                  (sizeof(WarpCode<kF32>::entry) + sizeof(GroupCode)) % 4 == 0,
+              "a cached code's entries and code are one run of words, as a warp's");
+inline int64_t CodeCacheBytes(int dtype, int64_t items, int64_t k, int64_t n) {
+  const int64_t groups = ((n + kBlock - 1) / kBlock + kGroupBlocks - 1) / kGroupBlocks;
+  return k > kRowWarps ? items * k * groups * int64_t(dtype == kF32 ? sizeof(CachedCode<kF32>) : sizeof(CachedCode<kBF16>))
+                       : 0;
+}
+
+// Where group g's table is (bytes from the data area), as plan_block finds it for a block of the
+// group that takes its code; false if plan_block refuses every such block (the group's first
+// descriptor holds no table, or not one within the stream).
+__device__ inline bool GroupTableAt(const uint8_t* in, int64_t size, int64_t nb, int64_t g, uint32_t* at) {
+  const int64_t first = g * kGroupBlocks;
+  const v6::Desc fd = v6::read_desc(in, first);
+  *at = first ? v6::read_desc(in, first - 1).end : 0;
+  return fd.table && *at <= fd.end && fd.end - *at >= uint32_t(v6::kTableBytes) && v6::data_offset(nb) + fd.end <= size;
+}
+
+// A warp a row and group: its CachedCode (items x k rows, ng groups each, in that order). grid =
+// (items k ng + kRowWarps - 1) / kRowWarps CUDA blocks of kSumThreads.
+template <int DT>
+__global__ void __launch_bounds__(kSumThreads) WarpCodesKernel(const uint8_t* const* rows, int64_t size, int64_t k,
+                                                               int64_t n, int64_t items, CachedCode<DT>* cache) {
+  const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks;
+  const int64_t job = int64_t(blockIdx.x) * kRowWarps + WarpIdx();
+  if (job >= items * k * ng) return;
+  CachedCode<DT>& c = cache[job];
+  const uint8_t* in = rows[job / ng];
+  int flags = 0, status = kNotCached;
+  uint32_t at = 0, from[kMaxCodeLen + 2] = {};
+  if (StreamStatus<DT>(in, size, n, &flags) == kOk && !(flags & kFlagStoredRaw) && GroupTableAt(in, size, nb, job % ng, &at))
+    status = WarpGroupCode<DT>(c.entry, c.code, in + v6::data_offset(nb) + at, 0, from);
+  if (LaneId() == 0) {
+    for (int l = 0; l < kMaxCodeLen + 2; ++l) c.from[l] = from[l];
+    c.status = status;
+  }
+}
+
+// A row warp's table from its CachedCode c (status not kNotCached): the entries and the code
+// copied, the 12-bit table filled. Returns the code's Status.
+template <int DT>
+__device__ inline int LoadWarpGroupTable(WarpCode<DT>& t, const CachedCode<DT>& c) {
+  constexpr int kWords = int((sizeof(t.entry) + sizeof(GroupCode)) / 4);
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(c.entry);
+  uint32_t* dst = reinterpret_cast<uint32_t*>(t.entry);
+  const int status = c.status;
+  if (status != kOk) return status;
+  for (int i = LaneId(); i < kWords; i += kWarp) dst[i] = src[i];
+  uint32_t from[kMaxCodeLen + 2];
+#pragma unroll
+  for (int l = 0; l < kMaxCodeLen + 2; ++l) from[l] = c.from[l];
+  __syncwarp();
+  FillByDoubling<kWarp>(t.lut, t.entry, t.code, from, LaneId(), [] { __syncwarp(); });
+  return kOk;
+}
+
 // Row r's block b (count elements) by one warp into slot: the row's header, its block plan,
 // the warp's group table when the block takes the group's code (built again only when the row,
-// the group or the flip changed: *built holds the key), DecodeBlock. A row whose header fails
+// the group or the flip changed: *built holds the key; from the row's CachedCodes where codes is
+// not null, the group's and the flip 0), DecodeBlock. A row whose header fails
 // leaves the slot as it was (CTA 0 reported it; the item's sums are poisoned). Returns the
 // block's Status.
 template <int DT>
 __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n, int64_t b, int count, int64_t r,
                                      WarpCode<DT>& wc, const uint16_t (*fam)[1 << kPeek], const Tables* tables,
-                                     typename Elem<DT>::Word* slot, int64_t* built, int* table_status) {
+                                     const CachedCode<DT>* codes, typename Elem<DT>::Word* slot, int64_t* built,
+                                     int* table_status) {
   using E = Elem<DT>;
   const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks;
   const StoreSink<DT> sink{slot};
@@ -752,8 +841,13 @@ __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n,
       PrefetchL1(in + v6::data_offset(nb) + at);
   if (plan_status == kOk && !p.d.raw && p.d.code == uint32_t(v6::kGroupCode)) {
     const int64_t key = 2 * (r * ng + b / kGroupBlocks) + p.d.flip;
-    if (*built != key)
-      *table_status = BuildWarpGroupTable<DT>(wc, in + v6::data_offset(nb) + p.table_at, int(p.d.flip)), *built = key;
+    if (*built != key) {
+      const CachedCode<DT>* c = codes && !p.d.flip ? codes + b / kGroupBlocks : nullptr;
+      *table_status = c && c->status != kNotCached
+                          ? LoadWarpGroupTable<DT>(wc, *c)
+                          : BuildWarpGroupTable<DT>(wc, in + v6::data_offset(nb) + p.table_at, int(p.d.flip));
+      *built = key;
+    }
   }
   const int mis = int(reinterpret_cast<uintptr_t>(in) % 4);
   constexpr bool k32 = WarpCode<DT>::k32;  // DecodeKernel's entries (kWarpGroup: Group16Entry's)
@@ -792,22 +886,25 @@ __device__ __forceinline__ void AddSlot(const typename Elem<DT>::Word* slot, boo
 // to its 16 float32 sums in registers (add_f32; the first row's value is the sum), and so on to
 // the last row; the sums are rounded once into out + i n (out_dtype: float32 or DT). So the rows
 // are decoded in parallel (row_warps of them), and the sums of a block never leave the SM.
-// verdicts[i k + r] (~0 before) receives row r's verdict. grid = items x a run of CUDA blocks
+// verdicts[i k + r] (~0 before) receives row r's verdict. codes: the rows' CachedCodes
+// (WarpCodesKernel's) or null. grid = items x a run of CUDA blocks
 // per item, each looping over its share of the blocks. At most 128 registers (launch bounds of
 // two CTAs an SM), so that shared memory alone bounds its CTAs an SM.
 template <int DT>
 __global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
     const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items, int row_warps,
-    const Tables* tables, int out_dtype, uint8_t* out, unsigned long long* verdicts) {
+    const Tables* tables, const CachedCode<DT>* codes, int out_dtype, uint8_t* out, unsigned long long* verdicts) {
   using E = Elem<DT>;
   ZC_DYNAMIC_SHARED(smem);
   auto* fam = reinterpret_cast<uint16_t (*)[1 << kPeek]>(smem);
-  WarpCode<DT>* codes = reinterpret_cast<WarpCode<DT>*>(smem + kFamBytes);
+  WarpCode<DT>* wcs = reinterpret_cast<WarpCode<DT>*>(smem + kFamBytes);
   auto* slots = reinterpret_cast<typename E::Word*>(smem + kFamBytes + size_t(row_warps) * sizeof(WarpCode<DT>));
   const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
   const int64_t ctas = gridDim.x / items, item = blockIdx.x / ctas, cta = blockIdx.x % ctas;
   const int out_bytes = out_dtype == kF32 ? 4 : 2;
   rows += item * k, out += item * n * out_bytes, verdicts += item * k, tables = TablesOr(tables);
+  const int64_t ng = ((n + kBlock - 1) / kBlock + kGroupBlocks - 1) / kGroupBlocks;
+  if (codes) codes += item * k * ng;
   if (cta == 0)  // every row's header (n = 0 too), once
     for (int64_t r = tid; r < k; r += kSumThreads) {
       int flags = 0;
@@ -825,8 +922,8 @@ __global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
     for (int64_t r0 = 0; r0 < k; r0 += row_warps) {
       if (w < row_warps && r0 + w < k) {
         const int64_t r = r0 + w;
-        const int bs = DecodeRowBlock<DT>(rows[r], size, n, b, count, r, codes[w], fam, tables, slots + w * kBlock,
-                                          &built, &table_status);
+        const int bs = DecodeRowBlock<DT>(rows[r], size, n, b, count, r, wcs[w], fam, tables,
+                                          codes ? codes + r * ng : nullptr, slots + w * kBlock, &built, &table_status);
         if (bs != kOk && lane == 0) atomicMin(&verdicts[r], (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
       }
       __syncthreads();

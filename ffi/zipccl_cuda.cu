@@ -15,7 +15,8 @@
 // decompress:  DecodeKernel (persistent CTAs, a run per stream; warp per
 //              block; cuda6_decompress.cuh) -> FinishKernel (status words,
 //              poison).
-// accumulate:  AccumulateKernel (8 rows or more): per block, rows 0, 1, ...,
+// accumulate:  AccumulateKernel (8 rows or more; past 8, each row's group
+//              codes worked out once by WarpCodesKernel): per block, rows 0, 1, ...,
 //              k - 1 decoded 8 at once (a warp a row) into shared memory and
 //              added in row order to float32 sums in registers; or, fewer
 //              rows, AccumulateSerialKernel: per batch of 8 blocks, a block's
@@ -222,17 +223,21 @@ c6::Workspace TakeCompress(Workspace& ws, int64_t n, int64_t items) {
 
 // The reduce step's arrays for `items` items of k rows of n elements: the rows' pointers, the
 // float32 sums where the rows are few (c6::SerialSum; 8 rows or more: in registers), the rows'
-// verdicts.
+// group codes where they are more than AccumulateKernel's row warps (c6::CodeCacheBytes), the
+// rows' verdicts.
 struct SumArrays {
   const uint8_t** rows;
   float* acc;
+  void* codes;
   unsigned long long* verdicts;
 };
 
-SumArrays TakeSums(Workspace& ws, int64_t items, int64_t k, int64_t n) {
+SumArrays TakeSums(Workspace& ws, int dtype, int64_t items, int64_t k, int64_t n) {
   SumArrays a;
   a.rows = ws.Take<const uint8_t*>(items * k);
   a.acc = c6::SerialSum(k) ? ws.Take<float>(items * n) : nullptr;
+  const int64_t code_bytes = c6::CodeCacheBytes(dtype, items, k, n);
+  a.codes = code_bytes ? ws.Take<uint8_t>(code_bytes) : nullptr;
   a.verdicts = ws.Take<unsigned long long>(items * k);
   return a;
 }
@@ -269,7 +274,7 @@ ffi::Error LaunchSums(cudaStream_t stream, const SumArrays& a, int dtype, int64_
       cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess)
     return ffi::Error(ffi::ErrorCode::kInternal, "zipccl: cannot read the device's shared memory sizes");
   ZC_CUDA(cudaMemsetAsync(a.verdicts, 0xFF, size_t(items * k) * sizeof(unsigned long long), stream));
-  ZC_CUDA(c6::Accumulate(dtype, a.rows, size, k, n, items, a.acc, out_dtype, out, a.verdicts, nullptr, *sms,
+  ZC_CUDA(c6::Accumulate(dtype, a.rows, size, k, n, items, a.acc, a.codes, out_dtype, out, a.verdicts, nullptr, *sms,
                          smem_block, smem_sm, stream));
   ZC_CUDA(cudaGetLastError());
   ZC_LAUNCH(c6::FinishKernel, items, stream, a.verdicts, k, items, words, out, n * ElemBytes(out_dtype));
@@ -350,7 +355,7 @@ ffi::Error DecompressAccumulate(cudaStream_t stream, ffi::Buffer<ffi::U8> payloa
     return Invalid("accumulate: output size disagrees with payload batch * item_elems");
   if (int64_t(status->element_count()) != batch * k) return Invalid("accumulate: one status word per row expected");
   Workspace ws = WorkspaceOf(workspace);
-  const SumArrays a = TakeSums(ws, batch, k, n);
+  const SumArrays a = TakeSums(ws, dtype, batch, k, n);
   if (!ws.ok()) return TooSmall("accumulate", workspace, ws);
   if (k == 0 || batch == 0) return ffi::Error::Success();  // no rows; out may be null when empty
   // every row's pointer, then each item's rows summed in order (n == 0 too: the headers are still
@@ -453,7 +458,7 @@ RowArrays TakeRowArrays(Workspace& ws, RowOp op, int dtype, const zc::RowLayout&
   }
   if (op == RowOp::kDecode) a.verdicts = ws.Take<unsigned long long>(l.rows);
   if (op == RowOp::kAccumulate) {  // l: the summed elements as one row; part_rows: all the rows
-    a.sums = TakeSums(ws, 1, part_rows, l.m);
+    a.sums = TakeSums(ws, dtype, 1, part_rows, l.m);
     if (leaves > 1) a.out = ws.Take<uint8_t>(l.m * 4);  // float32 sums at most
   }
   return a;
@@ -744,9 +749,9 @@ int64_t DecompressWorkspaceBytes(int, int64_t streams, int64_t) {
   return ws.needed();
 }
 
-int64_t AccumulateWorkspaceBytes(int, int64_t batch, int64_t k, int64_t n) {
+int64_t AccumulateWorkspaceBytes(int dtype, int64_t batch, int64_t k, int64_t n) {
   Workspace ws;
-  TakeSums(ws, batch, k, n);
+  TakeSums(ws, dtype, batch, k, n);
   return ws.needed();
 }
 

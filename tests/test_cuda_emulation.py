@@ -242,7 +242,9 @@ def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dty
     in row order by rounds of as many rows as the shared memory lets decode at once (8 + 3,
     3 + 3 + 3 + 2, 1 x 11): the reference's bits. A corrupt row of a later round gives its verdict and
     poisons its item alone: a reserved bit set, or a group-coded block's ref moved just under the one
-    from which the row warp's decoder checks no value (a class whose q is not normal)."""
+    from which the row warp's decoder checks no value (a class whose q is not normal). The rows'
+    group codes come from WarpCodesKernel (11 rows: more than the row warps): one the reference
+    refuses gives its verdict; a flipped group-coded block (a table the row warp builds) decodes."""
     rows, streams, payload = many_rows(dtype)
     k, n = rows.shape
     nb = -(-n // r6.BLOCK)
@@ -259,8 +261,23 @@ def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dty
                 low[0, 10, : len(moved)] = np.frombuffer(moved, np.uint8)
                 break
     assert message, "no block to move"
+    # more rows than row warps: each row's group codes are worked out once (WarpCodesKernel) and
+    # loaded by the row warps: row 9's first group code made one that the reference refuses (its
+    # Kraft sum over 1) gives its verdict; row 6's first group-coded block read with its sign
+    # flipped (valid: the warp builds that table itself) gives the flipped values' sums
+    table, flipped = payload.copy(), payload.copy()
+    at = r6.HEADER_BYTES + r6.DESC_BYTES * nb  # group 0's table: block 0's record starts with it
+    assert group_lengths(streams[9], nb, 0) is not None
+    table[0, 9, at : at + 2] = 0x11  # four codes of one bit
+    table_message = reference_message(table[0, 9].tobytes(), dtype, n)
+    assert table_message
+    fb = next(b for b in range(nb) if group_lengths(streams[6], nb, b) is not None)
+    flipped[0, 6, r6.HEADER_BYTES + r6.DESC_BYTES * fb + 5] ^= 0x40  # the descriptor's flip (bit 46)
+    flipped_rows = [r6.decompress(flipped[0, r].tobytes(), dtype, n) for r in range(k)]
+    assert not np.array_equal(flipped_rows[6].view(np.uint8), rows[6].view(np.uint8))
     requests = [accumulate_request(payload, dtype, n, out_dtype) for out_dtype in (dtype, np.float32)]
     requests += [accumulate_request(np.concatenate([payload, b]), dtype, n, dtype) for b in (bad, low)]
+    requests += [accumulate_request(table, dtype, n, dtype), accumulate_request(flipped, dtype, n, np.float32)]
     replies = emulate(emulator, requests, smem_block=smem_block)
     for (err, out), out_dtype in zip(replies[:2], (dtype, np.float32)):
         assert err == ""
@@ -272,6 +289,12 @@ def test_many_rows_are_summed_in_order_however_many_decode_at_once(emulator, dty
     assert err.startswith(CORRUPT.format(1)) and category(err[len(CORRUPT.format(1)) :]) == category(message), (
         err, message)
     assert_same_sums(np.frombuffer(out, dtype)[:n], ref.accumulate(list(rows), dtype))
+    err, _ = replies[4]
+    assert err.startswith(CORRUPT.format(0)) and category(err[len(CORRUPT.format(0)) :]) == category(table_message), (
+        err, table_message)
+    err, out = replies[5]
+    assert err == ""
+    assert_same_sums(np.frombuffer(out, np.float32), ref.accumulate(flipped_rows, np.float32))
 
 
 def test_every_lane_of_a_valid_stream_takes_the_fast_path(emulator):
