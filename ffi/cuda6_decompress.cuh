@@ -741,10 +741,10 @@ static_assert(SumSmemBytes(kRowWarps, 2) <= 232448 && SumSmemBytes(kRowWarps, 4)
 // The reduce step of more rows than row warps (a warp decodes several rows of each block, so it
 // would build each group code once a row and block): each row's group codes are worked out once,
 // a warp a group by WarpCodesKernel, into the workspace (WarpGroupCode's entries, code and first
-// indices, ~2 KB a group and row), and a row warp loads them and fills its 12-bit table (the
-// fill alone: ~400 warp instructions where the whole build is ~1,290). status: WarpGroupCode's, or
-// kNotCached where the group's first block does not give a table (no block of the group plans
-// with one; a row warp that needs one builds it).
+// indices, ~2 KB a group and row), and a row warp loads them and fills its 12-bit table (~470
+// warp instructions where the whole build is ~1,290: docs/GPU.md, "Tenth version"). status:
+// WarpGroupCode's, or kNotCached where the group's first block does not give a table (no block
+// of the group plans with one; a row warp that needs one builds it).
 constexpr int kNotCached = -1;
 template <int DT>
 struct alignas(16) CachedCode {
