@@ -765,16 +765,6 @@ inline int64_t CodeCacheBytes(int dtype, int64_t items, int64_t k, int64_t n) {
                        : 0;
 }
 
-// Where group g's table is (bytes from the data area), as plan_block finds it for a block of the
-// group that takes its code; false if plan_block refuses every such block (the group's first
-// descriptor holds no table, or not one within the stream).
-__device__ inline bool GroupTableAt(const uint8_t* in, int64_t size, int64_t nb, int64_t g, uint32_t* at) {
-  const int64_t first = g * kGroupBlocks;
-  const v6::Desc fd = v6::read_desc(in, first);
-  *at = first ? v6::read_desc(in, first - 1).end : 0;
-  return fd.table && *at <= fd.end && fd.end - *at >= uint32_t(v6::kTableBytes) && v6::data_offset(nb) + fd.end <= size;
-}
-
 // A warp a row and group: its CachedCode (items x k rows, ng groups each, in that order). grid =
 // (items k ng + kRowWarps - 1) / kRowWarps CUDA blocks of kSumThreads.
 template <int DT>
@@ -787,7 +777,9 @@ __global__ void __launch_bounds__(kSumThreads) WarpCodesKernel(const uint8_t* co
   const uint8_t* in = rows[job / ng];
   int flags = 0, status = kNotCached;
   uint32_t at = 0, from[kMaxCodeLen + 2] = {};
-  if (StreamStatus<DT>(in, size, n, &flags) == kOk && !(flags & kFlagStoredRaw) && GroupTableAt(in, size, nb, job % ng, &at))
+  // (the table plan_block gives each of the group's blocks that take its code, if it gives one)
+  if (StreamStatus<DT>(in, size, n, &flags) == kOk && !(flags & kFlagStoredRaw) &&
+      v6::group_table_at(in, size, nb, job % ng * kGroupBlocks, &at))
     status = WarpGroupCode<DT>(c.entry, c.code, in + v6::data_offset(nb) + at, 0, from);
   if (LaneId() == 0) {
     for (int l = 0; l < kMaxCodeLen + 2; ++l) c.from[l] = from[l];

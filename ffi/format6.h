@@ -315,6 +315,15 @@ struct BlockPlan {
   Desc d;
 };
 
+// §2: where the table of the group whose first block is `first` lies (bytes from the data area,
+// *at): false unless that block's descriptor holds one within the stream (the group's first block
+// is checked on its own; here only that its table is in the buffer).
+ZC_HD bool group_table_at(const uint8_t* stream, int64_t size, int64_t nb, int64_t first, uint32_t* at) {
+  const Desc fd = read_desc(stream, first);
+  *at = first ? read_desc(stream, first - 1).end : 0;
+  return fd.table && *at <= fd.end && fd.end - *at >= uint32_t(kTableBytes) && data_offset(nb) + fd.end <= size;
+}
+
 // §2: checks block b's descriptors, in the reference's order. Returns a Status.
 ZC_HD int plan_block(const uint8_t* stream, int64_t size, int64_t nb, int64_t b, int count, Layout lay, BlockPlan* p) {
   const int64_t data_at = data_offset(nb);
@@ -333,16 +342,8 @@ ZC_HD int plan_block(const uint8_t* stream, int64_t size, int64_t nb, int64_t b,
   const uint32_t raw_bytes = uint32_t(count) * uint32_t(lay.elem_bytes);
   if (d.raw) return (d.ref || d.code || d.flip || d.end - start != raw_bytes) ? kErrDescriptor : kOk;
   if (d.end - start >= raw_bytes) return kErrDescriptor;
-  if (d.code == kGroupCode) {
-    const int64_t first = b - b % kGroupBlocks;
-    const Desc fd = read_desc(stream, first);
-    const uint32_t at = first ? read_desc(stream, first - 1).end : 0;
-    // the group's first block is checked on its own; here only that its table is in the buffer
-    if (!fd.table || at > fd.end || fd.end - at < uint32_t(kTableBytes) || data_at + fd.end > size)
-      return kErrDescriptor;
-    p->table_at = at;
-    return kOk;
-  }
+  if (d.code == kGroupCode)
+    return group_table_at(stream, size, nb, b - b % kGroupBlocks, &p->table_at) ? kOk : kErrDescriptor;
   return d.code < uint32_t(kMembers) ? kOk : kErrDescriptor;
 }
 
