@@ -26,7 +26,8 @@
 // past 8 rows, filled from the row's code as WarpCodesKernel worked it out once: CachedCode),
 // each warp decoding its row's block into a slot in shared memory (dynamic: up
 // to ~216 KB a CTA); then its 256 threads add the slots in row order to 16
-// float32 sums each, in registers, and round them once into the output: no
+// float32 sums each, in registers (AddSlots: a round's slots, 16-byte loads, one
+// NaN test a round), and round them once into the output: no
 // decoded row is written to memory, and the rows of a block decode in parallel.
 // AccumulateSerialKernel<DT>, fewer rows: a CTA takes a batch of 8 blocks (a
 // warp a block) through the rows one after another, adding each value to its
@@ -62,7 +63,8 @@ struct AddSink {
   float* acc;
   bool first;
   __device__ __forceinline__ void Put(int i, uint32_t v) const {
-    const float f = element_to_f32(DT, v);
+    float f = DT == kF16 ? ZC_F16_TO_F32(v) : element_to_f32(DT, v);  // fp16: the hardware's widening,
+    if (DT == kF16 && f != f) f = element_to_f32(DT, v);               // but a NaN's payload exact
     acc[i] = first ? f : ZC_INJECTED(3) ? ZC_FADD(acc[i], f) : add_f32(acc[i], f);
   }
 };
@@ -735,6 +737,8 @@ constexpr size_t WarpCodeBytes(int elem_bytes) {
 constexpr size_t SumSmemBytes(int row_warps, int elem_bytes) {
   return kFamBytes + size_t(row_warps) * (WarpCodeBytes(elem_bytes) + size_t(kBlock) * size_t(elem_bytes));
 }
+static_assert(kFamBytes % 16 == 0 && WarpCodeBytes(2) % 16 == 0 && WarpCodeBytes(4) % 16 == 0,
+              "the slots are 16-byte aligned (AddSlots' loads)");
 static_assert(SumSmemBytes(kRowWarps, 2) <= 232448 && SumSmemBytes(kRowWarps, 4) <= 232448,
               "8 rows fit the 227 KB an H100's CUDA block may have");
 
@@ -849,23 +853,80 @@ __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n,
   return DecodeBlock<DT, !k32>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables, sink);
 }
 
-// A slot's values (this thread's 16: tid + 256 j) added to the thread's sums in float32 (first:
-// they are the sums). A sum is the GPU's add, the IEEE sum with subnormals kept, unless it is a
-// NaN, where FORMAT.md §7's rule (add_f32) differs: the thread adds its 16 again by the rule when
-// one of its sums is a NaN (rare: a branch, not the rule's selects for every value).
+// A thread's 16 sums of a block: elements SumIndex<DT>(tid, j), j < 16, a 16-byte load's worth of
+// adjacent elements (8 bf16 or fp16, 4 fp32) from each 4 KB of the slot, so that a warp's loads
+// are 512 consecutive bytes (no bank conflict) and a thread's 16 values take 2 (fp32 4) loads.
 template <int DT>
-__device__ __forceinline__ void AddSlot(const typename Elem<DT>::Word* slot, bool first, float (&acc)[kSumsPerThread]) {
-  float f[kSumsPerThread], sum[kSumsPerThread];
+struct SumSlot {
+  static constexpr int kAdjacent = 16 / Elem<DT>::kBytes, kLoads = kSumsPerThread / kAdjacent;
+  __device__ __forceinline__ static int Index(int tid, int j) {
+    return (j / kAdjacent) * (kSumThreads * kAdjacent) + tid * kAdjacent + j % kAdjacent;
+  }
+};
+
+// Element j's bits of a thread's 16, from its loads' words (two elements a word for bf16 and fp16).
+template <int DT>
+__device__ __forceinline__ uint32_t SlotElement(const uint32_t (&words)[kSumsPerThread * Elem<DT>::kBytes / 4], int j) {
+  if constexpr (Elem<DT>::kBytes == 4) return words[j];
+  else return j % 2 ? words[j / 2] >> 16 : words[j / 2] & 0xFFFFu;
+}
+
+// An element as a float32 by the hardware's widening: bf16 a shift, fp16 the half-to-float
+// conversion (exact but for a NaN's payload, which the caller restores: ZC_F16_TO_F32's), fp32 its bits.
+template <int DT>
+__device__ __forceinline__ float WidenFast(const uint32_t (&words)[kSumsPerThread * Elem<DT>::kBytes / 4], int j) {
+  if constexpr (DT == kBF16) return bits_to_f32(j % 2 ? words[j / 2] & 0xFFFF0000u : words[j / 2] << 16);
+  else if constexpr (DT == kF16) return ZC_F16_TO_F32(SlotElement<DT>(words, j));
+  else return bits_to_f32(words[j]);
+}
+
+// A thread's 16 words' worth of slot s (SumSlot's elements), two 16-byte loads (fp32 four).
+template <int DT>
+__device__ __forceinline__ void LoadSlot(const typename Elem<DT>::Word* slot,
+                                         uint32_t (&words)[kSumsPerThread * Elem<DT>::kBytes / 4]) {
+#pragma unroll
+  for (int m = 0; m < SumSlot<DT>::kLoads; ++m) {
+    const Words4 v = reinterpret_cast<const Words4*>(slot)[m * kSumThreads + threadIdx.x];
+    words[4 * m] = v.x, words[4 * m + 1] = v.y, words[4 * m + 2] = v.z, words[4 * m + 3] = v.w;
+  }
+}
+
+// One round's `here` slots added in slot order to the thread's sums `from` (first: slot 0's values
+// are the sums), into sum: by the GPU's add and widening, or (kExact) by FORMAT.md §7's rule
+// (add_f32) with each value widened exactly (element_to_f32).
+template <int DT, bool kExact>
+__device__ __forceinline__ void AddRound(const typename Elem<DT>::Word* slots, int here, bool first,
+                                         const float (&from)[kSumsPerThread], float (&sum)[kSumsPerThread]) {
+  uint32_t words[kSumsPerThread * Elem<DT>::kBytes / 4];
+#pragma unroll
+  for (int j = 0; j < kSumsPerThread; ++j) sum[j] = from[j];
+  for (int s = 0; s < here; ++s) {
+    LoadSlot<DT>(slots + s * kBlock, words);
+#pragma unroll
+    for (int j = 0; j < kSumsPerThread; ++j) {
+      const float f = kExact ? element_to_f32(DT, SlotElement<DT>(words, j)) : WidenFast<DT>(words, j);
+      sum[j] = first && s == 0 ? f : kExact ? add_f32(sum[j], f) : ZC_FADD(sum[j], f);
+    }
+  }
+}
+
+// The `here` slots' values (this thread's 16 of each, SumSlot's) added in slot order to the
+// thread's sums in float32 (first: slot 0's values are the sums). A sum is the GPU's add, the
+// IEEE sum with subnormals kept, unless it is a NaN, where FORMAT.md §7's rule (add_f32) differs,
+// and an fp16 NaN's payload may not survive the hardware's widening. A NaN stays a NaN through
+// later adds, so one test of the 16 sums after all the slots finds any: then the thread adds
+// the slots again from its sums before them, by the rule and with each value widened exactly
+// (rare: a branch, not the rule's selects for every value).
+template <int DT>
+__device__ __forceinline__ void AddSlots(const typename Elem<DT>::Word* slots, int here, bool first,
+                                         float (&acc)[kSumsPerThread]) {
+  float sum[kSumsPerThread];
+  AddRound<DT, false>(slots, here, first, acc, sum);
   bool nan = false;
 #pragma unroll
-  for (int j = 0; j < kSumsPerThread; ++j) {
-    f[j] = element_to_f32(DT, slot[threadIdx.x + kSumThreads * j]);
-    sum[j] = first ? f[j] : ZC_FADD(acc[j], f[j]);
-    nan = nan || sum[j] != sum[j];
-  }
-  if (nan && !first && !ZC_INJECTED(3))  // (3: the GPU's add alone, which the NaN tests must catch)
-#pragma unroll
-    for (int j = 0; j < kSumsPerThread; ++j) sum[j] = add_f32(acc[j], f[j]);
+  for (int j = 0; j < kSumsPerThread; ++j) nan = nan || sum[j] != sum[j];
+  if (nan && !ZC_INJECTED(3))  // (3: the GPU's add and widening alone, which the NaN tests must catch)
+    AddRound<DT, true>(slots, here, first, acc, sum);
 #pragma unroll
   for (int j = 0; j < kSumsPerThread; ++j) acc[j] = sum[j];
 }
@@ -910,7 +971,7 @@ __global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
   int table_status = kOk;
   for (int64_t b = cta * per; b < Min<int64_t>(nb, (cta + 1) * per); ++b) {
     const int count = int(Min<int64_t>(kBlock, n - b * kBlock));
-    float acc[kSumsPerThread];
+    float acc[kSumsPerThread] = {};
     for (int64_t r0 = 0; r0 < k; r0 += row_warps) {
       if (w < row_warps && r0 + w < k) {
         const int64_t r = r0 + w;
@@ -920,13 +981,12 @@ __global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
       }
       __syncthreads();
       const int here = int(Min<int64_t>(row_warps, k - r0));
-      for (int s = 0; s < here; ++s)  // a slot's values past count are garbage, never stored
-        AddSlot<DT>(slots + s * kBlock, r0 + s == 0, acc);
+      AddSlots<DT>(slots, here, r0 == 0, acc);  // a slot's values past count are garbage, never stored
       __syncthreads();  // before the slots are written again
     }
 #pragma unroll
     for (int j = 0; j < kSumsPerThread; ++j) {
-      const int i = tid + kSumThreads * j;
+      const int i = SumSlot<DT>::Index(tid, j);
       if (i < count) store_element(out + (b * kBlock + i) * out_bytes, f32_to_element(out_dtype, acc[j]), out_bytes);
     }
   }

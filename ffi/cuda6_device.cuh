@@ -36,6 +36,20 @@
 #define ZC_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
+// An fp16 element's bits as a float32 by the hardware (cvt.f32.f16: exact for every number, a NaN's
+// payload not promised; callers restore it: AddSlots, AddSink). The host emulation's returns the canonical
+// NaN for every NaN (tests/cuda_host_shim.h), the worst a device could do.
+#ifdef ZIPCCL_HOST_EMULATION
+#define ZC_F16_TO_F32(h) ZC_HOST_F16_TO_F32(h)
+#else
+__device__ __forceinline__ float HalfBitsToFloat(uint32_t h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(h)));
+  return f;
+}
+#define ZC_F16_TO_F32(h) HalfBitsToFloat(h)
+#endif
+
 namespace zipccl {
 namespace cuda6 {
 

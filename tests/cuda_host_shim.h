@@ -327,10 +327,17 @@ inline float CudaFadd(float a, float b) {
   return s != s ? FromBits<float>(0x7FFFFFFFu) : s;
 }
 
+inline float CanonicalNan(float f) { return f != f ? FromBits<float>(0x7FFFFFFFu) : f; }
+
 }  // namespace zc_emu
 
 // The format header's add (zipccl_format.h, ZC_FADD) is the GPU's, as on a device.
 #define ZC_HOST_FADD(a, b) zc_emu::CudaFadd(a, b)
+
+// The hardware's fp16 widening (ffi/cuda6_device.cuh, ZC_F16_TO_F32): exact for numbers; a NaN
+// here the canonical NaN whatever its payload, the worst a device may do (expanded where
+// zipccl::f16_to_f32 is in scope).
+#define ZC_HOST_F16_TO_F32(h) zc_emu::CanonicalNan(f16_to_f32(h))
 
 // A kernel's shared memory: one struct per CUDA block, in the block's arena.
 #define ZC_SHARED(Type, name)                                                 \

@@ -472,9 +472,11 @@ def test_sums_of_nans_carry_the_reference_bits_although_the_gpu_add_canonicalise
     """Rows of NaNs of random payloads and signs (quiet and signalling) and infinities of both signs,
     summed by the reduce-step kernels (fewer than 8 rows and more) through both handlers
     (zipccl_decompress_accumulate, the collectives' decode_accumulate_rows) to the dtype and to
-    float32. The emulated float add is a GPU's: every NaN it makes is 0x7FFFFFFF. The kernels apply
-    §7's NaN rule and give the reference's bits; adding with the GPU's add alone (ZC_INJECTED(3))
-    gives other bits at the NaN sums, so this test can fail."""
+    float32. The emulated float add is a GPU's: every NaN it makes is 0x7FFFFFFF; so is every NaN of
+    the emulated hardware widening of fp16 (the worst a device may do with a payload). The kernels
+    apply §7's NaN rule to exactly widened values and give the reference's bits; adding with the
+    GPU's add and widening alone (ZC_INJECTED(3)) gives other bits at the NaN sums, so this test can
+    fail, as it does without the fp16 payloads' exact widening."""
     n = 4097
     rng = np.random.default_rng(11)
     w = np.dtype(dtype).itemsize * 8
