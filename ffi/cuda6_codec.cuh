@@ -16,11 +16,6 @@ namespace cuda6 {
 
 constexpr int kDecodeCtasPerSm = kDecodeMinCtas;  // DecodeKernel: 64 registers, 34 KB of shared memory
 constexpr int kSumCtasPerSm = 2;  // AccumulateKernel: at most 128 registers (its shared memory may allow fewer)
-constexpr int kSerialSumCtasPerSm = kSerialSumMinCtas;  // AccumulateSerialKernel: at most 128 registers
-
-// Whether the reduce step of k rows adds each block's rows one after another (AccumulateSerialKernel,
-// its sums in the workspace: n floats an item) rather than 8 at once (AccumulateKernel).
-inline bool SerialSum(int64_t k) { return k < kRowWarps; }
 
 inline int64_t NumBlocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 inline int64_t NumGroups(int64_t n) { return (NumBlocks(n) + kGroupBlocks - 1) / kGroupBlocks; }
@@ -128,27 +123,28 @@ inline void Decompress(int dtype, const uint8_t* in, int64_t size, int64_t n, vo
   DecompressBatch(dtype, in, 0, size, n, 1, y, status, tables, sms, stream);
 }
 
-// How AccumulateKernel runs for k rows of dtype on a device whose CUDA blocks may take
-// smem_block bytes of shared memory (cudaDevAttrMaxSharedMemoryPerBlockOptin) and whose SMs
-// hold smem_sm (cudaDevAttrMaxSharedMemoryPerMultiprocessor): its row warps (up to 8, at most k,
-// as many as the shared memory allows: an H100's 227 KB takes 8 for every dtype), its bytes of
-// dynamic shared memory and the CUDA blocks an SM holds (1 KB of each block's shared memory is
-// the system's; at most kSumCtasPerSm by registers).
+// How AccumulateKernel runs for dtype on a device whose CUDA blocks may take smem_block bytes of
+// shared memory (cudaDevAttrMaxSharedMemoryPerBlockOptin) and whose SMs hold smem_sm
+// (cudaDevAttrMaxSharedMemoryPerMultiprocessor): its row warps (up to 8, as many as the shared
+// memory allows: an H100's 227 KB takes 8 for every dtype; however few the rows, SumSpan giving
+// few rows the blocks of several at once), its bytes of dynamic shared memory and the CUDA
+// blocks an SM holds (1 KB of each block's shared memory is the system's; at most kSumCtasPerSm
+// by registers).
 struct SumShape {
   int row_warps;
   size_t smem;
   int per_sm;
 };
-inline SumShape SumShapeOf(int dtype, int64_t k, int64_t smem_block, int64_t smem_sm) {
+inline SumShape SumShapeOf(int dtype, int64_t smem_block, int64_t smem_sm) {
   const int eb = v6::layout_of(dtype).elem_bytes;
   const int64_t fit = (smem_block - int64_t(SumSmemBytes(0, eb))) / int64_t(SumSmemBytes(1, eb) - SumSmemBytes(0, eb));
-  const int rows = int(Max<int64_t>(1, Min<int64_t>(Min<int64_t>(kRowWarps, Max<int64_t>(k, 1)), fit)));
+  const int rows = int(Max<int64_t>(1, Min<int64_t>(kRowWarps, fit)));
   const size_t smem = SumSmemBytes(rows, eb);
   const int per_sm = int(Max<int64_t>(1, Min<int64_t>(kSumCtasPerSm, smem_sm / int64_t(smem + 1024))));
   return {rows, smem, per_sm};
 }
 
-// AccumulateKernel<DT> for `items` items of k rows (Accumulate's arguments), after
+// AccumulateKernel<DT, SumSpan > 1> for `items` items of k rows (Accumulate's arguments), after
 // WarpCodesKernel<DT> where more rows than row warps share a block (codes: CodeCacheBytes).
 template <int DT>
 cudaError_t LaunchAccumulate(const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items,
@@ -161,13 +157,23 @@ cudaError_t LaunchAccumulate(const uint8_t* const* rows, int64_t size, int64_t k
       ZC_LAUNCH_KERNEL(WarpCodesKernel<DT>, unsigned((jobs + kRowWarps - 1) / kRowWarps), kSumThreads, stream, rows,
                        size, k, n, items, cache);
   }
-  const int64_t ctas = Max<int64_t>(1, Min<int64_t>(NumBlocks(n), int64_t(sms) * shape.per_sm / items));
+  const int64_t span = SumSpan(k, shape.row_warps);
+  const int64_t rounds = (NumBlocks(n) + span - 1) / span;  // of a CTA's span blocks
+  const int64_t ctas = Max<int64_t>(1, Min<int64_t>(rounds, int64_t(sms) * shape.per_sm / items));
+  const bool big = shape.smem > (48u << 10);  // (a kernel allowed past 48 KB first)
+  constexpr auto kMaxSmem = cudaFuncAttributeMaxDynamicSharedMemorySize;
   cudaError_t e = cudaSuccess;
-  if (shape.smem > (48u << 10))
-    e = cudaFuncSetAttribute(AccumulateKernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shape.smem));
-  if (e == cudaSuccess)
-    ZC_LAUNCH_KERNEL_SMEM(AccumulateKernel<DT>, unsigned(items * ctas), kSumThreads, shape.smem, stream, rows, size, k,
-                          n, items, shape.row_warps, tables, cache, out_dtype, out, verdicts);
+  if (span > 1) {
+    if (big) e = cudaFuncSetAttribute((AccumulateKernel<DT, true>), kMaxSmem, int(shape.smem));
+    if (e == cudaSuccess)
+      ZC_LAUNCH_KERNEL_SMEM((AccumulateKernel<DT, true>), unsigned(items * ctas), kSumThreads, shape.smem, stream, rows,
+                            size, k, n, items, shape.row_warps, tables, cache, out_dtype, out, verdicts);
+  } else {
+    if (big) e = cudaFuncSetAttribute((AccumulateKernel<DT, false>), kMaxSmem, int(shape.smem));
+    if (e == cudaSuccess)
+      ZC_LAUNCH_KERNEL_SMEM((AccumulateKernel<DT, false>), unsigned(items * ctas), kSumThreads, shape.smem, stream, rows,
+                            size, k, n, items, shape.row_warps, tables, cache, out_dtype, out, verdicts);
+  }
   return e;
 }
 
@@ -175,31 +181,18 @@ cudaError_t LaunchAccumulate(const uint8_t* const* rows, int64_t size, int64_t k
 // array of device pointers; size bytes each), summed in row order in float32 and rounded once
 // into out + i n (device, out_dtype: dtype or kF32). verdicts[i k + r] (device, ~0 before)
 // receives each row's verdict, as DecompressBatch's. The sums of an item with a failing row
-// are garbage: the caller poisons them. acc: n floats an item (device) where SerialSum(k), else
-// unused; codes: CodeCacheBytes(dtype, items, k, n) bytes (device, 16-byte aligned; none, and
-// unused, unless k > kRowWarps). sms, smem_block, smem_sm: the device's (SumShapeOf). Returns
+// are garbage: the caller poisons them. codes: CodeCacheBytes(dtype, items, k, n) bytes (device,
+// 16-byte aligned; none, and unused, unless k > kRowWarps). sms, smem_block, smem_sm: the
+// device's (SumShapeOf). Returns
 // the error of allowing the kernel its shared memory, if any (the launch's is the caller's
 // cudaGetLastError).
 inline cudaError_t Accumulate(int dtype, const uint8_t* const* rows, int64_t size, int64_t k, int64_t n,
-                              int64_t items, float* acc, void* codes, int out_dtype, void* out,
+                              int64_t items, void* codes, int out_dtype, void* out,
                               unsigned long long* verdicts, const Tables* tables, int sms, int64_t smem_block,
                               int64_t smem_sm, cudaStream_t stream) {
   if (items == 0 || k == 0) return cudaSuccess;
   uint8_t* o = static_cast<uint8_t*>(out);
-  if (SerialSum(k)) {
-    const unsigned grid = unsigned(items * DecodeCtas(n, items, sms, kSerialSumCtasPerSm));
-    if (dtype == kBF16)
-      ZC_LAUNCH_KERNEL(AccumulateSerialKernel<kBF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables,
-                       acc, out_dtype, o, verdicts);
-    else if (dtype == kF16)
-      ZC_LAUNCH_KERNEL(AccumulateSerialKernel<kF16>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables,
-                       acc, out_dtype, o, verdicts);
-    else
-      ZC_LAUNCH_KERNEL(AccumulateSerialKernel<kF32>, grid, kDecodeThreads, stream, rows, size, k, n, items, tables,
-                       acc, out_dtype, o, verdicts);
-    return cudaSuccess;
-  }
-  const SumShape shape = SumShapeOf(dtype, k, smem_block, smem_sm);
+  const SumShape shape = SumShapeOf(dtype, smem_block, smem_sm);
   if (dtype == kBF16)
     return LaunchAccumulate<kBF16>(rows, size, k, n, items, codes, out_dtype, o, verdicts, tables, sms, shape, stream);
   if (dtype == kF16)

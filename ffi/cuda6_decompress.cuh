@@ -20,22 +20,17 @@
 // first error. A launch decodes a batch of streams, a run of CTAs each
 // (item = blockIdx.x / the run's length), at any byte alignment.
 //
-// AccumulateKernel<DT>: the reduce step of 8 rows or more on the same block
-// decoder: a CTA takes one block at a time through an item's k rows, up to 8 rows
-// at once (a warp a row, each with its row's group table, built by the warp: BuildWarpGroupTable;
-// past 8 rows, filled from the row's code as WarpCodesKernel worked it out once: CachedCode),
-// each warp decoding its row's block into a slot in shared memory (dynamic: up
-// to ~216 KB a CTA); then its 256 threads add the slots in row order to 16
-// float32 sums each, in registers (AddSlots: a round's slots, 16-byte loads, one
-// NaN test a round), and round them once into the output: no
-// decoded row is written to memory, and the rows of a block decode in parallel.
-// AccumulateSerialKernel<DT>, fewer rows: a CTA takes a batch of 8 blocks (a
-// warp a block) through the rows one after another, adding each value to its
-// float32 sum in the workspace (AddSink); two such CTAs an SM keep 16 warps
-// decoding, where k < 8 row warps would leave most of an SM idle, but a
-// block's rows are one warp's serial work, which leaves most SMs idle when rows
-// are short and many (64 rows of a 64 MB bucket filled 16 CTAs: why
-// AccumulateKernel exists).
+// AccumulateKernel<DT>: the reduce step on the same block decoder: a CTA takes
+// one block at a time through an item's k rows, up to 8 rows at once (a warp a
+// row, each with its row's group table, built by the warp: BuildWarpGroupTable;
+// past 8 rows, filled from the row's code as WarpCodesKernel worked it out once:
+// CachedCode), or, with 4 rows or fewer, the rows of several blocks at once (2
+// rows: 4 blocks; SumSpan), each warp decoding its row's block into a slot in
+// shared memory (dynamic: up to ~216 KB a CTA); then its 256 threads add the
+// slots in row order to 16 float32 sums each, in registers (AddSlots: a round's
+// slots, 16-byte loads, one NaN test a round), and round them once into the
+// output: no decoded row is written to memory, and the rows of a block decode in
+// parallel.
 #pragma once
 
 #include "cuda6_device.cuh"
@@ -45,30 +40,14 @@ namespace cuda6 {
 
 constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
 constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
-constexpr int kSerialSumMinCtas = 2;  // AccumulateSerialKernel: at most 128 registers (its sums and rows live across the decode)
 
 // Where a block's decoded values go (value i of the block, i < 4096): StoreSink stores them as
-// elements (y: the block's; DecodeKernel's output, AccumulateKernel's row slot in shared memory);
-// AddSink adds them in float32 to the block's sums (acc, AccumulateSerialKernel's), or sets them
-// for a stream's first row (the reduce step's order, FORMAT.md §7: add_f32, the format's NaN rule).
+// elements (y: the block's; DecodeKernel's output, AccumulateKernel's row slot in shared memory).
 template <int DT>
 struct StoreSink {
-  static constexpr bool kAdds = false;
   typename Elem<DT>::Word* y;
   __device__ __forceinline__ void Put(int i, uint32_t v) const { y[i] = typename Elem<DT>::Word(v); }
 };
-template <int DT>
-struct AddSink {
-  static constexpr bool kAdds = true;
-  float* acc;
-  bool first;
-  __device__ __forceinline__ void Put(int i, uint32_t v) const {
-    float f = DT == kF16 ? ZC_F16_TO_F32(v) : element_to_f32(DT, v);  // fp16: the hardware's widening,
-    if (DT == kF16 && f != f) f = element_to_f32(DT, v);               // but a NaN's payload exact
-    acc[i] = first ? f : ZC_INJECTED(3) ? ZC_FADD(acc[i], f) : add_f32(acc[i], f);
-  }
-};
-
 // A warp's group table entry (u16, AccumulateKernel): FamEntry's where it is fast; an escape's
 // (slow: bits 0-3 are 0) sym << 4 | length << 12, which Group16Slow turns into build_lut's sym |
 // length << 8 for SlowValue; 0 for a window that starts no code.
@@ -209,7 +188,7 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
 
 // §3, exactly as format6.h decode_element: a lane of `len` bits from bit `bit`
 // of `in` (size bytes, 4-byte aligned): `values` elements to the sink's lane,
-// lane + 32, ... (put false: none, the verdict only) The window past the lane's end
+// lane + 32, ... The window past the lane's end
 // holds the next lane's bits, which decode nothing the reference's zeros would
 // not (a code that fits the lane is found the same either way; one that does not
 // fails either way). Returns a Status | the bits taken << 32 (no pointer out: a
@@ -218,7 +197,7 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
 template <int DT, typename Sink>
 __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int64_t bit, uint32_t len, uint32_t ref,
                                            const uint16_t* lut12, const GroupCode& g, Sink sink, int lane,
-                                           int values, bool put) {
+                                           int values) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   int64_t idx = bit / 32;
@@ -248,7 +227,7 @@ __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int6
       buf >>= lay.low_bits, held -= lay.low_bits, taken += lay.low_bits;
     }
     if (taken > len) return uint64_t(kErrBitstream);
-    if (put) sink.Put(lane + kWarp * i, (sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
+    sink.Put(lane + kWarp * i, (sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
   }
   return uint64_t(kOk) | uint64_t(taken) << 32;
 }
@@ -439,16 +418,13 @@ __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int6
                    : FastLane<DT, false, false>(words, at, ref, t.fam[c], kFamMask, lut12, sink, lane, values, &ok);
     ok = ok && (lane < kWarp - 1 ? used == len : used <= len);
   }
-  if (!ok) {  // a store sink takes the lane's values again; a sum must not add a lane twice: after
-              // FastLane, DecodeLane gives an AddSink's verdict only
-    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, *t.code, sink, lane, values,
-                                      !(Sink::kAdds && fast));
+  if (!ok) {  // the sink takes the lane's values again
+    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, *t.code, sink, lane, values);
     st = int(uint32_t(r)), used = uint32_t(r >> 32);
-    // FastLane refuses only a lane DecodeLane refuses (they decode the same values); were one
-    // accepted, a sum would hold FastLane's values: refused rather than trusted. (4: the host
-    // emulation's strict mode, in which the same holds for every sink, so that its tests see every
-    // lane of a valid stream take the fast path: a refusal there is no error, only slow.)
-    if ((Sink::kAdds || ZC_INJECTED(4)) && fast && st == kOk) st = kErrBitstream;
+    // FastLane refuses only a lane DecodeLane refuses (they decode the same values). (4: the host
+    // emulation's strict mode, in which a lane FastLane refused is refused, so that its tests see
+    // every lane of a valid stream take the fast path: a refusal there is no error, only slow.)
+    if (ZC_INJECTED(4) && fast && st == kOk) st = kErrBitstream;
   }
   if (st == kOk && lane < kWarp - 1) st = used == len ? kOk : kErrTrailing;  // format6.h lane_end_status
   if (st == kOk && lane == kWarp - 1) {
@@ -553,72 +529,6 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(c
   for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j)
     DecodeBatch<DT>(s, in, size, n, j, tables, [&](int64_t b) { return StoreSink<DT>{y + b * kBlock}; }, status,
                     &built, &table_status);
-}
-
-// AccumulateSerialKernel's shared memory: the decoder's, and the tables' address (read from here
-// after the decode's barriers rather than held in registers across it).
-struct SerialSumSmem {
-  DecodeSmem d;
-  const Tables* tables;
-};
-
-// The reduce step (FORMAT.md §7) of few rows (k < 8: cuda6_codec.cuh's Accumulate), without the
-// decoded rows in memory: `items` items of k rows, row r of item i at rows[i k + r] (size bytes
-// each, any alignment), each a stream of n elements. A CTA takes a batch of 8 blocks (a warp a
-// block) through the item's rows in order, decoding block b of row 0, 1, ... k - 1 into the
-// block's float32 sums (AddSink: acc + i n, each sum touched only by the lane that owns its value,
-// so it stays in that thread's L1 lines), then rounds them once into out + i n (out_dtype: float32
-// or DT). verdicts[i k + r] (~0 before) receives row r's verdict. grid = items x a run of CTAs per
-// item. Two CTAs an SM (16 warps decoding; AccumulateKernel decodes k rows of a block at once
-// instead, k warps a CTA, which for few rows would leave most of an SM idle); the loop over the
-// rows keeps ~100 registers live (64 spill), and the sums' loads want the unrolled decode.
-template <int DT>
-__global__ void __launch_bounds__(kDecodeThreads, kSerialSumMinCtas) AccumulateSerialKernel(
-    const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items, const Tables* tables, float* acc,
-    int out_dtype, uint8_t* out, unsigned long long* verdicts) {
-  using E = Elem<DT>;
-  ZC_SHARED(SerialSumSmem, s);
-  const int tid = int(threadIdx.x), w = WarpIdx(), lane = LaneId();
-  const int64_t ctas = gridDim.x / items, item = blockIdx.x / ctas, cta = blockIdx.x % ctas;
-  const int out_bytes = out_dtype == kF32 ? 4 : 2;
-  rows += item * k, acc += item * n, out += item * n * out_bytes, verdicts += item * k;
-  if (tid == 0) s.tables = TablesOr(tables);
-  const int64_t nb = (n + kBlock - 1) / kBlock;
-  if (cta == 0)  // every row's header (n = 0 too), once
-    for (int64_t r = tid; r < k; r += kDecodeThreads) {
-      int flags = 0;
-      const int st = StreamStatus<DT>(rows[r], size, n, &flags);
-      if (st != kOk) atomicMin(&verdicts[r], (unsigned long long)st);
-    }
-  __syncthreads();
-  LoadFamily<DT>(s.d.fam, s.tables, kDecodeThreads);
-  __syncthreads();
-  const int64_t batches = (nb + kDecodeWarps - 1) / kDecodeWarps, per = (batches + ctas - 1) / ctas;
-  for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j) {
-    for (int r = 0; r < int(k); ++r) {  // k < 8
-      const uint8_t* in = rows[r];
-      int flags = 0;
-      if (StreamStatus<DT>(in, size, n, &flags) != kOk) continue;  // reported above; the sums are poisoned
-      const bool first = r == 0;
-      const auto sink_of = [&](int64_t block) { return AddSink<DT>{acc + block * kBlock, first}; };
-      if (flags & kFlagStoredRaw) {
-        const int64_t b = j * kDecodeWarps + w;
-        const AddSink<DT> sink = sink_of(b);
-        for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp)
-          sink.Put(i, load_element(in + kHeaderBytes + (b * kBlock + i) * E::kBytes, E::kBytes));
-        continue;
-      }
-      int64_t built = -1;
-      int table_status = kOk;
-      DecodeBatch<DT>(s.d, in, size, n, j, s.tables, sink_of, &verdicts[r], &built, &table_status);
-    }
-    // the block's sums, rounded once, each by the lane that added it
-    const int64_t b = j * kDecodeWarps + w;
-    for (int i = lane; b < nb && i < int(Min<int64_t>(kBlock, n - b * kBlock)); i += kWarp) {
-      const int64_t e = b * kBlock + i;
-      store_element(out + e * out_bytes, f32_to_element(out_dtype, acc[e]), out_bytes);
-    }
-  }
 }
 
 // A warp's group code (AccumulateKernel, a warp a row): its 12-bit table, each code's entry by
@@ -727,6 +637,12 @@ __device__ inline int BuildWarpGroupTable(WarpCode<DT>& t, const uint8_t* table,
 // The reduce step's CUDA blocks: kRowWarps warps, each decoding one row's block at a time into
 // its slot; the 256 threads then add the slots in row order, 16 sums each.
 constexpr int kRowWarps = 8, kSumThreads = kWarp * kRowWarps, kSumsPerThread = kBlock / kSumThreads;
+
+// The blocks whose rows AccumulateKernel decodes at once with `row_warps` row warps: as many as
+// the row warps hold all k rows of (a warp a row and block), else one (rounds of row_warps rows).
+__host__ __device__ __forceinline__ int SumSpan(int64_t k, int row_warps) {
+  return k > 0 && k <= row_warps / 2 ? int(row_warps / k) : 1;
+}
 constexpr size_t kFamBytes = sizeof(uint16_t) * kCombos * (1 << kPeek);
 
 // AccumulateKernel's dynamic shared memory with `row_warps` row warps: the family's first
@@ -940,10 +856,13 @@ __device__ __forceinline__ void AddSlots(const typename Elem<DT>::Word* slots, i
 // the last row; the sums are rounded once into out + i n (out_dtype: float32 or DT). So the rows
 // are decoded in parallel (row_warps of them), and the sums of a block never leave the SM.
 // verdicts[i k + r] (~0 before) receives row r's verdict. codes: the rows' CachedCodes
-// (WarpCodesKernel's) or null. grid = items x a run of CUDA blocks
-// per item, each looping over its share of the blocks. At most 128 registers (launch bounds of
-// two CTAs an SM), so that shared memory alone bounds its CTAs an SM.
-template <int DT>
+// (WarpCodesKernel's) or null. kBlocks (SumSpan(k, row_warps) > 1: k <= row_warps / 2): a round
+// decodes all k rows of `span` = row_warps / k blocks at once (warp w: row w % k of block b + w / k)
+// and adds each block's k slots (a kernel of its own: no sums live across its decodes, so that
+// neither kernel spills). grid = items x a run of CUDA blocks per item, each looping over its
+// share of the blocks. At most 128 registers (launch bounds of two CTAs an SM), so that shared
+// memory alone bounds its CTAs an SM.
+template <int DT, bool kBlocks>
 __global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
     const uint8_t* const* rows, int64_t size, int64_t k, int64_t n, int64_t items, int row_warps,
     const Tables* tables, const CachedCode<DT>* codes, int out_dtype, uint8_t* out, unsigned long long* verdicts) {
@@ -966,28 +885,50 @@ __global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
     }
   LoadFamily<DT>(fam, tables, kSumThreads);
   __syncthreads();
-  const int64_t nb = (n + kBlock - 1) / kBlock, per = (nb + ctas - 1) / ctas;
-  int64_t built = -1;  // the key of the code in the warp's table (DecodeRowBlock)
-  int table_status = kOk;
-  for (int64_t b = cta * per; b < Min<int64_t>(nb, (cta + 1) * per); ++b) {
+  const int span = kBlocks ? row_warps / int(k) : 1;  // blocks a round
+  const int64_t nb = (n + kBlock - 1) / kBlock, per = ((nb + ctas - 1) / ctas + span - 1) / span * span;
+  const int64_t end = Min<int64_t>(nb, (cta + 1) * per);
+  const auto store = [&](int64_t b, const float (&sums)[kSumsPerThread]) {  // block b's sums, rounded
     const int count = int(Min<int64_t>(kBlock, n - b * kBlock));
-    float acc[kSumsPerThread] = {};
-    for (int64_t r0 = 0; r0 < k; r0 += row_warps) {
-      if (w < row_warps && r0 + w < k) {
-        const int64_t r = r0 + w;
-        const int bs = DecodeRowBlock<DT>(rows[r], size, n, b, count, r, wcs[w], fam, tables,
-                                          codes ? codes + r * ng : nullptr, slots + w * kBlock, &built, &table_status);
-        if (bs != kOk && lane == 0) atomicMin(&verdicts[r], (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
-      }
-      __syncthreads();
-      const int here = int(Min<int64_t>(row_warps, k - r0));
-      AddSlots<DT>(slots, here, r0 == 0, acc);  // a slot's values past count are garbage, never stored
-      __syncthreads();  // before the slots are written again
-    }
 #pragma unroll
     for (int j = 0; j < kSumsPerThread; ++j) {
       const int i = SumSlot<DT>::Index(tid, j);
-      if (i < count) store_element(out + (b * kBlock + i) * out_bytes, f32_to_element(out_dtype, acc[j]), out_bytes);
+      if (i < count) store_element(out + (b * kBlock + i) * out_bytes, f32_to_element(out_dtype, sums[j]), out_bytes);
+    }
+  };
+  // warp w decodes row r of block bw into its slot, then a barrier
+  int64_t built = -1;  // the key of the code in the warp's table (DecodeRowBlock)
+  int table_status = kOk;
+  const auto decode = [&](int64_t bw, int64_t r) {
+    if (bw < end && r < k) {
+      const int count = int(Min<int64_t>(kBlock, n - bw * kBlock));
+      const int bs = DecodeRowBlock<DT>(rows[r], size, n, bw, count, r, wcs[w], fam, tables,
+                                        codes ? codes + r * ng : nullptr, slots + w * kBlock, &built, &table_status);
+      if (bs != kOk && lane == 0) atomicMin(&verdicts[r], (unsigned long long)(bw + 1) << 8 | (unsigned long long)bs);
+    }
+    __syncthreads();
+  };
+  // (a slot's values past its block's count are garbage, never stored)
+  if constexpr (kBlocks) {
+    const int kk = int(k), wb = w / kk;  // the warp's block in a round (its row: w % kk)
+    for (int64_t b = cta * per; b < end; b += span) {
+      decode(wb < span ? b + wb : end, w % kk);
+      for (int q = 0; q < span && b + q < end; ++q) {  // each block's k slots, its sums stored at once
+        float acc[kSumsPerThread] = {};
+        AddSlots<DT>(slots + q * kk * kBlock, kk, true, acc);
+        store(b + q, acc);
+      }
+      __syncthreads();  // before the slots are written again
+    }
+  } else {
+    for (int64_t b = cta * per; b < end; ++b) {
+      float acc[kSumsPerThread] = {};
+      for (int64_t r0 = 0; r0 < k; r0 += row_warps) {
+        decode(w < row_warps ? b : end, r0 + w);
+        AddSlots<DT>(slots, int(Min<int64_t>(row_warps, k - r0)), r0 == 0, acc);
+        __syncthreads();  // before the slots are written again
+      }
+      store(b, acc);
     }
   }
 }

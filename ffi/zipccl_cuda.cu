@@ -15,14 +15,13 @@
 // decompress:  DecodeKernel (persistent CTAs, a run per stream; warp per
 //              block; cuda6_decompress.cuh) -> FinishKernel (status words,
 //              poison).
-// accumulate:  AccumulateKernel (8 rows or more; past 8, each row's group
-//              codes worked out once by WarpCodesKernel): per block, rows 0, 1, ...,
-//              k - 1 decoded 8 at once (a warp a row) into shared memory and
-//              added in row order to float32 sums in registers; or, fewer
-//              rows, AccumulateSerialKernel: per batch of 8 blocks, a block's
-//              rows decoded in order into float32 sums in the workspace (no
-//              decoded row in memory either way); rounded once ->
-//              FinishKernel (a failing row poisons its item's sums).
+// accumulate:  AccumulateKernel (past 8 rows, each row's group codes worked
+//              out once by WarpCodesKernel): per block, rows 0, 1, ..., k - 1
+//              decoded 8 at once (a warp a row; 4 rows or fewer: the rows of
+//              several blocks at once) into shared memory and added in row
+//              order to float32 sums in registers (no decoded row in memory);
+//              rounded once -> FinishKernel (a failing row poisons its item's
+//              sums).
 // row ops:     the same kernels on the rows (zipccl_rows.h: gathered from the
 //              leaves by RowsKernel unless one leaf holds them as they are);
 //              the size pass is GroupKernel and ScanKernel alone.
@@ -222,12 +221,10 @@ c6::Workspace TakeCompress(Workspace& ws, int64_t n, int64_t items) {
 }
 
 // The reduce step's arrays for `items` items of k rows of n elements: the rows' pointers, the
-// float32 sums where the rows are few (c6::SerialSum; 8 rows or more: in registers), the rows'
-// group codes where they are more than AccumulateKernel's row warps (c6::CodeCacheBytes), the
-// rows' verdicts.
+// rows' group codes where they are more than AccumulateKernel's row warps (c6::CodeCacheBytes),
+// the rows' verdicts (the sums are in registers).
 struct SumArrays {
   const uint8_t** rows;
-  float* acc;
   void* codes;
   unsigned long long* verdicts;
 };
@@ -235,7 +232,6 @@ struct SumArrays {
 SumArrays TakeSums(Workspace& ws, int dtype, int64_t items, int64_t k, int64_t n) {
   SumArrays a;
   a.rows = ws.Take<const uint8_t*>(items * k);
-  a.acc = c6::SerialSum(k) ? ws.Take<float>(items * n) : nullptr;
   const int64_t code_bytes = c6::CodeCacheBytes(dtype, items, k, n);
   a.codes = code_bytes ? ws.Take<uint8_t>(code_bytes) : nullptr;
   a.verdicts = ws.Take<unsigned long long>(items * k);
@@ -274,7 +270,7 @@ ffi::Error LaunchSums(cudaStream_t stream, const SumArrays& a, int dtype, int64_
       cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess)
     return ffi::Error(ffi::ErrorCode::kInternal, "zipccl: cannot read the device's shared memory sizes");
   ZC_CUDA(cudaMemsetAsync(a.verdicts, 0xFF, size_t(items * k) * sizeof(unsigned long long), stream));
-  ZC_CUDA(c6::Accumulate(dtype, a.rows, size, k, n, items, a.acc, a.codes, out_dtype, out, a.verdicts, nullptr, *sms,
+  ZC_CUDA(c6::Accumulate(dtype, a.rows, size, k, n, items, a.codes, out_dtype, out, a.verdicts, nullptr, *sms,
                          smem_block, smem_sm, stream));
   ZC_CUDA(cudaGetLastError());
   ZC_LAUNCH(c6::FinishKernel, items, stream, a.verdicts, k, items, words, out, n * ElemBytes(out_dtype));

@@ -26,6 +26,7 @@ unchecked: the device's weaker memory model, warp scheduling and speed, device m
 float add is a GPU's, tests/cuda_host_shim.h) and XLA's capture of the handlers into command
 buffers."""
 
+import itertools
 import re
 import struct
 import subprocess
@@ -195,10 +196,11 @@ def accumulate_request(payload, dtype, n, out_dtype):
 @pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: f"sms{l[0]}_resident{l[1]}")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_accumulate_matches_reference(emulator, dtype, launch):
-    """Items of 3 rows each (coded, STORED_RAW and all-zero rows mixed), summed in row order to the
-    payload dtype and to float32."""
-    k, requests, expected = 3, [], []
-    for n in SIZES:
+    """Items of 1, 2 and 3 rows each (coded, STORED_RAW and all-zero rows mixed), summed in row order
+    to the payload dtype and to float32: the rows of 8, 4 and 2 blocks decoded at once (a partial
+    round at the end of 17 blocks)."""
+    requests, expected = [], []
+    for k, n in itertools.product((1, 2, 3), SIZES):
         streams = streams_of(dtype, n)
         cap = r6.max_stream_bytes(n, dtype)
         batch = len(streams) // k
@@ -466,11 +468,11 @@ def test_handlers_refuse_bad_arguments_with_clear_errors(emulator):
                       ""]
 
 
-@pytest.mark.parametrize("k", [4, 9], ids=["4 rows (AccumulateSerialKernel)", "9 rows (AccumulateKernel)"])
+@pytest.mark.parametrize("k", [4, 9], ids=["4 rows (2 blocks a round)", "9 rows (8 + 1)"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sums_of_nans_carry_the_reference_bits_although_the_gpu_add_canonicalises(emulator, dtype, k):
     """Rows of NaNs of random payloads and signs (quiet and signalling) and infinities of both signs,
-    summed by the reduce-step kernels (fewer than 8 rows and more) through both handlers
+    summed by the reduce step (4 rows: two blocks a round; 9: a round of 8 and one of 1) through both handlers
     (zipccl_decompress_accumulate, the collectives' decode_accumulate_rows) to the dtype and to
     float32. The emulated float add is a GPU's: every NaN it makes is 0x7FFFFFFF; so is every NaN of
     the emulated hardware widening of fp16 (the worst a device may do with a payload). The kernels

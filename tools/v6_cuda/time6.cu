@@ -66,13 +66,12 @@ bool TimeSum(int dtype, const std::vector<uint8_t>& x, int64_t k, int reps, cons
   Check(cudaGetDevice(&device), "device");
   Check(cudaDeviceGetAttribute(&smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "smem");
   Check(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "smem");
-  void *payload, *ws, *ptrs, *sums, *verdicts, *acc, *codes;
+  void *payload, *ws, *ptrs, *sums, *verdicts, *codes;
   Check(cudaMalloc(&payload, size_t(k * pitch)), "malloc");
   Check(cudaMalloc(&ws, c6::CompressWorkspaceBytes(m, k)), "malloc");
   Check(cudaMalloc(&ptrs, size_t(k) * sizeof(void*)), "malloc");
   Check(cudaMalloc(&sums, size_t(m * eb)), "malloc");
   Check(cudaMalloc(&verdicts, size_t(k) * 8), "malloc");
-  Check(cudaMalloc(&acc, size_t(m) * sizeof(float)), "malloc");  // the float32 sums of fewer than 8 rows
   Check(cudaMalloc(&codes, size_t(std::max<int64_t>(1, c6::CodeCacheBytes(dtype, 1, k, m)))), "malloc");  // more than 8
   std::vector<const uint8_t*> host_ptrs(static_cast<size_t>(k));
   for (int64_t r = 0; r < k; ++r) host_ptrs[size_t(r)] = static_cast<uint8_t*>(payload) + r * pitch;
@@ -84,7 +83,7 @@ bool TimeSum(int dtype, const std::vector<uint8_t>& x, int64_t k, int reps, cons
   auto* v = static_cast<unsigned long long*>(verdicts);
   auto sum = [&] {
     Check(cudaMemsetAsync(verdicts, 0xFF, size_t(k) * 8, stream), "memset");
-    Check(c6::Accumulate(dtype, rows, pitch, k, m, 1, static_cast<float*>(acc), codes, dtype, sums, v, tables, sms,
+    Check(c6::Accumulate(dtype, rows, pitch, k, m, 1, codes, dtype, sums, v, tables, sms,
                          smem_block, smem_sm, stream),
           "accumulate");
   };
@@ -117,7 +116,7 @@ bool TimeSum(int dtype, const std::vector<uint8_t>& x, int64_t k, int reps, cons
   ms /= reps;
   std::printf("%s sum of %lld rows of %lld: %.4f ms %.1f GB/s of row bytes %s\n", dt.c_str(), (long long)k,
               (long long)m, ms, double(k * m * eb) / 1e9 / (ms / 1e3), exact ? "bit-exact" : "MISMATCH");
-  for (void* p : {payload, ws, ptrs, sums, verdicts, acc}) cudaFree(p);
+  for (void* p : {payload, ws, ptrs, sums, verdicts, codes}) cudaFree(p);
   return exact;
 }
 
