@@ -769,7 +769,7 @@ __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n,
   return DecodeBlock<DT, !k32>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables, sink);
 }
 
-// A thread's 16 sums of a block: elements SumIndex<DT>(tid, j), j < 16, a 16-byte load's worth of
+// A thread's 16 sums of a block: elements Index(tid, j), j < 16, a 16-byte load's worth of
 // adjacent elements (8 bf16 or fp16, 4 fp32) from each 4 KB of the slot, so that a warp's loads
 // are 512 consecutive bytes (no bank conflict) and a thread's 16 values take 2 (fp32 4) loads.
 template <int DT>
@@ -788,7 +788,7 @@ __device__ __forceinline__ uint32_t SlotElement(const uint32_t (&words)[kSumsPer
 }
 
 // An element as a float32 by the hardware's widening: bf16 a shift, fp16 the half-to-float
-// conversion (exact but for a NaN's payload, which the caller restores: ZC_F16_TO_F32's), fp32 its bits.
+// conversion (ZC_F16_TO_F32: exact but for a NaN's payload, which AddSlots restores), fp32 its bits.
 template <int DT>
 __device__ __forceinline__ float WidenFast(const uint32_t (&words)[kSumsPerThread * Elem<DT>::kBytes / 4], int j) {
   if constexpr (DT == kBF16) return bits_to_f32(j % 2 ? words[j / 2] & 0xFFFF0000u : words[j / 2] << 16);

@@ -37,8 +37,8 @@
 #endif
 
 // An fp16 element's bits as a float32 by the hardware (cvt.f32.f16: exact for every number, a NaN's
-// payload not promised; callers restore it: AddSlots, AddSink). The host emulation's returns the canonical
-// NaN for every NaN (tests/cuda_host_shim.h), the worst a device could do.
+// payload not promised; the caller restores it: AddSlots). The host emulation's returns the
+// canonical NaN for every NaN (tests/cuda_host_shim.h), the worst a device could do.
 #ifdef ZIPCCL_HOST_EMULATION
 #define ZC_F16_TO_F32(h) ZC_HOST_F16_TO_F32(h)
 #else
