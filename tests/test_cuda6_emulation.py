@@ -441,9 +441,9 @@ def test_cuda_build_compiles_for_sm90_within_budget(tmp_path):
     # (GroupKernel's 8-byte stack frame: the call of the 64-bit division that finds its item; no spill)
     usage = re.findall(r"Used (\d+) registers, used \d+ barriers(?:, \d+ bytes cumulative stack size)?(?:, (\d+) bytes smem)?",
                        out.stderr)
-    # Scan; Group, Code, Decode, Accumulate and WarpCodes (the reduce step, in cuda6_codec.cuh's
-    # Accumulate) for each dtype
-    assert len(usage) == len(kernels) == 16, out.stderr
+    # Scan; Group, Code, Decode, Accumulate (two: several blocks a round or not) and WarpCodes (the
+    # reduce step, in cuda6_codec.cuh's Accumulate) for each dtype
+    assert len(usage) == len(kernels) == 19, out.stderr
     assert not re.search(r"[1-9]\d* bytes spill stores", out.stderr), out.stderr
     for name, (regs, smem) in zip(kernels, usage):  # the occupancy docs/GPU.md predicts from
         # AccumulateKernel: two CTAs an SM by registers (where its dynamic shared memory allows) and no
