@@ -144,6 +144,22 @@ inline SumShape SumShapeOf(int dtype, int64_t smem_block, int64_t smem_sm) {
   return {rows, smem, per_sm};
 }
 
+// AccumulateKernel<DT, kBlocks> on `grid` CUDA blocks, allowed its shared memory first where it
+// takes more than 48 KB (the error of allowing it, if any).
+template <int DT, bool kBlocks>
+cudaError_t LaunchSumKernel(unsigned grid, const SumShape& shape, cudaStream_t stream, const uint8_t* const* rows,
+                            int64_t size, int64_t k, int64_t n, int64_t items, const Tables* tables,
+                            const CachedCode<DT>* cache, int out_dtype, uint8_t* out, unsigned long long* verdicts) {
+  cudaError_t e = cudaSuccess;
+  if (shape.smem > (48u << 10))
+    e = cudaFuncSetAttribute((AccumulateKernel<DT, kBlocks>), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(shape.smem));
+  if (e == cudaSuccess)
+    ZC_LAUNCH_KERNEL_SMEM((AccumulateKernel<DT, kBlocks>), grid, kSumThreads, shape.smem, stream, rows, size, k, n,
+                          items, shape.row_warps, tables, cache, out_dtype, out, verdicts);
+  return e;
+}
+
 // AccumulateKernel<DT, SumSpan > 1> for `items` items of k rows (Accumulate's arguments), after
 // WarpCodesKernel<DT> where more rows than row warps share a block (codes: CodeCacheBytes).
 template <int DT>
@@ -160,21 +176,11 @@ cudaError_t LaunchAccumulate(const uint8_t* const* rows, int64_t size, int64_t k
   const int64_t span = SumSpan(k, shape.row_warps);
   const int64_t rounds = (NumBlocks(n) + span - 1) / span;  // of a CTA's span blocks
   const int64_t ctas = Max<int64_t>(1, Min<int64_t>(rounds, int64_t(sms) * shape.per_sm / items));
-  const bool big = shape.smem > (48u << 10);  // (a kernel allowed past 48 KB first)
-  constexpr auto kMaxSmem = cudaFuncAttributeMaxDynamicSharedMemorySize;
-  cudaError_t e = cudaSuccess;
-  if (span > 1) {
-    if (big) e = cudaFuncSetAttribute((AccumulateKernel<DT, true>), kMaxSmem, int(shape.smem));
-    if (e == cudaSuccess)
-      ZC_LAUNCH_KERNEL_SMEM((AccumulateKernel<DT, true>), unsigned(items * ctas), kSumThreads, shape.smem, stream, rows,
-                            size, k, n, items, shape.row_warps, tables, cache, out_dtype, out, verdicts);
-  } else {
-    if (big) e = cudaFuncSetAttribute((AccumulateKernel<DT, false>), kMaxSmem, int(shape.smem));
-    if (e == cudaSuccess)
-      ZC_LAUNCH_KERNEL_SMEM((AccumulateKernel<DT, false>), unsigned(items * ctas), kSumThreads, shape.smem, stream, rows,
-                            size, k, n, items, shape.row_warps, tables, cache, out_dtype, out, verdicts);
-  }
-  return e;
+  const unsigned grid = unsigned(items * ctas);
+  return span > 1 ? LaunchSumKernel<DT, true>(grid, shape, stream, rows, size, k, n, items, tables, cache, out_dtype,
+                                              out, verdicts)
+                  : LaunchSumKernel<DT, false>(grid, shape, stream, rows, size, k, n, items, tables, cache, out_dtype,
+                                               out, verdicts);
 }
 
 // The reduce step: `items` items of k rows of dtype, row r of item i at rows[i k + r] (a device

@@ -774,7 +774,7 @@ __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n,
 // are 512 consecutive bytes (no bank conflict) and a thread's 16 values take 2 (fp32 4) loads.
 template <int DT>
 struct SumSlot {
-  static constexpr int kAdjacent = 16 / Elem<DT>::kBytes, kLoads = kSumsPerThread / kAdjacent;
+  static constexpr int kAdjacent = 16 / Elem<DT>::kBytes, kLoads = kSumsPerThread / kAdjacent, kWords = 4 * kLoads;
   __device__ __forceinline__ static int Index(int tid, int j) {
     return (j / kAdjacent) * (kSumThreads * kAdjacent) + tid * kAdjacent + j % kAdjacent;
   }
@@ -782,7 +782,7 @@ struct SumSlot {
 
 // Element j's bits of a thread's 16, from its loads' words (two elements a word for bf16 and fp16).
 template <int DT>
-__device__ __forceinline__ uint32_t SlotElement(const uint32_t (&words)[kSumsPerThread * Elem<DT>::kBytes / 4], int j) {
+__device__ __forceinline__ uint32_t SlotElement(const uint32_t (&words)[SumSlot<DT>::kWords], int j) {
   if constexpr (Elem<DT>::kBytes == 4) return words[j];
   else return j % 2 ? words[j / 2] >> 16 : words[j / 2] & 0xFFFFu;
 }
@@ -790,7 +790,7 @@ __device__ __forceinline__ uint32_t SlotElement(const uint32_t (&words)[kSumsPer
 // An element as a float32 by the hardware's widening: bf16 a shift, fp16 the half-to-float
 // conversion (ZC_F16_TO_F32: exact but for a NaN's payload, which AddSlots restores), fp32 its bits.
 template <int DT>
-__device__ __forceinline__ float WidenFast(const uint32_t (&words)[kSumsPerThread * Elem<DT>::kBytes / 4], int j) {
+__device__ __forceinline__ float WidenFast(const uint32_t (&words)[SumSlot<DT>::kWords], int j) {
   if constexpr (DT == kBF16) return bits_to_f32(j % 2 ? words[j / 2] & 0xFFFF0000u : words[j / 2] << 16);
   else if constexpr (DT == kF16) return ZC_F16_TO_F32(SlotElement<DT>(words, j));
   else return bits_to_f32(words[j]);
@@ -799,7 +799,7 @@ __device__ __forceinline__ float WidenFast(const uint32_t (&words)[kSumsPerThrea
 // A thread's 16 words' worth of slot s (SumSlot's elements), two 16-byte loads (fp32 four).
 template <int DT>
 __device__ __forceinline__ void LoadSlot(const typename Elem<DT>::Word* slot,
-                                         uint32_t (&words)[kSumsPerThread * Elem<DT>::kBytes / 4]) {
+                                         uint32_t (&words)[SumSlot<DT>::kWords]) {
 #pragma unroll
   for (int m = 0; m < SumSlot<DT>::kLoads; ++m) {
     const Words4 v = reinterpret_cast<const Words4*>(slot)[m * kSumThreads + threadIdx.x];
@@ -813,7 +813,7 @@ __device__ __forceinline__ void LoadSlot(const typename Elem<DT>::Word* slot,
 template <int DT, bool kExact>
 __device__ __forceinline__ void AddRound(const typename Elem<DT>::Word* slots, int here, bool first,
                                          const float (&from)[kSumsPerThread], float (&sum)[kSumsPerThread]) {
-  uint32_t words[kSumsPerThread * Elem<DT>::kBytes / 4];
+  uint32_t words[SumSlot<DT>::kWords];
 #pragma unroll
   for (int j = 0; j < kSumsPerThread; ++j) sum[j] = from[j];
   for (int s = 0; s < here; ++s) {
@@ -885,7 +885,7 @@ __global__ void __launch_bounds__(kSumThreads, 2) AccumulateKernel(
     }
   LoadFamily<DT>(fam, tables, kSumThreads);
   __syncthreads();
-  const int span = kBlocks ? row_warps / int(k) : 1;  // blocks a round
+  const int span = kBlocks ? SumSpan(k, row_warps) : 1;  // blocks a round
   const int64_t nb = (n + kBlock - 1) / kBlock, per = ((nb + ctas - 1) / ctas + span - 1) / span * span;
   const int64_t end = Min<int64_t>(nb, (cta + 1) * per);
   const auto store = [&](int64_t b, const float (&sums)[kSumsPerThread]) {  // block b's sums, rounded
