@@ -246,22 +246,28 @@ __global__ void __launch_bounds__(kGroupThreads, 2) GroupKernel(const typename E
   __syncthreads();
   // §6 step 2: the symbols' histogram and the lanes' bits under the 8 family choices (16 bits each:
   // a lane's 128 values take at most 128 x 43 bits); the symbols kept (GroupShared)
+  // (each value's exact index; at lim 120 by SymbolIndexHigh: warp-uniform)
   uint64_t fam0 = 0, fam1 = 0;
   uint32_t* syms = shared.syms[w];
-  ForSymbolWords(count, [&](int t, auto full) {
-    uint32_t word = 0;
+  const auto histogram = [&](auto high) {
+    ForSymbolWords(count, [&](int t, auto full) {
+      uint32_t word = 0;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = 128 * t + 32 * u + lane;
-      if (decltype(full)::value || i < count) {
-        const uint32_t j = SymbolIndex<DT, true>(xb[i], own, own_lim);
-        atomicAdd(&s.u.hist[w][j], 1u);
-        fam0 += s.sizes[j][0], fam1 += s.sizes[j][1];
-        word += j << (8 * u);
+      for (int u = 0; u < 4; ++u) {
+        const int i = 128 * t + 32 * u + lane;
+        if (decltype(full)::value || i < count) {
+          const uint32_t j = decltype(high)::value ? SymbolIndexHigh<DT>(xb[i], own)
+                                                   : SymbolIndex<DT, true>(xb[i], own, own_lim);
+          atomicAdd(&s.u.hist[w][j], 1u);
+          fam0 += s.sizes[j][0], fam1 += s.sizes[j][1];
+          word += j << (8 * u);
+        }
       }
-    }
-    syms[32 * t + lane] = word;
-  });
+      syms[32 * t + lane] = word;
+    });
+  };
+  if (own_lim == uint32_t(v6::kClassEsc - 1)) histogram(std::true_type{});
+  else histogram(std::false_type{});
   uint32_t best_size = 0xFFFFFFFFu, best_c = 0;
   for (int c = 0; c < kCombos; ++c) {
     const uint32_t bits = uint32_t((c < 4 ? fam0 : fam1) >> (16 * (c % 4))) & 0xFFFF;

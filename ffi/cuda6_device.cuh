@@ -380,6 +380,20 @@ __device__ __forceinline__ uint32_t SymbolIndex(uint32_t x, uint32_t ref, uint32
   const uint32_t j = kExact ? (d < lim ? d : uint32_t(v6::kClassEsc - 1)) : Min(d, lim);
   return ((x >> (E::kW - 8)) & uint32_t(v6::kSignSym)) | (body == 0 ? 127u : j);
 }
+// SymbolIndex at a ref of 123 or over (lim 120: every block of values over 2^-96 in bf16 and
+// fp32), where its two indices are the same, from the value's bits but the sign: (ref << low |
+// ones) - body is d << low plus the ones less the low bits where q <= ref and wraps past 120's
+// image where q > ref, so one VIADDMNMX and a shift give min(d, 120) (seven instructions to
+// SymbolIndex<DT, true>'s nine in bf16).
+template <int DT>
+__device__ __forceinline__ uint32_t SymbolIndexHigh(uint32_t x, uint32_t ref) {
+  using E = Elem<DT>;
+  constexpr int kLow = E::kLay.low_bits;
+  constexpr uint32_t kLim = v6::kClassEsc - 1;
+  const uint32_t body = x & ((1u << (E::kW - 1)) - 1);
+  const uint32_t j = Min((ref << kLow | E::kLowMask) - body, kLim << kLow | E::kLowMask) >> kLow;
+  return ((x >> (E::kW - 8)) & uint32_t(v6::kSignSym)) | (body == 0 ? 127u : j);
+}
 // The symbol whose entry index k holds.
 __host__ __device__ __forceinline__ int PseudoSource(int k, uint32_t lim) {
   const uint32_t j = uint32_t(v6::class_of_symbol(k));

@@ -1,5 +1,5 @@
 // Checks the compress kernels' symbol indices (ffi/cuda6_device.cuh
-// SymbolIndex, PseudoSource, ExactIndex) against format6.h symbol_of, for
+// SymbolIndex, SymbolIndexHigh, PseudoSource, ExactIndex) against format6.h symbol_of, for
 // tests/test_cuda6_emulation.py: every bf16 and fp16 value and, for fp32, every
 // sign and q with low bits 0, 1 and all ones, at ref 0 and every normal q.
 // Prints "ok N" (the checks made) or the first mismatch, exit status 1.
@@ -20,13 +20,16 @@ bool Check(uint32_t x, uint32_t ref, long* checks) {
   const int sym = v6::symbol_of(x, lay, ref);
   const uint32_t lim = c6::SymbolLimit(ref);
   const uint32_t exact = c6::SymbolIndex<DT, true>(x, ref, lim), pseudo = c6::SymbolIndex<DT, false>(x, ref, lim);
+  // at lim 120 (ref >= 123), SymbolIndexHigh's (else not called: the exact index stands in)
+  const uint32_t high = lim == 120 ? c6::SymbolIndexHigh<DT>(x, ref) : exact;
   ++*checks;
   // the exact index is the symbol's, inverted by PseudoSource at 120; the cheaper one's table
-  // entry (PseudoSource at lim) is the symbol's
+  // entry (PseudoSource at lim) is the symbol's; SymbolIndexHigh's is the exact one
   if (exact < 256 && int(exact) == c6::ExactIndex(sym) && c6::PseudoSource(int(exact), 120) == sym && pseudo < 256 &&
-      c6::PseudoSource(int(pseudo), lim) == sym)
+      c6::PseudoSource(int(pseudo), lim) == sym && high == exact)
     return true;
-  std::printf("dtype %d x %#x ref %u: symbol %d, exact index %u, index %u (lim %u)\n", DT, x, ref, sym, exact, pseudo, lim);
+  std::printf("dtype %d x %#x ref %u: symbol %d, exact index %u, index %u (lim %u), high %u\n", DT, x, ref, sym, exact,
+              pseudo, lim, high);
   return false;
 }
 
