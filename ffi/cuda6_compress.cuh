@@ -74,7 +74,8 @@ struct GroupSmem {
   } u;
   uint64_t sizes[v6::kNumSyms][2];            // Tables::sizes by exact index, each length plus the fixed bits
   uint32_t counts[2][v6::kNumSyms];           // the candidates' symbol counts (flattened in place)
-  uint32_t keys[2][v6::kNumSyms];             // count << 8 | symbol, ~0 if unused: the sort's
+  uint32_t keys[2][v6::kNumSyms];             // the sort's: the used symbols' count << 8 | symbol, ~0 after
+  uint16_t warp_used[2][v6::kNumSyms / kWarp];  // the used symbols a warp of each candidate's holds
   uint8_t lens[2][v6::kNumSyms];
   HuffScratch huff[2];
   CanonScratch canon;
@@ -109,35 +110,42 @@ __device__ __forceinline__ void ForSymbolWords(int count, F f) {
   }
 }
 
-// zipccl_format.h huffman_tree_lengths's two-queue merge for one thread, the
-// queues' head weights in registers: t.weight[0..n) holds the n >= 2 used
-// symbols' counts in (count, symbol) order; fills t.parent of the 2n - 2
-// nodes below the root (node 2n - 2) and t.weight of the merged nodes.
+// zipccl_format.h huffman_tree_lengths's two-queue merge for one thread: t.weight[0..n) holds
+// the n >= 2 used symbols' counts in (count, symbol) order; fills t.parent of the 2n - 2 nodes
+// below the root (node 2n - 2) and t.weight of the merged nodes. Each queue's first two weights
+// are held in registers, a queue's next loaded as it advances, a take before it can be needed,
+// so that no shared-memory load's latency lies between one pick and the next.
 __device__ inline void HuffmanMerge(HuffScratch& t, int n) {
-  int li = 0, ni = n, total = n;
-  uint32_t wl = t.weight[0], wn = 0;  // weight[li] (li < n), weight[ni] (ni < total)
+  int li = 0, ni = n, total = n;  // the leaves [li, n), the merged nodes [ni, total)
+  // weight[li], weight[li + 1] and weight[ni], weight[ni + 1], each where it lies in its queue
+  uint32_t l0 = t.weight[0], l1 = t.weight[1], n0 = 0, n1 = 0;
 #pragma unroll 1
   while (total < 2 * n - 1) {
     int pick[2];
     uint32_t w[2];
+#pragma unroll
     for (int k = 0; k < 2; ++k) {  // a leaf on a tie, as huffman_tree_lengths; no branches
-      const bool leaf = li < n && (ni >= total || wl <= wn);
-      pick[k] = leaf ? li : ni, w[k] = leaf ? wl : wn;
+      const bool leaf = li < n && (ni >= total || l0 <= n0);
+      pick[k] = leaf ? li : ni, w[k] = leaf ? l0 : n0;
       li += leaf, ni += !leaf;
-      const uint32_t next = t.weight[leaf ? li : ni];  // the advanced queue's head (past its end: unused)
-      wl = leaf ? next : wl, wn = leaf ? wn : next;
+      // the advanced queue's second (past its queue's end, or a node not merged yet: unused)
+      const uint32_t next = t.weight[leaf ? li + 1 : ni + 1];
+      l0 = leaf ? l1 : l0, l1 = leaf ? next : l1;
+      n0 = leaf ? n0 : n1, n1 = leaf ? n1 : next;
     }
     t.parent[pick[0]] = t.parent[pick[1]] = uint16_t(total);
     const uint32_t sum = w[0] + w[1];
     t.weight[total] = sum;
-    if (ni == total) wn = sum;
+    if (ni == total) n0 = sum;
+    else if (ni + 1 == total) n1 = sum;
     ++total;
   }
 }
 
 // §6 step 4: the lengths of candidate h's counts (threads 256 h .. 256 h + 255),
 // as code_lengths: Huffman over the used symbols by (count, symbol), the counts
-// flattened until no code exceeds 12 bits. The sort is a rank a thread; the
+// flattened until no code exceeds 12 bits. The sort is a rank a thread among
+// the used symbols' keys (a candidate that needs no more flattening skips it); the
 // merge one thread's (HuffmanMerge); the depths (huffman_tree_lengths's) by
 // pointer jumping, a thread per two nodes. Every thread of the CTA calls it.
 __device__ inline void GroupCodeLengths(GroupSmem& s) {
@@ -149,16 +157,28 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
   uint32_t* counts = s.counts[h];
   HuffScratch& t = s.huff[h];
   const int n = int(s.used[h]), total = 2 * n - 1;
+  // the used symbols' keys side by side (the flattening keeps a count nonzero): a used symbol's
+  // place among them, in symbol order; ~0 past them, to a multiple of 8
+  const bool used = counts[sym] != 0;
+  const unsigned mask = __ballot_sync(kAll, used);
+  const int lane = LaneId(), wh = sym / kWarp;
+  if (lane == 0) s.warp_used[h][wh] = uint16_t(__popc(mask));
+  __syncthreads();
+  int at = __popc(mask & ((1u << lane) - 1));
+  for (int i = 0; i < wh; ++i) at += s.warp_used[h][i];
+  const int padded = (n + 7) & ~7;
   bool done = false;
   for (;;) {
     // the rank of (count, symbol) among the used symbols: one compare of packed keys (counts < 2^17)
-    const uint32_t c = counts[sym];
-    s.keys[h][sym] = c ? c << 8 | uint32_t(sym) : 0xFFFFFFFFu;
+    const uint32_t c = counts[sym], key = c << 8 | uint32_t(sym);
+    if (used) s.keys[h][at] = key;
+    if (sym >= n && sym < padded) s.keys[h][sym] = 0xFFFFFFFFu;  // (at < n: not a used key's place)
     __syncthreads();
-    const uint32_t key = s.keys[h][sym];
     uint32_t rank = 0;
-    if (c)  // a warp of unused symbols (most of a Gaussian's) skips the ranks
-      for (int u = 0; u < v6::kNumSyms; ++u) rank += s.keys[h][u] < key;
+    if (used && !done)  // (a warp of unused symbols, most of a Gaussian's, skips the ranks)
+      for (int u = 0; u < padded; u += 8)
+#pragma unroll
+        for (int v = 0; v < 8; ++v) rank += s.keys[h][u + v] < key;
     if (!done) {
       if (c) t.leaf[rank] = uint8_t(sym), t.weight[rank] = c;
       if (sym == 0) s.longest[h] = 0;
