@@ -41,13 +41,9 @@ namespace cuda6 {
 constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
 constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
 
-// Where a block's decoded values go (value i of the block, i < 4096): StoreSink stores them as
-// elements (y: the block's; DecodeKernel's output, AccumulateKernel's row slot in shared memory).
-template <int DT>
-struct StoreSink {
-  typename Elem<DT>::Word* y;
-  __device__ __forceinline__ void Put(int i, uint32_t v) const { y[i] = typename Elem<DT>::Word(v); }
-};
+// A block's decoded values go to y[i] (value i of the block, i < 4096, as elements; y: the
+// block's in DecodeKernel's output, or AccumulateKernel's row slot in shared memory).
+
 // A warp's group table entry (u16, AccumulateKernel): FamEntry's where it is fast; an escape's
 // (slow: bits 0-3 are 0) sym << 4 | length << 12, which Group16Slow turns into build_lut's sym |
 // length << 8 for SlowValue; 0 for a window that starts no code.
@@ -187,17 +183,17 @@ __device__ __forceinline__ uint32_t StreamWord(const uint8_t* in, int64_t size, 
 }
 
 // §3, exactly as format6.h decode_element: a lane of `len` bits from bit `bit`
-// of `in` (size bytes, 4-byte aligned): `values` elements to the sink's lane,
-// lane + 32, ... The window past the lane's end
+// of `in` (size bytes, 4-byte aligned): `values` elements to y[lane],
+// y[lane + 32], ... The window past the lane's end
 // holds the next lane's bits, which decode nothing the reference's zeros would
 // not (a code that fits the lane is found the same either way; one that does not
 // fails either way). Returns a Status | the bits taken << 32 (no pointer out: a
 // call without a stack frame). The fast path's fallback: a lane it did not
 // accept (FastLane) is decoded again here.
-template <int DT, typename Sink>
+template <int DT>
 __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int64_t bit, uint32_t len, uint32_t ref,
-                                           const uint16_t* lut12, const GroupCode& g, Sink sink, int lane,
-                                           int values) {
+                                           const uint16_t* lut12, const GroupCode& g, typename Elem<DT>::Word* y,
+                                           int lane, int values) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   int64_t idx = bit / 32;
@@ -227,7 +223,7 @@ __device__ ZC_NOINLINE uint64_t DecodeLane(const uint8_t* in, int64_t size, int6
       buf >>= lay.low_bits, held -= lay.low_bits, taken += lay.low_bits;
     }
     if (taken > len) return uint64_t(kErrBitstream);
-    sink.Put(lane + kWarp * i, (sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
+    y[lane + kWarp * i] = typename E::Word((sym >> 7) << (E::kW - 1) | q << lay.low_bits | low);
   }
   return uint64_t(kOk) | uint64_t(taken) << 32;
 }
@@ -263,7 +259,7 @@ __device__ ZC_NOINLINE uint64_t SlowValue(uint32_t peek, uint32_t e, uint32_t re
 template <int DT>
 constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kLay.low_bits;
 
-// §3, the common path: a lane of `values` elements from bit `bit` of words into the sink's lane, lane + 32, ...
+// §3, the common path: a lane of `values` elements from bit `bit` of words into y[lane], y[lane + 32], ...
 // through a 32-bit window over three stream words held in registers, a word loaded as one is
 // consumed (the caller checked that `values` values of kMaxValueBits stay in the stream's whole
 // words). kCheck: the block's code holds classes whose q is not normal at its ref (a family
@@ -272,10 +268,10 @@ constexpr int kMaxValueBits = kMaxCodeLen + Elem<DT>::kLay.q_bits + Elem<DT>::kL
 // sent ref >= q_max to DecodeLane). Returns the bits taken; *ok false if a value failed (the
 // lane's later values are then garbage, and DecodeLane decodes it again for the reference's
 // verdict).
-template <int DT, bool kCheck, bool kGroup16, typename Entry, typename Sink>
+template <int DT, bool kCheck, bool kGroup16, typename Entry>
 __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words, uint64_t bit, uint32_t ref,
                                              const Entry* lut, uint32_t mask, const uint16_t* lut12,
-                                             Sink sink, int at, int values, bool* ok) {
+                                             typename Elem<DT>::Word* y, int at, int values, bool* ok) {
   using E = Elem<DT>;
   constexpr v6::Layout lay = E::kLay;
   const uint32_t pos0 = uint32_t(bit % 32), qadd = ref << Fast<DT>::kLow16;
@@ -329,7 +325,7 @@ __device__ __forceinline__ uint32_t FastLane(const uint32_t* __restrict__ words,
       if (has_low) low = FunnelR(cur, next, pos) & E::kLowMask, pos += lay.low_bits, advance(pos - lay.low_bits);
       v = v << 16 | low;
     }
-    sink.Put(at, v);
+    y[at] = typename Elem<DT>::Word(v);
     at += kWarp;
   }
   // kCheck: every fast value's q = ref - d >= 4 (with ref < 4, only zeros)
@@ -348,19 +344,19 @@ struct BlockTables {
   const GroupCode* code;
 };
 
-// §2, §3: block b, by its warp, into sink. `in` may lie anywhere: the stream's words are read
+// §2, §3: block b, by its warp, into y. `in` may lie anywhere: the stream's words are read
 // from it rounded down to 4 bytes (mis bytes before it). Returns the block's Status (the same in
 // every lane).
-template <int DT, bool kWarpGroup, typename Sink>
+template <int DT, bool kWarpGroup>
 __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int64_t nb, int64_t b, int count,
                                   const v6::BlockPlan& p, int plan_status, int table_status, const BlockTables& t,
-                                  const Tables* tables, Sink sink) {
+                                  const Tables* tables, typename Elem<DT>::Word* y) {
   using E = Elem<DT>;
   const int lane = LaneId();
   if (plan_status != kOk) return plan_status;
   const uint8_t* body = in + v6::data_offset(nb) + p.start;
   if (p.d.raw) {
-    for (int i = lane; i < count; i += kWarp) sink.Put(i, load_element(body + i * E::kBytes, E::kBytes));
+    for (int i = lane; i < count; i += kWarp) y[i] = typename E::Word(load_element(body + i * E::kBytes, E::kBytes));
     return kOk;
   }
   const bool group = p.d.code == uint32_t(v6::kGroupCode);
@@ -408,18 +404,18 @@ __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int6
     const uint64_t at = uint64_t(bit);
     constexpr uint32_t kGroupMask = kLutSize - 1, kFamMask = (1u << kPeek) - 1;
     if (group && kWarpGroup)
-      used = check ? FastLane<DT, true, true>(words, at, ref, t.group16, kGroupMask, lut12, sink, lane, values, &ok)
-                   : FastLane<DT, false, true>(words, at, ref, t.group16, kGroupMask, lut12, sink, lane, values, &ok);
+      used = check ? FastLane<DT, true, true>(words, at, ref, t.group16, kGroupMask, lut12, y, lane, values, &ok)
+                   : FastLane<DT, false, true>(words, at, ref, t.group16, kGroupMask, lut12, y, lane, values, &ok);
     else if (group)
-      used = check ? FastLane<DT, true, false>(words, at, ref, t.group, kGroupMask, lut12, sink, lane, values, &ok)
-                   : FastLane<DT, false, false>(words, at, ref, t.group, kGroupMask, lut12, sink, lane, values, &ok);
+      used = check ? FastLane<DT, true, false>(words, at, ref, t.group, kGroupMask, lut12, y, lane, values, &ok)
+                   : FastLane<DT, false, false>(words, at, ref, t.group, kGroupMask, lut12, y, lane, values, &ok);
     else
-      used = check ? FastLane<DT, true, false>(words, at, ref, t.fam[c], kFamMask, lut12, sink, lane, values, &ok)
-                   : FastLane<DT, false, false>(words, at, ref, t.fam[c], kFamMask, lut12, sink, lane, values, &ok);
+      used = check ? FastLane<DT, true, false>(words, at, ref, t.fam[c], kFamMask, lut12, y, lane, values, &ok)
+                   : FastLane<DT, false, false>(words, at, ref, t.fam[c], kFamMask, lut12, y, lane, values, &ok);
     ok = ok && (lane < kWarp - 1 ? used == len : used <= len);
   }
-  if (!ok) {  // the sink takes the lane's values again
-    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, *t.code, sink, lane, values);
+  if (!ok) {  // the lane's values written again
+    const uint64_t r = DecodeLane<DT>(aligned, size + mis, bit, len, ref, lut12, *t.code, y, lane, values);
     st = int(uint32_t(r)), used = uint32_t(r >> 32);
     // FastLane refuses only a lane DecodeLane refuses (they decode the same values). (4: the host
     // emulation's strict mode, in which a lane FastLane refused is refused, so that its tests see
@@ -459,11 +455,11 @@ __device__ __forceinline__ void LoadFamily(uint16_t (*fam)[1 << kPeek], const Ta
 // Batch j (blocks 8 j .. 8 j + 7, half a group) of a coded stream at `in` (any alignment, size
 // bytes, nb blocks), a warp a block, by every thread of the CTA: the blocks' plans, the group's
 // table when a block takes it (s.group; *built: the 2 group + flip it holds, -1 none), block b
-// decoded into sink_of(b). A failing block's verdict goes to *status by atomicMin.
-template <int DT, typename SinkOf>
+// decoded into y + 4096 b. A failing block's verdict goes to *status by atomicMin.
+template <int DT>
 __device__ inline void DecodeBatch(DecodeSmem& s, const uint8_t* in, int64_t size, int64_t n, int64_t j,
-                                   const Tables* tables, SinkOf sink_of, unsigned long long* status, int64_t* built,
-                                   int* table_status) {
+                                   const Tables* tables, typename Elem<DT>::Word* y, unsigned long long* status,
+                                   int64_t* built, int* table_status) {
   using E = Elem<DT>;
   const int w = WarpIdx(), lane = LaneId(), mis = int(reinterpret_cast<uintptr_t>(in) % 4);
   const int64_t nb = (n + kBlock - 1) / kBlock, b = j * kDecodeWarps + w;
@@ -485,7 +481,7 @@ __device__ inline void DecodeBatch(DecodeSmem& s, const uint8_t* in, int64_t siz
     if (b < nb && (group ? p.d.flip == uint32_t(f) : !decoded)) {
       const BlockTables t{s.fam, s.group, nullptr, &s.code};
       const int bs = DecodeBlock<DT, false>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables,
-                                            sink_of(b));
+                                            y + b * kBlock);
       if (bs != kOk && lane == 0) atomicMin(status, (unsigned long long)(b + 1) << 8 | (unsigned long long)bs);
     }
     decoded = true;
@@ -527,7 +523,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(c
   int64_t built = -1;  // 2 group + flip of the code s.group holds
   int table_status = kOk;
   for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j)
-    DecodeBatch<DT>(s, in, size, n, j, tables, [&](int64_t b) { return StoreSink<DT>{y + b * kBlock}; }, status,
+    DecodeBatch<DT>(s, in, size, n, j, tables, y, status,
                     &built, &table_status);
 }
 
@@ -738,12 +734,11 @@ __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n,
                                      int* table_status) {
   using E = Elem<DT>;
   const int64_t nb = (n + kBlock - 1) / kBlock, ng = (nb + kGroupBlocks - 1) / kGroupBlocks;
-  const StoreSink<DT> sink{slot};
   int flags = 0;
   if (StreamStatus<DT>(in, size, n, &flags) != kOk) return kOk;
   if (flags & kFlagStoredRaw) {
     for (int i = LaneId(); i < count; i += kWarp)
-      sink.Put(i, load_element(in + kHeaderBytes + (b * kBlock + i) * E::kBytes, E::kBytes));
+      slot[i] = typename E::Word(load_element(in + kHeaderBytes + (b * kBlock + i) * E::kBytes, E::kBytes));
     return kOk;
   }
   v6::BlockPlan p{};
@@ -766,7 +761,7 @@ __device__ inline int DecodeRowBlock(const uint8_t* in, int64_t size, int64_t n,
   BlockTables t{fam, nullptr, nullptr, &wc.code};
   if constexpr (k32) t.group = wc.lut;
   else t.group16 = wc.lut;
-  return DecodeBlock<DT, !k32>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables, sink);
+  return DecodeBlock<DT, !k32>(in, mis, size, nb, b, count, p, plan_status, *table_status, t, tables, slot);
 }
 
 // A thread's 16 sums of a block: elements Index(tid, j), j < 16, a 16-byte load's worth of
