@@ -167,12 +167,12 @@ __device__ inline void GroupCodeLengths(GroupSmem& s) {
   int at = __popc(mask & ((1u << lane) - 1));
   for (int i = 0; i < wh; ++i) at += s.warp_used[h][i];
   const int padded = (n + 7) & ~7;
+  if (sym >= n && sym < padded) s.keys[h][sym] = 0xFFFFFFFFu;  // (at < n: never a used key's place)
   bool done = false;
   for (;;) {
     // the rank of (count, symbol) among the used symbols: one compare of packed keys (counts < 2^17)
     const uint32_t c = counts[sym], key = c << 8 | uint32_t(sym);
     if (used) s.keys[h][at] = key;
-    if (sym >= n && sym < padded) s.keys[h][sym] = 0xFFFFFFFFu;  // (at < n: not a used key's place)
     __syncthreads();
     uint32_t rank = 0;
     if (used && !done)  // (a warp of unused symbols, most of a Gaussian's, skips the ranks)

@@ -41,9 +41,6 @@ namespace cuda6 {
 constexpr int kDecodeWarps = 8, kDecodeThreads = kWarp * kDecodeWarps;
 constexpr int kDecodeMinCtas = 4;  // an SM's: at most 64 registers
 
-// A block's decoded values go to y[i] (value i of the block, i < 4096, as elements; y: the
-// block's in DecodeKernel's output, or AccumulateKernel's row slot in shared memory).
-
 // A warp's group table entry (u16, AccumulateKernel): FamEntry's where it is fast; an escape's
 // (slow: bits 0-3 are 0) sym << 4 | length << 12, which Group16Slow turns into build_lut's sym |
 // length << 8 for SlowValue; 0 for a window that starts no code.
@@ -344,9 +341,10 @@ struct BlockTables {
   const GroupCode* code;
 };
 
-// §2, §3: block b, by its warp, into y. `in` may lie anywhere: the stream's words are read
-// from it rounded down to 4 bytes (mis bytes before it). Returns the block's Status (the same in
-// every lane).
+// §2, §3: block b, by its warp, into y (value i at y[i], as elements: the block's in
+// DecodeKernel's output, or AccumulateKernel's row slot in shared memory). `in` may lie anywhere:
+// the stream's words are read from it rounded down to 4 bytes (mis bytes before it). Returns the
+// block's Status (the same in every lane).
 template <int DT, bool kWarpGroup>
 __device__ inline int DecodeBlock(const uint8_t* in, int mis, int64_t size, int64_t nb, int64_t b, int count,
                                   const v6::BlockPlan& p, int plan_status, int table_status, const BlockTables& t,
@@ -523,8 +521,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeMinCtas) DecodeKernel(c
   int64_t built = -1;  // 2 group + flip of the code s.group holds
   int table_status = kOk;
   for (int64_t j = cta * per; j < Min<int64_t>(batches, (cta + 1) * per); ++j)
-    DecodeBatch<DT>(s, in, size, n, j, tables, y, status,
-                    &built, &table_status);
+    DecodeBatch<DT>(s, in, size, n, j, tables, y, status, &built, &table_status);
 }
 
 // A warp's group code (AccumulateKernel, a warp a row): its 12-bit table, each code's entry by
