@@ -202,7 +202,7 @@ template <int DT>
 const Baked* family_baked() {
   static const Baked* tables = [] {
     Baked* t = new Baked[kCombos];
-    for (int c = 0; c < kCombos; ++c) t[c].bake<DT>(family_codes().luts[c]);
+    for (int c = 0; c < kCombos; ++c) t[c].bake<DT>(family_codes().lens[c]);
     return t;
   }();
   return tables;
@@ -385,7 +385,8 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
   const FamilyCodes& fam = family_codes();
   static thread_local std::unique_ptr<uint16_t[]> glut, lut;
   if (!glut) glut.reset(new uint16_t[kLutSize]), lut.reset(new uint16_t[kLutSize]);
-  int64_t lut_group = -1;  // the group (2 group + flip) glut and gbaked decode
+  int64_t lut_group = -1;  // the group (2 group + flip) gbaked and, once built, glut decode
+  bool glut_built = false;  // glut is wanted only by the generic decoder's verdict on a block
   static thread_local std::unique_ptr<Baked> gbaked;
   if (!gbaked) gbaked.reset(new Baked());
   constexpr int kRefTables = 8;  // a small cache: blocks mostly share a few (code, ref) pairs
@@ -394,28 +395,45 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
   for (int i = 0; i < kRefTables; ++i) ref_tables[i].from = nullptr;
   int next_ref_table = 0, group_serial = 0;
   const Baked* fam_baked = family_baked<DT>();
-  uint8_t lens[kNumSyms], glens[kNumSyms];
+  uint8_t lens[kNumSyms], glens[kNumSyms], gflipped[kNumSyms];  // gflipped: lut_group's lengths
   using T = typename Elements<DT>::T;
-  // A full coded block waits here to be decoded side by side with the next (their lanes' chains overlap):
-  // within a group (the group's tables stay), at most one (a failing pair is decoded again one by one).
+  // Full coded blocks wait here to be decoded side by side (their lanes' chains overlap): within a
+  // group (the group's tables stay), at most kSide - 1 (a failing batch is decoded again one by one).
   struct Waiting {
-    int64_t b = -1;
     const uint8_t* body;
     uint32_t bytes, ref, starts[kLanes + 1];
     const uint16_t* lut;
     const RefTable* tab;
     T* dst;
-  } wait;
+  } wait[kSide];
+  int waiting = 0;
+  const auto built = [&](const uint16_t* table) {  // table, glut built if it is glut
+    if (table == glut.get() && !glut_built) build_lut(gflipped, glut.get(), kNumSyms), glut_built = true;
+    return table;
+  };
   const auto decode_alone = [&](const Waiting& w) {  // the exact verdict, or the values
-    return decode_body(w.body, w.bytes, kBlock, lay, w.ref, w.lut, reinterpret_cast<uint8_t*>(w.dst));
+    return decode_body(w.body, w.bytes, kBlock, lay, w.ref, built(w.lut), reinterpret_cast<uint8_t*>(w.dst));
   };
-  const auto flush = [&]() {
-    int st = kOk;
-    if (wait.b >= 0 && !decode_body_fast<DT>(wait.body, wait.bytes, in + size, kBlock, wait.tab->entry, wait.dst))
-      st = decode_alone(wait);
-    wait.b = -1;
-    return st;
+  const auto flush = [&]() {  // the waiting blocks, in block order
+    const int k = waiting;
+    waiting = 0;
+    if (!k) return int(kOk);
+#if ZC_HAVE_SIMD
+    const uint8_t* bodies[kSide] = {};
+    uint32_t sizes[kSide] = {}, lanes[kSide][kLanes + 1];
+    const uint32_t* tabs[kSide] = {};
+    T* outs[kSide] = {};
+    for (int j = 0; j < k; ++j) {
+      bodies[j] = wait[j].body, sizes[j] = wait[j].bytes, tabs[j] = wait[j].tab->entry, outs[j] = wait[j].dst;
+      std::memcpy(lanes[j], wait[j].starts, sizeof lanes[j]);
+    }
+    if (side_by_side<DT>(k, bodies, sizes, lanes, tabs, outs)) return int(kOk);
+#endif
+    for (int j = 0; j < k; ++j)
+      if (const int st = decode_alone(wait[j]); st != kOk) return st;
+    return int(kOk);
   };
+  int64_t table_at = -1;  // the group table glens holds (its stream offset)
   for (int64_t b = 0; b < nb; ++b) {
     const int cnt = block_elems(n, b);
     BlockPlan p{};
@@ -438,16 +456,19 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
     const uint16_t* table = nullptr;
     const Baked* baked = nullptr;
     if (p.d.code == kGroupCode) {
-      status = unpack_table(in + data_at + p.table_at, glens);
-      if (status != kOk) {
-        const int first = flush();
-        return first != kOk ? first : status;
+      if (table_at != int64_t(p.table_at)) {  // a group's blocks share its table: unpacked once
+        status = unpack_table(in + data_at + p.table_at, glens);
+        if (status != kOk) {
+          const int first = flush();
+          return first != kOk ? first : status;
+        }
+        table_at = p.table_at;
       }
       if (!generic && lut_group != 2 * (b / kGroupBlocks) + p.d.flip) {
         if ((status = flush()) != kOk) return status;  // the waiting block may take the tables rebuilt here
-        block_lengths(kGroupCode, int(p.d.flip), glens, kFamily, lens);
-        build_lut(lens, glut.get(), kNumSyms);
-        gbaked->bake<DT>(glut.get());
+        block_lengths(kGroupCode, int(p.d.flip), glens, kFamily, gflipped);
+        gbaked->bake<DT>(gflipped);
+        glut_built = false;
         lut_group = 2 * (b / kGroupBlocks) + p.d.flip;
         ++group_serial;
       }
@@ -466,37 +487,25 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
         t = ref_tables[i].from == baked && ref_tables[i].ref == p.d.ref && ref_tables[i].serial == serial ? &ref_tables[i] : nullptr;
       if (!t) {
         t = &ref_tables[next_ref_table++ % kRefTables];
-        if (t == wait.tab) t = &ref_tables[next_ref_table++ % kRefTables];  // not the waiting block's
+        while (std::any_of(wait, wait + waiting, [&](const Waiting& w) { return w.tab == t; }))
+          t = &ref_tables[next_ref_table++ % kRefTables];  // not a waiting block's (kRefTables > kSide)
         t->bake<DT>(*baked, p.d.ref);
         t->serial = serial;
       }
 #if ZC_HAVE_SIMD
-      Waiting self{b, body, bytes, p.d.ref, {}, table, t, reinterpret_cast<T*>(dst)};
-      if (cnt == kBlock && simd_level() != kPlain && body + bytes + 8 <= in + size && locate_lanes_fast(body, bytes, self.starts) == kOk) {
-        if (wait.b < 0) {
-          wait = self;
-          continue;
-        }
-        const uint8_t* bodies[2] = {wait.body, body};
-        const uint32_t sizes[2] = {wait.bytes, bytes};
-        uint32_t lanes[2][kLanes + 1];
-        std::memcpy(lanes[0], wait.starts, sizeof lanes[0]);
-        std::memcpy(lanes[1], self.starts, sizeof lanes[1]);
-        const uint32_t* tabs[2] = {wait.tab->entry, t->entry};
-        T* outs[2] = {wait.dst, self.dst};
-        const bool ok = vector_blocks<DT, 2>(bodies, sizes, lanes, tabs, outs);
-        const Waiting first = wait;
-        wait.b = -1;
-        if (ok) continue;
-        if ((status = decode_alone(first)) != kOk) return status;  // in block order
-        if ((status = decode_alone(self)) != kOk) return status;
+      if (cnt == kBlock && simd_level() != kPlain && body + bytes + 8 <= in + size &&
+          locate_lanes_fast(body, bytes, wait[waiting].starts) == kOk) {
+        Waiting& w = wait[waiting++];
+        w.body = body, w.bytes = bytes, w.ref = p.d.ref, w.lut = table, w.tab = t, w.dst = reinterpret_cast<T*>(dst);
+        if (waiting == side_count()) status = flush();
+        if (status != kOk) return status;
         continue;
       }
 #endif
       if ((status = flush()) != kOk) return status;
       if (decode_body_fast<DT>(body, bytes, in + size, cnt, t->entry, reinterpret_cast<T*>(dst))) continue;
     }
-    status = decode_body(body, bytes, cnt, lay, p.d.ref, table, dst);
+    status = decode_body(body, bytes, cnt, lay, p.d.ref, built(table), dst);
     if (status != kOk) return status;
   }
   if ((status = flush()) != kOk) return status;

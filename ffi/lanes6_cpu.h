@@ -251,18 +251,27 @@ struct Baked {
   static constexpr uint32_t kNear = 1u << 28;  // classes 1..120: q = ref + 1 - class, which must be normal
   alignas(64) uint32_t entry[kLutSize];
 
+  // The table of the code of lengths lens (at most kMaxCodeLen; 0: no code): the
+  // entries of build_lut's table, filled by doubling (the windows of len - 1 bits
+  // copied up to len bits, then the codes of length len in theirs).
   template <int DT>
-  void bake(const uint16_t* lut) {
+  void bake(const uint8_t* lens) {
     constexpr Layout lay = Elements<DT>::lay;
-    uint32_t tail[kNumSyms];  // per symbol: its kind and the bits after its code (at kUsedShift)
-    for (int s = 0; s < kNumSyms; ++s) {
-      const int cls = s & 127;
-      const uint32_t kind = cls == kClassEsc ? kEsc | kLow : cls == kClassZero ? 0 : kNear | kLow;
-      tail[s] = kind | uint32_t((kind & kLow ? lay.low_bits : 0) + (kind & kEsc ? lay.q_bits : 0)) << kUsedShift;
-    }
-    for (int w = 0; w < kLutSize; ++w) {
-      const uint32_t len = lut[w] >> 8, s = lut[w] & 0xFF;
-      entry[w] = len ? (s | len << kLenShift | len << kUsedShift) + tail[s] : 0;
+    uint16_t codes[kNumSyms];
+    canonical_codes(lens, codes, kNumSyms);
+    uint8_t by_len[kMaxCodeLen + 1][kNumSyms];  // the symbols of each length
+    int n[kMaxCodeLen + 1] = {};
+    for (int s = 0; s < kNumSyms; ++s)
+      if (lens[s] && lens[s] <= kMaxCodeLen) by_len[lens[s]][n[lens[s]]++] = uint8_t(s);
+    entry[0] = 0;
+    for (int len = 1; len <= kMaxCodeLen; ++len) {
+      std::memcpy(entry + (1 << (len - 1)), entry, sizeof(uint32_t) << (len - 1));
+      for (int i = 0; i < n[len]; ++i) {
+        const uint32_t s = by_len[len][i], cls = s & 127;
+        const uint32_t kind = cls == uint32_t(kClassEsc) ? kEsc | kLow : cls == kClassZero ? 0 : kNear | kLow;
+        const uint32_t used = len + (kind & kLow ? lay.low_bits : 0) + (kind & kEsc ? lay.q_bits : 0);
+        entry[codes[s]] = s | uint32_t(len) << kLenShift | used << kUsedShift | kind;
+      }
     }
   }
 };
@@ -486,6 +495,11 @@ ZC_SIMD bool simd_blocks(const uint8_t* const* bodies, const uint32_t* sizes, co
 namespace zipccl {
 namespace v6 {
 
+// Full blocks decoded side by side in the main loop: AVX-512 has registers for 4 (8 chains of 16
+// lanes); AVX2 for 2 (8 chains of 8).
+constexpr int kSide = 4;
+inline int side_count() { return simd_enabled() ? kSide : 2; }
+
 #if ZC_HAVE_SIMD
 // Full blocks decoded side by side by the widest vector path here (simd_level() != kPlain).
 template <int DT, int NB>
@@ -493,6 +507,15 @@ bool vector_blocks(const uint8_t* const* bodies, const uint32_t* sizes, const ui
                    const uint32_t* const* tabs, typename Elements<DT>::T* const* outs) {
   return simd_enabled() ? simd_blocks<DT, NB>(bodies, sizes, starts, tabs, outs)
                         : avx2_blocks<DT, NB>(bodies, sizes, starts, tabs, outs);
+}
+
+// vector_blocks for k (1 .. kSide) blocks.
+template <int DT, int NB = kSide>
+bool side_by_side(int k, const uint8_t* const* bodies, const uint32_t* sizes, const uint32_t (*starts)[kLanes + 1],
+                  const uint32_t* const* tabs, typename Elements<DT>::T* const* outs) {
+  if constexpr (NB > 1)
+    if (k < NB) return side_by_side<DT, NB - 1>(k, bodies, sizes, starts, tabs, outs);
+  return vector_blocks<DT, NB>(bodies, sizes, starts, tabs, outs);
 }
 
 template <int DT>

@@ -154,19 +154,21 @@ ZC_HD void code_lengths(const uint32_t* counts_in, uint8_t* lens, int nsym) {
   }
 }
 
+// The low len bits of v in reverse order.
+ZC_HD uint32_t reverse_bits(uint32_t v, int len) {
+  uint32_t rev = 0;
+  for (int b = 0; b < len; ++b) rev |= ((v >> b) & 1u) << (len - 1 - b);
+  return rev;
+}
+
 // §4: canonical codes, bit-reversed so the decoder peeks LSB first.
 ZC_HD void canonical_codes(const uint8_t* lens, uint16_t* codes, int nsym) {
-  uint32_t code = 0;
-  for (int len = 1; len <= kMaxCodeLen; ++len) {
-    for (int s = 0; s < nsym; ++s) {
-      if (lens[s] != len) continue;
-      uint32_t rev = 0;
-      for (int b = 0; b < len; ++b) rev |= ((code >> b) & 1u) << (len - 1 - b);
-      codes[s] = uint16_t(rev);
-      ++code;
-    }
-    code <<= 1;
-  }
+  uint32_t count[kMaxCodeLen + 1] = {}, next[kMaxCodeLen + 1];  // codes of each length; the next one's
+  for (int s = 0; s < nsym; ++s) count[lens[s] <= kMaxCodeLen ? lens[s] : 0] += 1;
+  next[0] = 0;
+  for (int len = 1; len <= kMaxCodeLen; ++len) next[len] = (next[len - 1] + (len > 1 ? count[len - 1] : 0)) << 1;
+  for (int s = 0; s < nsym; ++s)
+    if (lens[s] && lens[s] <= kMaxCodeLen) codes[s] = uint16_t(reverse_bits(next[lens[s]]++, lens[s]));
 }
 
 // Decode table: lut[12-bit window] = symbol | (length << 8); 0 = no code.

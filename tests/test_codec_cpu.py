@@ -4,6 +4,7 @@ coder (AVX-512 where the CPU has it, and without) and on format6.h's generic one
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zlib
@@ -262,6 +263,18 @@ def test_sanitized_differential_fuzzer(tmp_path):
     """tests/fuzz_codec_cpu.cc under AddressSanitizer and UBSan: fast and generic coders agree on
     random inputs and on corrupted streams (the same Status), on the SIMD and the portable paths."""
     run_sanitized_fuzzer(tmp_path, "fuzz_codec_cpu.cc", "codec6_cpu.cc", "accumulate_cpu.cc")
+
+
+def test_decode_tables_filled_by_doubling_are_build_luts(tmp_path):
+    """tests/cpu_decode_tables.cc under AddressSanitizer and UBSan: the fast decoder's tables, filled
+    by doubling from code lengths, hold at every window what build_lut's table implies, and
+    canonical_codes gives §4's codes, for complete, incomplete and one-symbol codes and the family's."""
+    exe = tmp_path / "cpu_decode_tables"
+    subprocess.run([shutil.which("g++") or "c++", "-std=c++20", "-O1", "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover=all", f"-I{ROOT / 'ffi'}", str(ROOT / "tests" / "cpu_decode_tables.cc"),
+                    "-o", str(exe)], check=True, timeout=300)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok 3004"), out.stdout + out.stderr[-2000:]
 
 
 def test_buffers_at_any_alignment_give_the_same_bytes():
