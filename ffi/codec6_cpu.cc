@@ -53,9 +53,10 @@ Choice family_choice(const uint32_t* sizes, uint32_t ref, int count, Layout lay)
   return {ref, sizes[best], best >> 1, best & 1, false, {}};
 }
 
-// §6 step 4's decision from the family choices and each candidate's sizes.
-void group_decision(int nbk, const uint32_t (*z)[kGroupBlocks], const uint32_t* cand_ref, const uint8_t (*cand_lens)[kNumSyms],
-                    GroupChoice* g) {
+// §6 step 4's decision from the family choices and each candidate's sizes; returns the candidate
+// (the group's code, if g->table).
+int group_decision(int nbk, const uint32_t (*z)[kGroupBlocks], const uint32_t* cand_ref, const uint8_t (*cand_lens)[kNumSyms],
+                   GroupChoice* g) {
   uint64_t fam_total = 0, best_cost = ~uint64_t(0);
   int best = 0;
   for (int b = 0; b < nbk; ++b) fam_total += g->blocks[b].size;
@@ -65,10 +66,11 @@ void group_decision(int nbk, const uint32_t (*z)[kGroupBlocks], const uint32_t* 
     if (cost < best_cost) best_cost = cost, best = c;
   }
   g->table = best_cost < fam_total;
-  if (!g->table) return;
+  if (!g->table) return best;
   std::memcpy(g->lens, cand_lens[best], kNumSyms);
   for (int b = 0; b < nbk; ++b)
     if (z[best][b] < g->blocks[b].size) g->blocks[b] = {cand_ref[best * kGroupBlocks + b], z[best][b], kGroupCode, 0, false, {}};
+  return best;
 }
 
 // ---- the generic coder: format6.h, step by step ----------------------------
@@ -143,6 +145,16 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
   const FamilyCodes& fam = family_codes();
   uint32_t top = 0, sizes[kCombos];
   bool same_refs = true;
+  // a code's exact size of a block, its lanes' bits kept for the coder (the chosen code's are its)
+  const auto sized = [&](const BlockStats& st, const uint8_t* lens, const uint8_t* map, uint16_t* keep) {
+    uint32_t bits[kLanes] = {};  // left as is where a symbol has no code (kNoSize: never chosen)
+    int32_t devs[kLanes - 1];
+    int width;
+    const uint32_t size = stats_size(st, lens, fixed.bits, map, bits, devs, &width);
+    for (int k = 0; k < kLanes; ++k) keep[k] = uint16_t(bits[k]);
+    return size;
+  };
+  uint16_t fam_bits[kCombos][kLanes], cand_bits[2][kGroupBlocks][kLanes];
   for (int b = 0; b < nbk; ++b) {
     BlockStats& st = gs.st[b];
     block_stats<DT>(reinterpret_cast<const typename El::T*>(in) + int64_t(b) * kBlock, block_elems(count, b), gs, gs.syms[b], st);
@@ -150,8 +162,9 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     uint64_t total[kCombos], bound = ~uint64_t(0);
     family_totals(st, fixed.family, total);
     for (int c = 0; c < kCombos; ++c) bound = std::min(bound, most_size(total[c]));
-    for (int c = 0; c < kCombos; ++c) sizes[c] = least_size(total[c]) <= bound ? stats_size(st, fam.lens[c], fixed.bits) : kNoSize;
-    g->blocks[b] = family_choice(sizes, st.ref, st.count, El::lay);
+    for (int c = 0; c < kCombos; ++c) sizes[c] = least_size(total[c]) <= bound ? sized(st, fam.lens[c], nullptr, fam_bits[c]) : kNoSize;
+    Choice& choice = g->blocks[b] = family_choice(sizes, st.ref, st.count, El::lay);
+    if (!choice.raw) std::memcpy(choice.bits, fam_bits[2 * choice.code + choice.flip], sizeof choice.bits);
     same_refs = same_refs && st.ref == gs.st[0].ref;
     top = std::max(top, st.ref);
   }
@@ -164,7 +177,7 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     cand_ref[b] = gs.st[b].ref;
     // exact only where it can be below the family's size (else min(family, z) is the family's)
     const bool can = least_size(total_bits(gs.st[b], cand_lens[0], fixed.bits)) < g->blocks[b].size;
-    z[0][b] = can ? stats_size(gs.st[b], cand_lens[0], fixed.bits) : kNoSize;
+    z[0][b] = can ? sized(gs.st[b], cand_lens[0], nullptr, cand_bits[0][b]) : kNoSize;
   }
   // At one ref for all, the group-ref candidate is the own-ref one: it ties, and the first is kept.
   uint8_t maps[kGroupBlocks][kNumSyms];  // each block's symbols at the group ref (when refs differ)
@@ -180,21 +193,12 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     for (int b = 0; b < nbk; ++b) {
       cand_ref[kGroupBlocks + b] = top;
       const bool can = least_size(total_bits(gs.st[b], cand_lens[1], fixed.bits, maps[b])) < g->blocks[b].size;
-      z[1][b] = can ? stats_size(gs.st[b], cand_lens[1], fixed.bits, maps[b]) : kNoSize;
+      z[1][b] = can ? sized(gs.st[b], cand_lens[1], maps[b], cand_bits[1][b]) : kNoSize;
     }
   }
-  group_decision(nbk, z, cand_ref, cand_lens, g);
-  for (int b = 0; b < nbk; ++b) {
-    Choice& c = g->blocks[b];
-    if (c.raw) continue;
-    uint32_t bits[kLanes];
-    int32_t devs[kLanes - 1];
-    int width;
-    // a block coded at another ref than its own is at the group's (candidate 1): its map is made
-    stats_size(gs.st[b], c.code == kGroupCode ? g->lens : fam.lens[2 * c.code + c.flip], fixed.bits,
-               c.ref != gs.st[b].ref ? maps[b] : nullptr, bits, devs, &width);
-    for (int k = 0; k < kLanes; ++k) c.bits[k] = uint16_t(bits[k]);
-  }
+  const int best = group_decision(nbk, z, cand_ref, cand_lens, g);
+  for (int b = 0; b < nbk; ++b)
+    if (g->blocks[b].code == kGroupCode) std::memcpy(g->blocks[b].bits, cand_bits[best][b], sizeof g->blocks[b].bits);
 }
 
 // The family combos' decode tables for one dtype, built once.

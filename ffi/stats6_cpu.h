@@ -76,22 +76,29 @@ inline int narrowest_width(const uint32_t* bits, int32_t* devs, uint32_t* size) 
 }
 
 #if ZC_HAVE_SIMD
+// The largest class a block's values can have: none below its least normal q.
+inline int top_class(uint32_t ref, uint32_t least) { return ref < least ? 0 : int(std::min<uint32_t>(ref - least + 1, kMaxD + 1)); }
+
 // block_stats's first two passes over a full block with AVX-512: the own ref
-// (§6 step 1), then every value's symbol at it into syms. Returns the ref.
+// (§6 step 1) and the largest class present (*top), then every value's symbol at it into syms. Returns the ref.
 template <int DT>
-ZC_SIMD uint32_t simd_symbols(const typename Elements<DT>::T* x, uint8_t* syms) {
+ZC_SIMD uint32_t simd_symbols(const typename Elements<DT>::T* x, uint8_t* syms, int* top_cls) {
   using El = Elements<DT>;
   constexpr Layout lay = El::lay;
   if constexpr (sizeof(typename El::T) == 2) {
     const __m512i qmask = _mm512_set1_epi16(short(El::q_mask)), four = _mm512_set1_epi16(4);
     const __m512i span = _mm512_set1_epi16(short(lay.q_max - 4));
-    __m512i top = _mm512_setzero_si512();
+    __m512i top = _mm512_setzero_si512(), bot = _mm512_set1_epi16(-1);
     for (int i = 0; i < kBlock; i += 32) {
       const __m512i q = _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(x + i), lay.low_bits), qmask);
-      top = _mm512_mask_max_epu16(top, _mm512_cmplt_epu16_mask(_mm512_sub_epi16(q, four), span), top, q);
+      const __mmask32 normal = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(q, four), span);
+      top = _mm512_mask_max_epu16(top, normal, top, q);
+      bot = _mm512_mask_min_epu16(bot, normal, bot, q);
     }
     const uint32_t ref = std::max(_mm512_reduce_max_epu32(_mm512_and_si512(top, _mm512_set1_epi32(0xFFFF))),
                                   _mm512_reduce_max_epu32(_mm512_srli_epi32(top, 16)));
+    *top_cls = top_class(ref, std::min(_mm512_reduce_min_epu32(_mm512_and_si512(bot, _mm512_set1_epi32(0xFFFF))),
+                                       _mm512_reduce_min_epu32(_mm512_srli_epi32(bot, 16))));
     const __m512i vref = _mm512_set1_epi16(short(ref)), esc = _mm512_set1_epi16(kClassEsc);
     for (int i = 0; i < kBlock; i += 32) {
       const __m512i v = _mm512_loadu_si512(x + i), q = _mm512_and_si512(_mm512_srli_epi16(v, lay.low_bits), qmask);
@@ -107,12 +114,15 @@ ZC_SIMD uint32_t simd_symbols(const typename Elements<DT>::T* x, uint8_t* syms) 
   } else {
     const __m512i qmask = _mm512_set1_epi32(int(El::q_mask)), four = _mm512_set1_epi32(4);
     const __m512i span = _mm512_set1_epi32(int(lay.q_max - 4));
-    __m512i top = _mm512_setzero_si512();
+    __m512i top = _mm512_setzero_si512(), bot = _mm512_set1_epi32(-1);
     for (int i = 0; i < kBlock; i += 16) {
       const __m512i q = _mm512_and_si512(_mm512_srli_epi32(_mm512_loadu_si512(x + i), lay.low_bits), qmask);
-      top = _mm512_mask_max_epu32(top, _mm512_cmplt_epu32_mask(_mm512_sub_epi32(q, four), span), top, q);
+      const __mmask16 normal = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(q, four), span);
+      top = _mm512_mask_max_epu32(top, normal, top, q);
+      bot = _mm512_mask_min_epu32(bot, normal, bot, q);
     }
     const uint32_t ref = _mm512_reduce_max_epu32(top);
+    *top_cls = top_class(ref, _mm512_reduce_min_epu32(bot));
     const __m512i vref = _mm512_set1_epi32(int(ref)), esc = _mm512_set1_epi32(kClassEsc);
     for (int i = 0; i < kBlock; i += 16) {
       const __m512i v = _mm512_loadu_si512(x + i), q = _mm512_and_si512(_mm512_srli_epi32(v, lay.low_bits), qmask);
@@ -128,18 +138,21 @@ ZC_SIMD uint32_t simd_symbols(const typename Elements<DT>::T* x, uint8_t* syms) 
   }
 }
 
-// block_stats's last pass with AVX-512: the rows of the symbols present moved out of the histogram.
-ZC_SIMD inline void simd_rows(GroupScratch& gs, BlockStats& st) {
+// block_stats's last pass with AVX-512: the rows of the symbols present moved out of the histogram
+// (those of classes 0 .. top and the escape's, each sign: the others are empty).
+ZC_SIMD inline void simd_rows(GroupScratch& gs, BlockStats& st, int top) {
   const __m512i ones = _mm512_set1_epi16(1);
-  for (int s = 0; s < kNumSyms; ++s) {
-    const __m512i row = _mm512_loadu_si512(gs.hist[s]);
-    st.counts[s] = 0;
-    if (!_mm512_test_epi16_mask(row, row)) continue;
-    st.counts[s] = uint32_t(_mm512_reduce_add_epi32(_mm512_madd_epi16(row, ones)));
-    _mm512_storeu_si512(st.rows[st.nused], row);
-    _mm512_storeu_si512(gs.hist[s], _mm512_setzero_si512());
-    st.used[st.nused++] = uint8_t(s);
-  }
+  std::memset(st.counts, 0, sizeof st.counts);
+  for (int sign = 0; sign < 2; ++sign)
+    for (int cls = 0; cls <= kClassEsc; cls = cls == top ? kClassEsc : cls + 1) {
+      const int s = sign << 7 | cls;
+      const __m512i row = _mm512_loadu_si512(gs.hist[s]);
+      if (!_mm512_test_epi16_mask(row, row)) continue;
+      st.counts[s] = uint32_t(_mm512_reduce_add_epi32(_mm512_madd_epi16(row, ones)));
+      _mm512_storeu_si512(st.rows[st.nused], row);
+      _mm512_storeu_si512(gs.hist[s], _mm512_setzero_si512());
+      st.used[st.nused++] = uint8_t(s);
+    }
 }
 
 // stats_size's lane sums with AVX-512: a lane count per 16-bit element, a row per vector.
@@ -318,8 +331,26 @@ inline uint64_t total_bits(const BlockStats& s, const uint8_t* lens, const uint8
 }
 // total_bits under the 8 family combos at once: costs[s][c] is combo c's
 // length of symbol s plus its fixed bits (all present: the family codes every symbol).
+#if ZC_HAVE_SIMD
+ZC_AVX2 inline void avx2_family_totals(const BlockStats& s, const uint8_t (*costs)[kCombos], uint32_t* t) {
+  __m256i acc = _mm256_setzero_si256();  // a combo a 32-bit element
+  for (int j = 0; j < s.nused; ++j) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(costs[s.used[j]])));
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(c, _mm256_set1_epi32(int(s.counts[s.used[j]]))));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), acc);
+}
+#endif
+
 inline void family_totals(const BlockStats& s, const uint8_t (*costs)[kCombos], uint64_t* totals) {
   uint32_t t[kCombos] = {};  // < 2^13 values of < 2^6 bits
+#if ZC_HAVE_SIMD
+  if (simd_level() != kPlain) {
+    avx2_family_totals(s, costs, t);
+    for (int k = 0; k < kCombos; ++k) totals[k] = t[k];
+    return;
+  }
+#endif
   for (int j = 0; j < s.nused; ++j) {
     const uint32_t n = s.counts[s.used[j]];
     const uint8_t* c = costs[s.used[j]];
@@ -341,9 +372,10 @@ template <int DT>
 void block_stats(const typename Elements<DT>::T* x, int count, GroupScratch& gs, uint8_t* syms, BlockStats& st) {
   using El = Elements<DT>;
   uint32_t ref = 0;
+  [[maybe_unused]] int top = kMaxD + 1;  // the largest class present, at most (rows past it are empty)
 #if ZC_HAVE_SIMD
   if (count == kBlock && simd_level() != kPlain) {
-    ref = simd_enabled() ? simd_symbols<DT>(x, syms) : avx2_symbols<DT>(x, syms);
+    ref = simd_enabled() ? simd_symbols<DT>(x, syms, &top) : avx2_symbols<DT>(x, syms);
   } else
 #endif
   {
@@ -367,7 +399,7 @@ void block_stats(const typename Elements<DT>::T* x, int count, GroupScratch& gs,
   st.count = count;
   st.nused = 0;
 #if ZC_HAVE_SIMD
-  if (simd_enabled()) return simd_rows(gs, st);
+  if (simd_enabled()) return simd_rows(gs, st, top);
   if (avx2_enabled()) return avx2_rows(gs, st);
 #endif
   for (int s = 0; s < kNumSyms; ++s) {
