@@ -145,16 +145,7 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
   const FamilyCodes& fam = family_codes();
   uint32_t top = 0, sizes[kCombos];
   bool same_refs = true;
-  // a code's exact size of a block, its lanes' bits kept for the coder (the chosen code's are its)
-  const auto sized = [&](const BlockStats& st, const uint8_t* lens, const uint8_t* map, uint16_t* keep) {
-    uint32_t bits[kLanes] = {};  // left as is where a symbol has no code (kNoSize: never chosen)
-    int32_t devs[kLanes - 1];
-    int width;
-    const uint32_t size = stats_size(st, lens, fixed.bits, map, bits, devs, &width);
-    for (int k = 0; k < kLanes; ++k) keep[k] = uint16_t(bits[k]);
-    return size;
-  };
-  uint16_t fam_bits[kCombos][kLanes], cand_bits[2][kGroupBlocks][kLanes];
+  uint16_t fam_bits[kCombos][kLanes], cand_bits[2][kGroupBlocks][kLanes];  // each sized code's lane bits
   for (int b = 0; b < nbk; ++b) {
     BlockStats& st = gs.st[b];
     block_stats<DT>(reinterpret_cast<const typename El::T*>(in) + int64_t(b) * kBlock, block_elems(count, b), gs, gs.syms[b], st);
@@ -162,7 +153,7 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     uint64_t total[kCombos], bound = ~uint64_t(0);
     family_totals(st, fixed.family, total);
     for (int c = 0; c < kCombos; ++c) bound = std::min(bound, most_size(total[c]));
-    for (int c = 0; c < kCombos; ++c) sizes[c] = least_size(total[c]) <= bound ? sized(st, fam.lens[c], nullptr, fam_bits[c]) : kNoSize;
+    for (int c = 0; c < kCombos; ++c) sizes[c] = least_size(total[c]) <= bound ? stats_size(st, fam.lens[c], fixed.bits, nullptr, fam_bits[c]) : kNoSize;
     Choice& choice = g->blocks[b] = family_choice(sizes, st.ref, st.count, El::lay);
     if (!choice.raw) std::memcpy(choice.bits, fam_bits[2 * choice.code + choice.flip], sizeof choice.bits);
     same_refs = same_refs && st.ref == gs.st[0].ref;
@@ -177,7 +168,7 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     cand_ref[b] = gs.st[b].ref;
     // exact only where it can be below the family's size (else min(family, z) is the family's)
     const bool can = least_size(total_bits(gs.st[b], cand_lens[0], fixed.bits)) < g->blocks[b].size;
-    z[0][b] = can ? sized(gs.st[b], cand_lens[0], nullptr, cand_bits[0][b]) : kNoSize;
+    z[0][b] = can ? stats_size(gs.st[b], cand_lens[0], fixed.bits, nullptr, cand_bits[0][b]) : kNoSize;
   }
   // At one ref for all, the group-ref candidate is the own-ref one: it ties, and the first is kept.
   uint8_t maps[kGroupBlocks][kNumSyms];  // each block's symbols at the group ref (when refs differ)
@@ -193,7 +184,7 @@ void choose_group_fast(const uint8_t* in, int64_t count, const FixedTable& fixed
     for (int b = 0; b < nbk; ++b) {
       cand_ref[kGroupBlocks + b] = top;
       const bool can = least_size(total_bits(gs.st[b], cand_lens[1], fixed.bits, maps[b])) < g->blocks[b].size;
-      z[1][b] = can ? sized(gs.st[b], cand_lens[1], maps[b], cand_bits[1][b]) : kNoSize;
+      z[1][b] = can ? stats_size(gs.st[b], cand_lens[1], fixed.bits, maps[b], cand_bits[1][b]) : kNoSize;
     }
   }
   const int best = group_decision(nbk, z, cand_ref, cand_lens, g);

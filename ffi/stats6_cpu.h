@@ -309,11 +309,14 @@ inline uint32_t stats_size(const BlockStats& s, const uint8_t* lens, const uint8
   return size;
 }
 
-inline uint32_t stats_size(const BlockStats& s, const uint8_t* lens, const uint8_t* fixed, const uint8_t* map = nullptr) {
-  uint32_t bits[kLanes];
+// stats_size, the lanes' bits kept as a block's Choice holds them (for the coder, if it is chosen).
+inline uint32_t stats_size(const BlockStats& s, const uint8_t* lens, const uint8_t* fixed, const uint8_t* map, uint16_t* keep) {
+  uint32_t bits[kLanes] = {};  // left as is where a symbol has no code (kNoSize: never chosen)
   int32_t devs[kLanes - 1];
   int width;
-  return stats_size(s, lens, fixed, map, bits, devs, &width);
+  const uint32_t size = stats_size(s, lens, fixed, map, bits, devs, &width);
+  for (int k = 0; k < kLanes; ++k) keep[k] = uint16_t(bits[k]);
+  return size;
 }
 
 // The total bits of a block's lanes under code lens (after map, if given),
@@ -329,11 +332,10 @@ inline uint64_t total_bits(const BlockStats& s, const uint8_t* lens, const uint8
   }
   return total;
 }
-// total_bits under the 8 family combos at once: costs[s][c] is combo c's
-// length of symbol s plus its fixed bits (all present: the family codes every symbol).
 #if ZC_HAVE_SIMD
+// family_totals's sums with AVX2 (either SIMD path): a combo a 32-bit element.
 ZC_AVX2 inline void avx2_family_totals(const BlockStats& s, const uint8_t (*costs)[kCombos], uint32_t* t) {
-  __m256i acc = _mm256_setzero_si256();  // a combo a 32-bit element
+  __m256i acc = _mm256_setzero_si256();
   for (int j = 0; j < s.nused; ++j) {
     const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(costs[s.used[j]])));
     acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(c, _mm256_set1_epi32(int(s.counts[s.used[j]]))));
@@ -342,6 +344,8 @@ ZC_AVX2 inline void avx2_family_totals(const BlockStats& s, const uint8_t (*cost
 }
 #endif
 
+// total_bits under the 8 family combos at once: costs[s][c] is combo c's
+// length of symbol s plus its fixed bits (all present: the family codes every symbol).
 inline void family_totals(const BlockStats& s, const uint8_t (*costs)[kCombos], uint64_t* totals) {
   uint32_t t[kCombos] = {};  // < 2^13 values of < 2^6 bits
 #if ZC_HAVE_SIMD

@@ -163,10 +163,10 @@ ZC_HD uint32_t reverse_bits(uint32_t v, int len) {
 
 // §4: canonical codes, bit-reversed so the decoder peeks LSB first.
 ZC_HD void canonical_codes(const uint8_t* lens, uint16_t* codes, int nsym) {
-  uint32_t count[kMaxCodeLen + 1] = {}, next[kMaxCodeLen + 1];  // codes of each length; the next one's
-  for (int s = 0; s < nsym; ++s) count[lens[s] <= kMaxCodeLen ? lens[s] : 0] += 1;
-  next[0] = 0;
-  for (int len = 1; len <= kMaxCodeLen; ++len) next[len] = (next[len - 1] + (len > 1 ? count[len - 1] : 0)) << 1;
+  uint32_t count[kMaxCodeLen + 1] = {}, next[kMaxCodeLen + 1] = {};  // codes of each length; the next one's
+  for (int s = 0; s < nsym; ++s)
+    if (lens[s] && lens[s] <= kMaxCodeLen) ++count[lens[s]];
+  for (int len = 1; len <= kMaxCodeLen; ++len) next[len] = (next[len - 1] + count[len - 1]) << 1;
   for (int s = 0; s < nsym; ++s)
     if (lens[s] && lens[s] <= kMaxCodeLen) codes[s] = uint16_t(reverse_bits(next[lens[s]]++, lens[s]));
 }
