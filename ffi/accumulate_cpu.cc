@@ -5,12 +5,16 @@
 #include <cstring>
 #include <type_traits>
 
+#include "simd_cpu.h"  // ZC_SIMD, ZC_AVX2, simd_level
+
 namespace zipccl {
 
 namespace {
 
+// The loops, compiled once for each instruction set below: the same scalar
+// code, vectorised as wide as the caller's target allows.
 template <int D>
-void accumulate_typed(const uint8_t* x, int64_t n, float* acc, bool first) {
+__attribute__((always_inline)) inline void accumulate_loop(const uint8_t* x, int64_t n, float* acc, bool first) {
   using T = std::conditional_t<D == kF32, uint32_t, uint16_t>;
   constexpr int64_t kTile = 1024;
   T bits[kTile];
@@ -24,6 +28,26 @@ void accumulate_typed(const uint8_t* x, int64_t n, float* acc, bool first) {
       for (int64_t i = 0; i < len; ++i) a[i] = add_f32(a[i], element_to_f32(D, bits[i]));
     }
   }
+}
+
+template <int D>
+void accumulate_plain(const uint8_t* x, int64_t n, float* acc, bool first) { accumulate_loop<D>(x, n, acc, first); }
+
+#if ZC_HAVE_SIMD
+template <int D>
+ZC_SIMD void accumulate_avx512(const uint8_t* x, int64_t n, float* acc, bool first) { accumulate_loop<D>(x, n, acc, first); }
+
+template <int D>
+ZC_AVX2 void accumulate_avx2(const uint8_t* x, int64_t n, float* acc, bool first) { accumulate_loop<D>(x, n, acc, first); }
+#endif
+
+template <int D>
+void accumulate_typed(const uint8_t* x, int64_t n, float* acc, bool first) {
+#if ZC_HAVE_SIMD
+  if (simd_enabled()) return accumulate_avx512<D>(x, n, acc, first);
+  if (avx2_enabled()) return accumulate_avx2<D>(x, n, acc, first);
+#endif
+  accumulate_plain<D>(x, n, acc, first);
 }
 
 template <int D>

@@ -35,6 +35,8 @@ struct GroupChoice {
   Choice blocks[kGroupBlocks];
 };
 
+thread_local int64_t fallbacks = 0;  // generic_fallbacks()
+
 int block_elems(int64_t n, int64_t b) { return int(std::min<int64_t>(kBlock, n - b * kBlock)); }
 
 int64_t store_raw(int dtype, const uint8_t* in, int64_t n, uint8_t* out) {
@@ -364,18 +366,20 @@ int64_t compress_typed(int dtype, const uint8_t* in, int64_t n, uint8_t* out, bo
   return data_at + end;
 }
 
+// Decodes elements [begin, begin + count) (begin a multiple of kBlock) into out.
 template <int DT>
-int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
+int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, int64_t begin, int64_t count, uint8_t* out,
+                     bool generic) {
   const Layout lay = layout_of(dtype);
   int flags = 0;
   int status = check_header(in, size, dtype, n, &flags);
   if (status != kOk) return status;
   if (flags & kFlagStoredRaw) {
     if (size - kHeaderBytes < n * lay.elem_bytes) return kErrTruncated;
-    if (n) std::memcpy(out, in + kHeaderBytes, size_t(n * lay.elem_bytes));
+    if (count) std::memcpy(out, in + kHeaderBytes + begin * lay.elem_bytes, size_t(count * lay.elem_bytes));
     return kOk;
   }
-  const int64_t nb = num_blocks(n), data_at = data_offset(nb);
+  const int64_t nb = num_blocks(n), data_at = data_offset(nb), b_first = begin / kBlock, b_end = num_blocks(begin + count);
   if (size < data_at) return kErrTruncated;
   const FamilyCodes& fam = family_codes();
   static thread_local std::unique_ptr<uint16_t[]> glut, lut;
@@ -387,7 +391,8 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
   constexpr int kRefTables = 8;  // a small cache: blocks mostly share a few (code, ref) pairs
   static thread_local std::unique_ptr<RefTable[]> ref_tables;
   if (!ref_tables) ref_tables.reset(new RefTable[kRefTables]);
-  for (int i = 0; i < kRefTables; ++i) ref_tables[i].from = nullptr;
+  for (int i = 0; i < kRefTables; ++i)  // the family's stay: their Baked tables never change
+    if (ref_tables[i].from == gbaked.get()) ref_tables[i].from = nullptr;
   int next_ref_table = 0, group_serial = 0;
   const Baked* fam_baked = family_baked<DT>();
   uint8_t lens[kNumSyms], glens[kNumSyms], gflipped[kNumSyms];  // gflipped: lut_group's lengths
@@ -423,13 +428,14 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
       std::memcpy(lanes[j], wait[j].starts, sizeof lanes[j]);
     }
     if (side_by_side<DT>(k, bodies, sizes, lanes, tabs, outs)) return int(kOk);
+    fallbacks += k;
 #endif
     for (int j = 0; j < k; ++j)
       if (const int st = decode_alone(wait[j]); st != kOk) return st;
     return int(kOk);
   };
   int64_t table_at = -1;  // the group table glens holds (its stream offset)
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = b_first; b < b_end; ++b) {
     const int cnt = block_elems(n, b);
     BlockPlan p{};
     status = plan_block(in, size, nb, b, cnt, lay, &p);
@@ -438,13 +444,13 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
       return first != kOk ? first : status;
     }
     const uint8_t* body = in + data_at + p.start;
-    uint8_t* dst = out + b * kBlock * lay.elem_bytes;
+    uint8_t* dst = out + (b - b_first) * kBlock * lay.elem_bytes;
     const uint32_t bytes = p.end - p.start;
     if (p.d.raw) {
       std::memcpy(dst, body, bytes);
       continue;
     }
-    if (!generic && b + 1 < nb) {  // the next record, while this one decodes: its lanes are read 16 lines at a time
+    if (!generic && b + 1 < b_end) {  // the next record, while this one decodes: its lanes are read 16 lines at a time
       const uint32_t next = std::min<uint32_t>(read_desc(in, b + 1).end, uint32_t(size - data_at));
       for (uint32_t at = p.end; at < next; at += 64) __builtin_prefetch(in + data_at + at);
     }
@@ -499,6 +505,7 @@ int decompress_typed(int dtype, const uint8_t* in, int64_t size, int64_t n, uint
 #endif
       if ((status = flush()) != kOk) return status;
       if (decode_body_fast<DT>(body, bytes, in + size, cnt, t->entry, reinterpret_cast<T*>(dst))) continue;
+      ++fallbacks;
     }
     status = decode_body(body, bytes, cnt, lay, p.d.ref, built(table), dst);
     if (status != kOk) return status;
@@ -538,14 +545,23 @@ bool check_plan(int dtype, const uint8_t* plan, int64_t n) {
 }
 
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic) {
-  if (dtype == kBF16) return decompress_typed<kBF16>(dtype, in, size, n, out, generic);
-  if (dtype == kF16) return decompress_typed<kF16>(dtype, in, size, n, out, generic);
-  return decompress_typed<kF32>(dtype, in, size, n, out, generic);
+  if (dtype == kBF16) return decompress_typed<kBF16>(dtype, in, size, n, 0, n, out, generic);
+  if (dtype == kF16) return decompress_typed<kF16>(dtype, in, size, n, 0, n, out, generic);
+  return decompress_typed<kF32>(dtype, in, size, n, 0, n, out, generic);
+}
+
+int64_t generic_fallbacks() { return fallbacks; }
+
+int decompress_range(int dtype, const uint8_t* in, int64_t size, int64_t n, int64_t begin, int64_t count, uint8_t* out) {
+  if (begin < 0 || count < 0 || begin % kBlock || count > n - begin || (count % kBlock && begin + count != n)) return kErrCount;
+  if (dtype == kBF16) return decompress_typed<kBF16>(dtype, in, size, n, begin, count, out, false);
+  if (dtype == kF16) return decompress_typed<kF16>(dtype, in, size, n, begin, count, out, false);
+  return decompress_typed<kF32>(dtype, in, size, n, begin, count, out, false);
 }
 
 int decompress_accumulate(int dtype, const uint8_t* in, int64_t cap, int64_t k, int64_t n, float* acc) {
-  return accumulate_rows(dtype, in, cap, k, n, acc, [](int d, const uint8_t* s, int64_t size, int64_t m, uint8_t* out) {
-    return decompress_stream(d, s, size, m, out);
+  return accumulate_tiled(dtype, k, n, acc, [&](int64_t j, int64_t begin, int64_t count, uint8_t* out) {
+    return decompress_range(dtype, in + j * cap, cap, n, begin, count, out);
   });
 }
 

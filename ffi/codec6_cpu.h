@@ -41,6 +41,18 @@ bool check_plan(int dtype, const uint8_t* plan, int64_t n);
 // reference's verdict (its first failing block's).
 int decompress_stream(int dtype, const uint8_t* in, int64_t size, int64_t n, uint8_t* out, bool generic = false);
 
+// How many blocks the fast decoders (vector and scalar) have handed to the
+// generic one on this thread: a block they find anything wrong in, or may (a
+// valid stream gives none; tests check that the fast paths decode it all).
+int64_t generic_fallbacks();
+
+// decompress_stream of elements [begin, begin + count) only, into count
+// elements at out: whole blocks (begin a multiple of 4,096, and begin + count
+// too or n; else kErrCount). Those blocks are checked and decoded, and the
+// stream's header and length: where they pass, the same elements; where one
+// fails, the stream's verdict if no block before begin fails.
+int decompress_range(int dtype, const uint8_t* in, int64_t size, int64_t n, int64_t begin, int64_t count, uint8_t* out);
+
 // Decodes k streams of n elements, each in its own row of cap bytes, and sums
 // them in row order in float32 into acc (FORMAT.md §7). Returns a Status:
 // the first failing row's verdict.

@@ -127,6 +127,8 @@ NB_MODULE(_zipccl_cpu, m) {
         nb::arg("generic") = false);
   m.def("decompress_into", &decompress_into, nb::arg("payload"), nb::arg("dtype"), nb::arg("raw"), nb::arg("generic") = false);
   m.def("decompress_accumulate", &decompress_accumulate, nb::arg("rows"), nb::arg("dtype"), nb::arg("n"));
+  m.def("generic_fallbacks", &zipccl::v6::generic_fallbacks,
+        "Blocks the fast decoders handed to the generic one on this thread so far (0 for valid streams).");
   m.def("code_lengths", &code_lengths);
   // The decoder's message for a status code: the CUDA handlers return codes, Python words the error.
   m.def("error_message", [](int status) { return zipccl::error_message(status); });

@@ -112,26 +112,34 @@ struct Avx2Lanes {
 };
 
 // One step of 8 lanes of a block (a value each): decode_value's work, as
-// simd_step does it for 16. body has 8 readable bytes past vsize (a lane that
-// runs past its end is clamped there and flagged at the end).
+// simd_step does it for 16, 16-bit elements with their window carried in win.
+// body has 8 readable bytes past vsize (a lane that runs past its end is
+// clamped there and flagged at the end).
 template <int DT>
-ZC_AVX2 inline __m256i avx2_step(const uint8_t* body, __m256i vsize, const uint32_t* tab, __m256i& pos, __m256i& bad) {
+ZC_AVX2 inline __m256i avx2_step(const uint8_t* body, __m256i vsize, const uint32_t* tab, __m256i& pos, __m256i& win,
+                                 __m256i& bad) {
   using El = Elements<DT>;
   constexpr Layout lay = El::lay;
+  constexpr bool kCarried = DT != kF32;
   const int* bytes = reinterpret_cast<const int*>(body);
   const __m256i byte = _mm256_min_epu32(_mm256_srli_epi32(pos, 3), vsize);
   const __m256i shift = _mm256_and_si256(pos, avx2_set(7));
-  const __m256i lo = _mm256_i32gather_epi32(bytes, byte, 1);
-  __m256i w = _mm256_srlv_epi32(lo, shift), hi = _mm256_setzero_si256();
+  __m256i w = kCarried ? win : _mm256_srlv_epi32(_mm256_i32gather_epi32(bytes, byte, 1), shift), hi = _mm256_setzero_si256();
   const __m256i e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(tab), _mm256_and_si256(w, avx2_set(kLutSize - 1)), 4);
+  const __m256i at = _mm256_min_epu32(_mm256_add_epi32(byte, avx2_set(4)), vsize);
+  __m256i next = kCarried ? _mm256_i32gather_epi32(bytes, at, 1) : _mm256_setzero_si256();  // the 32 bits after win
   bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
   const __m256i len = _mm256_and_si256(_mm256_srli_epi32(e, Baked::kLenShift), avx2_set(15));
   const __m256i used = _mm256_and_si256(_mm256_srli_epi32(e, Baked::kUsedShift), avx2_set(63));
-  // 25 bits of w are the window's at least; fp32's fields, and a 16-bit escape late in its byte, need more
+  // 25 bits are a gathered dword's at least; fp32's fields, and a 16-bit escape late in its byte, need more
   if (DT == kF32 || _mm256_movemask_epi8(_mm256_cmpgt_epi32(_mm256_add_epi32(used, shift), avx2_set(32)))) {
-    const __m256i next = _mm256_i32gather_epi32(bytes, _mm256_add_epi32(byte, avx2_set(4)), 1);
-    w = _mm256_or_si256(w, _mm256_sllv_epi32(next, _mm256_sub_epi32(avx2_set(32), shift)));  // a shift of 32 gives 0
-    hi = _mm256_srlv_epi32(next, shift);
+    const __m256i more = _mm256_i32gather_epi32(bytes, kCarried ? _mm256_min_epu32(_mm256_add_epi32(at, avx2_set(4)), vsize)
+                                                                 : _mm256_add_epi32(byte, avx2_set(4)), 1);
+    const __m256i up = _mm256_sllv_epi32(more, _mm256_sub_epi32(avx2_set(32), shift));  // a shift of 32 gives 0
+    if (kCarried) next = _mm256_or_si256(_mm256_srlv_epi32(next, shift), up);
+    else w = _mm256_or_si256(w, up), hi = _mm256_srlv_epi32(more, shift);
+  } else if (kCarried) {
+    next = _mm256_srlv_epi32(next, shift);
   }
   __m256i top = _mm256_and_si256(e, avx2_set(RefTable::kHi)), off = len;
   const __m256i esc = _mm256_cmpgt_epi32(_mm256_and_si256(e, avx2_set(Baked::kEsc)), _mm256_setzero_si256());
@@ -142,26 +150,38 @@ ZC_AVX2 inline __m256i avx2_step(const uint8_t* body, __m256i vsize, const uint3
   __m256i f = _mm256_srlv_epi32(w, off);
   if constexpr (DT == kF32) f = _mm256_or_si256(f, _mm256_sllv_epi32(hi, _mm256_sub_epi32(avx2_set(32), off)));
   const __m256i low = _mm256_cmpgt_epi32(_mm256_and_si256(e, avx2_set(Baked::kLow)), _mm256_setzero_si256());
+  if constexpr (kCarried)  // used <= 27; a shift of 32 gives 0
+    win = _mm256_or_si256(_mm256_srlv_epi32(w, used), _mm256_sllv_epi32(next, _mm256_sub_epi32(avx2_set(32), used)));
   pos = _mm256_add_epi32(pos, used);
   return _mm256_or_si256(_mm256_slli_epi32(top, lay.low_bits), _mm256_and_si256(low, _mm256_and_si256(f, avx2_set(El::low_mask))));
+}
+
+// The 32 bits at each lane's pos (avx2_step's win), bytes clamped as there.
+ZC_AVX2 inline __m256i avx2_window(const uint8_t* body, __m256i vsize, __m256i pos) {
+  const int* bytes = reinterpret_cast<const int*>(body);
+  const __m256i byte = _mm256_min_epu32(_mm256_srli_epi32(pos, 3), vsize), shift = _mm256_and_si256(pos, avx2_set(7));
+  const __m256i lo = _mm256_i32gather_epi32(bytes, byte, 1);
+  const __m256i hi = _mm256_i32gather_epi32(bytes, _mm256_min_epu32(_mm256_add_epi32(byte, avx2_set(4)), vsize), 1);
+  return _mm256_or_si256(_mm256_srlv_epi32(lo, shift), _mm256_sllv_epi32(hi, _mm256_sub_epi32(avx2_set(32), shift)));
 }
 
 // simd_blocks with AVX2: NB full blocks side by side, each as four vectors of 8 lanes.
 template <int DT, int NB>
 ZC_AVX2 bool avx2_blocks(const uint8_t* const* bodies, const uint32_t* sizes, const uint32_t (*starts)[kLanes + 1],
                          const uint32_t* const* tabs, typename Elements<DT>::T* const* outs) {
-  __m256i pos[NB][4], vsize[NB], bad[NB];  // bad: one vector a block (registers are few)
+  __m256i pos[NB][4], win[NB][4], vsize[NB], bad[NB];  // bad: one vector a block (registers are few)
   for (int j = 0; j < NB; ++j) {
+    vsize[j] = _mm256_set1_epi32(int(sizes[j]));
     for (int h = 0; h < 4; ++h) {
       pos[j][h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(starts[j] + 8 * h));
+      win[j][h] = avx2_window(bodies[j], vsize[j], pos[j][h]);
     }
     bad[j] = _mm256_setzero_si256();
-    vsize[j] = _mm256_set1_epi32(int(sizes[j]));
   }
   for (int i = 0; i < kBlock / kLanes; ++i)
     for (int j = 0; j < NB; ++j) {
       __m256i x[4];
-      for (int h = 0; h < 4; ++h) x[h] = avx2_step<DT>(bodies[j], vsize[j], tabs[j], pos[j][h], bad[j]);
+      for (int h = 0; h < 4; ++h) x[h] = avx2_step<DT>(bodies[j], vsize[j], tabs[j], pos[j][h], win[j][h], bad[j]);
       auto* out = outs[j] + kLanes * i;
       if constexpr (sizeof(*out) == 2) {
         for (int h = 0; h < 4; h += 2)

@@ -421,41 +421,72 @@ inline int locate_lanes_fast(const uint8_t* body, uint32_t size, uint32_t* start
 #if ZC_HAVE_SIMD
 ZC_SIMD inline __m512i set(uint32_t v) { return _mm512_set1_epi32(int(v)); }
 
+// The dwords at byte + at of 16 lanes (clamped at vsize).
+ZC_SIMD inline __m512i simd_dword(const uint8_t* body, __m512i byte, int at, __m512i vsize) {
+  return _mm512_i32gather_epi32(_mm512_min_epu32(_mm512_add_epi32(byte, set(uint32_t(at))), vsize), body, 1);
+}
+
 // One step of 16 lanes of a block (lanes k0 .. k0 + 15, a value each) with
 // AVX-512: the same as decode_value, 16 at once. body has 8 readable bytes
 // past vsize (a lane that runs past its end is clamped there and flagged at the end).
+// Each lane's window is carried from step to step: win[0] holds the 32 bits at
+// pos (a 16-bit element takes at most 27), fp32's win[1] the 32 after them (it
+// takes at most 43), and the next window is shifted in from the bits after
+// those, gathered beside the table's entries: a step waits on one gather, not
+// two in a row.
 template <int DT>
-ZC_SIMD inline void simd_step(const uint8_t* body, __m512i vsize, const uint32_t* tab, __m512i& pos, __mmask16& bad,
-                              typename Elements<DT>::T* out) {
+ZC_SIMD inline void simd_step(const uint8_t* body, __m512i vsize, const uint32_t* tab, __m512i& pos, __m512i* win,
+                              __mmask16& bad, typename Elements<DT>::T* out) {
   using El = Elements<DT>;
   constexpr Layout lay = El::lay;
-  const __m512i byte = _mm512_min_epu32(_mm512_srli_epi32(pos, 3), vsize);
-  const __m512i shift = _mm512_and_si512(pos, set(7));
-  const __m512i lo = _mm512_i32gather_epi32(byte, body, 1);
-  __m512i w = _mm512_srlv_epi32(lo, shift), hi = _mm512_setzero_si512();
+  constexpr bool kWide = DT == kF32;
+  const __m512i byte = _mm512_srli_epi32(pos, 3), shift = _mm512_and_si512(pos, set(7));
+  const __m512i w = win[0], hi = kWide ? win[1] : _mm512_setzero_si512();
   const __m512i e = _mm512_i32gather_epi32(_mm512_and_si512(w, set(kLutSize - 1)), tab, 4);
+  // the bits after the window: 32 at least (the second dword past 25, where a step needs them)
+  const __m512i a = simd_dword(body, byte, kWide ? 8 : 4, vsize);
+  __m512i b = kWide ? simd_dword(body, byte, 12, vsize) : _mm512_setzero_si512();
   bad |= _mm512_testn_epi32_mask(e, e);
   const __mmask16 esc = _mm512_test_epi32_mask(e, set(Baked::kEsc));
   const __m512i len = _mm512_and_si512(_mm512_srli_epi32(e, Baked::kLenShift), set(15));
   const __m512i used = _mm512_and_si512(_mm512_srli_epi32(e, Baked::kUsedShift), set(63));
-  // 25 bits of w are the window's at least; fp32's fields, and a 16-bit escape late in its byte, need more
-  if (DT == kF32 || _mm512_cmpgt_epu32_mask(_mm512_add_epi32(used, shift), set(32))) {
-    hi = _mm512_i32gather_epi32(_mm512_add_epi32(byte, set(4)), body, 1);
-    w = _mm512_shrdv_epi32(lo, hi, shift);
-    hi = _mm512_srlv_epi32(hi, shift);
+  __m512i after;
+  if constexpr (kWide) {
+    after = _mm512_shrdv_epi32(a, b, shift);
+    b = _mm512_srlv_epi32(b, shift);  // 25 bits at least; a step shifts in 11 at most past after
+  } else if (_mm512_cmpgt_epu32_mask(_mm512_add_epi32(used, shift), set(32))) {  // an escape late in its byte
+    after = _mm512_shrdv_epi32(a, simd_dword(body, byte, 8, vsize), shift);
+  } else {
+    after = _mm512_srlv_epi32(a, shift);
   }
   __m512i top = _mm512_and_si512(e, set(RefTable::kHi)), off = len;
   if (esc) {
     top = _mm512_mask_or_epi32(top, esc, top, _mm512_and_si512(_mm512_srlv_epi32(w, len), set(El::q_mask)));
     off = _mm512_mask_add_epi32(off, esc, off, set(lay.q_bits));
   }
-  const __m512i f = DT == kF32 ? _mm512_shrdv_epi32(w, hi, off) : _mm512_srlv_epi32(w, off);
+  const __m512i f = kWide ? _mm512_shrdv_epi32(w, hi, off) : _mm512_srlv_epi32(w, off);
   const __mmask16 low = _mm512_test_epi32_mask(e, set(Baked::kLow));
   const __m512i x = _mm512_mask_or_epi32(_mm512_slli_epi32(top, lay.low_bits), low, _mm512_slli_epi32(top, lay.low_bits),
                                          _mm512_and_si512(f, set(El::low_mask)));
+  if constexpr (kWide) {  // the 128 bits w, hi, after, b moved down by used (< 64)
+    const __mmask16 far = _mm512_cmpge_epu32_mask(used, set(32));
+    const __m512i s0 = _mm512_mask_mov_epi32(w, far, hi), s1 = _mm512_mask_mov_epi32(hi, far, after);
+    const __m512i s2 = _mm512_mask_mov_epi32(after, far, b);
+    win[0] = _mm512_shrdv_epi32(s0, s1, used), win[1] = _mm512_shrdv_epi32(s1, s2, used);  // counts mod 32
+  } else {
+    win[0] = _mm512_shrdv_epi32(w, after, used);  // used <= 27
+  }
   pos = _mm512_add_epi32(pos, used);
   if constexpr (sizeof(typename El::T) == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(x));
   else _mm512_storeu_si512(out, x);
+}
+
+// The 32 bits at each lane's pos (simd_step's win), bytes clamped as there.
+ZC_SIMD inline __m512i simd_window(const uint8_t* body, __m512i vsize, __m512i pos) {
+  const __m512i byte = _mm512_min_epu32(_mm512_srli_epi32(pos, 3), vsize);
+  const __m512i lo = _mm512_i32gather_epi32(byte, body, 1);
+  const __m512i hi = _mm512_i32gather_epi32(_mm512_min_epu32(_mm512_add_epi32(byte, set(4)), vsize), body, 1);
+  return _mm512_shrdv_epi32(lo, hi, _mm512_and_si512(pos, set(7)));
 }
 
 // Full blocks' 32 lanes, two vectors of 16 each, NB blocks side by side (the
@@ -465,15 +496,20 @@ ZC_SIMD inline void simd_step(const uint8_t* body, __m512i vsize, const uint32_t
 template <int DT, int NB>
 ZC_SIMD bool simd_blocks(const uint8_t* const* bodies, const uint32_t* sizes, const uint32_t (*starts)[kLanes + 1],
                          const uint32_t* const* tabs, typename Elements<DT>::T* const* outs) {
-  __m512i pos[NB][2], vsize[NB];
+  __m512i pos[NB][2], win[NB][2][2], vsize[NB];
   __mmask16 bad[NB][2] = {};
   for (int j = 0; j < NB; ++j) {
     pos[j][0] = _mm512_loadu_si512(starts[j]), pos[j][1] = _mm512_loadu_si512(starts[j] + 16);
     vsize[j] = _mm512_set1_epi32(int(sizes[j]));
+    for (int h = 0; h < 2; ++h) {
+      win[j][h][0] = simd_window(bodies[j], vsize[j], pos[j][h]);
+      win[j][h][1] = DT == kF32 ? simd_window(bodies[j], vsize[j], _mm512_add_epi32(pos[j][h], set(32))) : _mm512_setzero_si512();
+    }
   }
   for (int i = 0; i < kBlock / kLanes; ++i)
     for (int j = 0; j < NB; ++j)
-      for (int h = 0; h < 2; ++h) simd_step<DT>(bodies[j], vsize[j], tabs[j], pos[j][h], bad[j][h], outs[j] + kLanes * i + 16 * h);
+      for (int h = 0; h < 2; ++h)
+        simd_step<DT>(bodies[j], vsize[j], tabs[j], pos[j][h], win[j][h], bad[j][h], outs[j] + kLanes * i + 16 * h);
   bool ok = true;
   for (int j = 0; j < NB; ++j) {
     alignas(64) uint32_t end[kLanes];

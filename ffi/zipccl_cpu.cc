@@ -419,19 +419,17 @@ ffi::Error DecodeAccumulateRows(ffi::RemainingArgs args, ffi::RemainingRets outs
     local = *l;
   }
   std::unique_ptr<float[]> acc(new float[size_t(m > 0 ? m : 1)]);
-  auto row = scratch_bytes(m * es);
   const ExactSubnormals exact;
-  for (size_t j = 0; j < rows->row.size(); ++j) {
-    if (int64_t(j) == own) {
-      local.pieces(0, m, [&](const uint8_t* p, int64_t done, int64_t n) {
-        zipccl::accumulate_elements(dtype, p, n, acc.get() + done, j == 0);
-      });
-      continue;
-    }
-    const int status = zipccl::v6::decompress_stream(dtype, rows->row[j], rows->cap, m, row.get());
-    if (status != zipccl::kOk) return corrupt(int64_t(j), status);
-    zipccl::accumulate_elements(dtype, row.get(), m, acc.get(), j == 0);
-  }
+  int64_t failed = 0;
+  const int status = zipccl::accumulate_tiled(
+      dtype, int64_t(rows->row.size()), m, acc.get(),
+      [&](int64_t j, int64_t begin, int64_t count, uint8_t* out) {
+        if (j != own) return zipccl::v6::decompress_range(dtype, rows->row[size_t(j)], rows->cap, m, begin, count, out);
+        local.pieces(begin, count, [&](const uint8_t* p, int64_t done, int64_t n) { std::memcpy(out + done * es, p, size_t(n * es)); });
+        return int(zipccl::kOk);
+      },
+      &failed);
+  if (status != zipccl::kOk) return corrupt(failed, status);
   x->pieces(0, m, [&](uint8_t* o, int64_t done, int64_t n) { zipccl::round_elements(out_dtype, acc.get() + done, n, o); });
   return ffi::Error::Success();
 }

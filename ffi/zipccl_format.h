@@ -288,14 +288,12 @@ ZC_HD uint32_t f32_to_bf16(float f) {
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 
+// Exact (subnormals, NaN payloads); without branches, so that loops of it vectorise.
 ZC_HD float f16_to_f32(uint32_t h) {
-  const uint32_t sign = (h >> 15) << 31, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-  if (e == 0) {
-    const float mag = float(m) * 5.9604644775390625e-08f;  // m * 2^-24, exact
-    return bits_to_f32(sign | f32_to_bits(mag));
-  }
-  if (e == 31) return bits_to_f32(sign | 0x7F800000u | (m << 13));
-  return bits_to_f32(sign | ((e + 112) << 23) | (m << 13));
+  const uint32_t sign = (h >> 15) << 31, mag = h & 0x7FFFu;
+  const uint32_t wide = (mag << 13) + (mag >= 0x7C00u ? 0x70000000u : 0x38000000u);  // exponent + 112, Inf / NaN 255
+  const float sub = float(mag) * 5.9604644775390625e-08f;  // a subnormal or zero: mag * 2^-24, exact
+  return bits_to_f32(sign | (mag < 0x400u ? f32_to_bits(sub) : wide));
 }
 
 ZC_HD uint32_t f32_to_f16(float f) {

@@ -15,7 +15,8 @@
 //     decodes into buffers pre-filled differently give the same bytes);
 //   - the fast (SIMD where present) and the generic (CUDA's) block decoders
 //     give the same verdict and, when they accept, the same bytes;
-//   - decompress_accumulate of the one stream agrees with decompress_stream;
+//   - decompress_accumulate of the one stream agrees with decompress_stream,
+//     and so does decompress_range of its blocks after the first;
 //   - the input's bytes, read as elements, round-trip through both encoders,
 //     which write the same stream, whose length the size pass gives.
 #include <cstdint>
@@ -71,6 +72,14 @@ void check_decoders(const uint8_t* data, size_t size) {
   check(v6::decompress_accumulate(dtype, data, int64_t(size), 1, int64_t(n), acc.data()) == kOk,
         "decompress_accumulate accepts what decompress_stream accepts");
   const int es = dtype_bytes(dtype);
+  if (n > 4096) {  // whole blocks (heap-allocated at their size, so ASan sees any write past them)
+    std::vector<uint8_t> part(size_t(n - 4096) * es);
+    check(v6::decompress_range(dtype, data, int64_t(size), int64_t(n), 4096, int64_t(n) - 4096, part.data()) == kOk &&
+              !std::memcmp(part.data(), a.data() + 4096 * es, part.size()),
+          "decompress_range of the blocks after the first gives their elements");
+    check(v6::decompress_range(dtype, data, int64_t(size), int64_t(n), 1, 4095, part.data()) == kErrCount,
+          "decompress_range refuses a range that is not whole blocks");
+  }
   for (uint64_t i = 0; i < n; ++i) {
     const float v = element_to_f32(dtype, load_element(a.data() + i * es, es));
     check(f32_to_bits(acc[i]) == f32_to_bits(v) || (v != v && acc[i] != acc[i]), "accumulate of one stream");

@@ -98,6 +98,7 @@ def test_bench_codec_against_another_build(tmp_path, capsys, monkeypatch):
     rows = json.loads((tmp_path / "a.json").read_text())["builds"]
     assert [r["data"] for r in rows] == ["gaussian bfloat16", "gaussian float16", "gaussian float32"]
     assert all(r["this ratio"] == r["base ratio"] and float(r["compress this/base"]) > 0 for r in rows)
+    assert all(float(r["reduce this/base"]) > 0 for r in rows)  # both builds have the reduce step: timed, sums checked
     assert f"## This build against {other}" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no module at"):
         codec.run_against(str(tmp_path / "missing.so"), 4096, 1, None, 1)

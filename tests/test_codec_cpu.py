@@ -248,6 +248,7 @@ def test_every_path_gives_the_same_bytes_and_decodes(tmp_path):
             "for dtype in t.DTYPES:\n"
             "    for name, x in t.kinds(dtype).items():\n"
             "        s = t.compress(x); out.append(f'{dtype}/{name}:{zlib.crc32(s)}:{t.decompress(s, x).tobytes() == x.tobytes()}')\n"
+            "out.append(f'fallbacks:{t.cpu.generic_fallbacks()}')\n"
             "print('|'.join(out))") % str(Path(__file__).parent)
     outs = {}
     for path in SIMD_PATHS:
@@ -256,7 +257,22 @@ def test_every_path_gives_the_same_bytes_and_decodes(tmp_path):
         assert run.returncode == 0, run.stderr[-2000:]
         outs[path] = run.stdout.strip().split("|")
     assert outs["widest"] == outs["avx2"] == outs["portable"]
-    assert len(outs["widest"]) >= 3 * 8 and all(item.endswith(":True") for item in outs["widest"]), outs["widest"]
+    assert outs["widest"][-1] == "fallbacks:0"  # every valid block decoded by the fast decoders, on every path
+    assert len(outs["widest"]) >= 3 * 8 and all(item.endswith(":True") for item in outs["widest"][:-1]), outs["widest"]
+
+
+def test_the_fast_decoders_hand_a_corrupt_block_to_the_generic_one():
+    """generic_fallbacks counts the blocks the fast decoders could not vouch for: none of a valid
+    stream (test_every_path_gives_the_same_bytes_and_decodes, on each path), one a corrupt block."""
+    x = gaussian(8 * R.BLOCK, "bfloat16", seed=70)
+    s = bytearray(compress(x))
+    before = cpu.generic_fallbacks()
+    assert decompress(bytes(s), x).tobytes() == x.tobytes() and cpu.generic_fallbacks() == before
+    end = R.HEADER_BYTES + 8 * 8  # the data area; block 2's record ends at its descriptor's end
+    s[end + int.from_bytes(s[R.HEADER_BYTES + 16:R.HEADER_BYTES + 20], "little") - 1] ^= 0x80  # block 2's last byte
+    with pytest.raises(ValueError, match="corrupt"):
+        decompress(bytes(s), x)
+    assert cpu.generic_fallbacks() > before
 
 
 def test_sanitized_differential_fuzzer(tmp_path):
@@ -314,6 +330,44 @@ def test_rows_decode_and_sum_in_row_order_bit_for_bit(dtype):
     want = R.accumulate(chunks, np.float32)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     rows[1, 16 + 8 * 2 - 1] ^= 0x40  # row 1's second descriptor: a reserved bit
+    with pytest.raises(ValueError, match="corrupt block descriptor"):
+        cpu.decompress_accumulate(rows, CODES[dtype], n)
+
+
+def rows_of(chunks):
+    """The chunks' reference streams, each in a row of one zero-padded byte array."""
+    streams = [R.compress(c) for c in chunks]
+    rows = np.zeros((len(streams), max(map(len, streams))), np.uint8)
+    for j, s in enumerate(streams):
+        rows[j, : len(s)] = np.frombuffer(s, np.uint8)
+    return rows
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_summed_a_tile_at_a_time_give_the_row_by_row_sums_and_verdict(dtype, tmp_path):
+    """The reduce step sums 65,536 elements (a group's blocks) of every row at a time, in cache
+    (ffi/accumulate_cpu.h): rows over three tiles with a partial last, every 16-bit pattern among
+    the values, give the reference's bits; a row failing in a later tile is reported before a later
+    row failing in the first, as summing row by row would."""
+    n = 3 * 16 * R.BLOCK + 5000
+    chunks = [with_odd_values(gaussian(n, dtype, seed=60 + j), 53 + j) for j in range(3)]
+    if dtype != "float32":  # every bit pattern, one tile of one row: subnormals, infinities, NaN payloads
+        chunks[1][:65536] = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(chunks[1].dtype)
+    rows = rows_of(chunks)
+    np.save(tmp_path / "rows.npy", rows)
+    want = R.accumulate(chunks, np.float32).view(np.uint32)
+    code = ("import numpy as np; from zipccl_jax import _zipccl_cpu as c; "
+            f"np.save('sums.npy', c.decompress_accumulate(np.load('rows.npy'), {CODES[dtype]}, {n}))")
+    for path in SIMD_PATHS:  # each path in its own process (ffi/simd_cpu.h reads the environment once)
+        run = subprocess.run([sys.executable, "-c", code], env=path_env(path), capture_output=True, text=True, timeout=120,
+                             cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+        np.testing.assert_array_equal(np.load(tmp_path / "sums.npy").view(np.uint32), want, err_msg=path)
+    rows[2, 3] ^= 1  # row 2's magic: its first tile fails
+    with pytest.raises(ValueError, match="bad magic"):
+        cpu.decompress_accumulate(rows, CODES[dtype], n)
+    nb = (n + R.BLOCK - 1) // R.BLOCK
+    rows[1, 16 + 8 * nb - 1] ^= 0x40  # row 1's last descriptor: a reserved bit, in the last tile
     with pytest.raises(ValueError, match="corrupt block descriptor"):
         cpu.decompress_accumulate(rows, CODES[dtype], n)
 

@@ -95,7 +95,8 @@ def test_coding_with_the_size_pass_plans_gives_the_same_bytes_at_the_tightest_ca
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_an_accumulated_row_taken_from_local_leaves_gives_the_same_bits(dtype):
-    rows = ref.cut_rows(np.concatenate(leaves_of((K * 3 * ref.BLOCK + 5,), dtype, seed=3)), K, 0)
+    """Rows of two reduce tiles (ffi/accumulate_cpu.h: 16 blocks), the local row's second from its second leaf."""
+    rows = ref.cut_rows(np.concatenate(leaves_of((K * (ref.GROUP_BLOCKS + 4) * ref.BLOCK + 5,), dtype, seed=3)), K, 0)
     m = rows.shape[1]
     cap = ref.max_stream_bytes(m, dtype)
     payload = np.zeros((K, cap), np.uint8)
@@ -143,6 +144,22 @@ def test_a_corrupt_row_is_named():
             p, (ref.BLOCK,), np.float32)):
         with pytest.raises(Exception, match=r"zipccl: corrupt payload \(stream 1\)"):
             jax.block_until_ready(jax.jit(op)(*outs))
+
+
+def test_the_first_failing_row_is_named_though_a_later_one_fails_sooner():
+    """The reduce step sums a tile (16 blocks) of every row at a time; its verdict is still the first failing
+    row's, as summing row by row would give: row 1 fails in its last block, row 2 in its first."""
+    m = (ref.GROUP_BLOCKS + 2) * ref.BLOCK
+    x = make("gauss", 3 * m, np.float32)
+    cap = ref.max_stream_bytes(m, np.float32)
+    (payload,) = [np.array(o) for o in jax.jit(lambda a: ops.encode_rows(a, 3, cap))(x)]
+    payload[2, 16 + 7] ^= 0x80  # row 2, block 0's descriptor: a reserved bit (FORMAT.md §2)
+    op = jax.jit(lambda p: ops.decode_accumulate_rows([p], (m,), np.float32))
+    with pytest.raises(Exception, match=r"zipccl: corrupt payload \(stream 2\)"):
+        jax.block_until_ready(op(payload))
+    payload[1, 16 + 8 * (ref.GROUP_BLOCKS + 1) + 7] ^= 0x80  # row 1, its last block's
+    with pytest.raises(Exception, match=r"zipccl: corrupt payload \(stream 1\)"):
+        jax.block_until_ready(op(payload))
 
 
 def test_bad_arguments_get_clear_errors():

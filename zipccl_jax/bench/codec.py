@@ -105,6 +105,28 @@ def load_baseline(path: str):
     return module
 
 
+REDUCE_ROWS = 8  # the reduce step's rows: x cut into 8 streams, as a psum over 8 devices receives its shard
+
+
+def _reduce_call(x: np.ndarray, module):
+    """The reduce step (decompress_accumulate) of one build on x cut into REDUCE_ROWS streams, or
+    None where the build has none (version 5's); checks its sums bit for bit against numpy's
+    float32 sum in row order."""
+    if not hasattr(module, "decompress_accumulate"):
+        return None
+    chunks = np.ascontiguousarray(x).ravel()[: x.size // REDUCE_ROWS * REDUCE_ROWS].reshape(REDUCE_ROWS, -1)
+    code, m = DTYPE_CODES[x.dtype.name], chunks.shape[1]
+    rows = np.zeros((REDUCE_ROWS, reference.max_stream_bytes(m, x.dtype)), np.uint8)
+    for row, chunk in zip(rows, chunks):
+        module.compress_into(chunk.view(np.uint8), code, row)
+    want = chunks[0].astype(np.float32)
+    for chunk in chunks[1:]:
+        want = want + chunk.astype(np.float32)
+    if not np.array_equal(module.decompress_accumulate(rows, code, m).view(np.uint32), want.view(np.uint32)):
+        raise AssertionError(f"{module.__name__}: the reduce step's sums are not numpy's")
+    return lambda: module.decompress_accumulate(rows, code, m)
+
+
 def _build_calls(x: np.ndarray, module) -> dict:
     """{op: call} of one build's C++ codec on x, on its own reused buffers, and its ratio; checks
     the round trip bit for bit."""
@@ -122,7 +144,8 @@ def _build_calls(x: np.ndarray, module) -> dict:
             "compress": lambda: module.compress_into(raw, code, out),
             "decompress": lambda: module.decompress_into(stream, code, back),
             "size pass": lambda: module.stream_bytes(raw, code, plan),
-            "planned compress": lambda: module.compress_into(raw, code, out, False, plan)}
+            "planned compress": lambda: module.compress_into(raw, code, out, False, plan),
+            "reduce": _reduce_call(x, module)}
 
 
 def build_speeds(x: np.ndarray, baseline, repeat: int, rounds: int) -> dict:
@@ -131,6 +154,8 @@ def build_speeds(x: np.ndarray, baseline, repeat: int, rounds: int) -> dict:
     medians, and this / baseline."""
     calls = {"base": _build_calls(x, baseline), "this": _build_calls(x, _zipccl_cpu)}
     ops = ("compress", "decompress", "size pass", "planned compress")  # the last two: the collectives' encode
+    if calls["base"]["reduce"] and calls["this"]["reduce"]:  # GB/s of the rows' raw bytes
+        ops += ("reduce",)
     runs = {(v, op): [] for v in calls for op in ops}
     for r in range(rounds):
         for v in ("base", "this") if r % 2 == 0 else ("this", "base"):
