@@ -483,10 +483,8 @@ ZC_SIMD inline void simd_step(const uint8_t* body, __m512i vsize, const uint32_t
 
 // The 32 bits at each lane's pos (simd_step's win), bytes clamped as there.
 ZC_SIMD inline __m512i simd_window(const uint8_t* body, __m512i vsize, __m512i pos) {
-  const __m512i byte = _mm512_min_epu32(_mm512_srli_epi32(pos, 3), vsize);
-  const __m512i lo = _mm512_i32gather_epi32(byte, body, 1);
-  const __m512i hi = _mm512_i32gather_epi32(_mm512_min_epu32(_mm512_add_epi32(byte, set(4)), vsize), body, 1);
-  return _mm512_shrdv_epi32(lo, hi, _mm512_and_si512(pos, set(7)));
+  const __m512i byte = _mm512_srli_epi32(pos, 3);
+  return _mm512_shrdv_epi32(simd_dword(body, byte, 0, vsize), simd_dword(body, byte, 4, vsize), _mm512_and_si512(pos, set(7)));
 }
 
 // Full blocks' 32 lanes, two vectors of 16 each, NB blocks side by side (the

@@ -315,25 +315,6 @@ def test_a_stream_holds_what_a_uint32_length_counts():
     assert limit == (2**32 - 1 - R.HEADER_BYTES) // 2
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_rows_decode_and_sum_in_row_order_bit_for_bit(dtype):
-    """The reduce step's arithmetic (FORMAT.md §7): rows summed in order in float32, NaN payloads,
-    infinities and subnormals among the values; a corrupt row is refused by name."""
-    n, k = 5000, 3
-    chunks = [with_odd_values(gaussian(n, dtype, seed=50 + j), 37 + j) for j in range(k)]
-    streams = [R.compress(c) for c in chunks]
-    cap = max(len(s) for s in streams)
-    rows = np.zeros((k, cap), np.uint8)
-    for j, s in enumerate(streams):
-        rows[j, : len(s)] = np.frombuffer(s, np.uint8)
-    got = cpu.decompress_accumulate(rows, CODES[dtype], n)
-    want = R.accumulate(chunks, np.float32)
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
-    rows[1, 16 + 8 * 2 - 1] ^= 0x40  # row 1's second descriptor: a reserved bit
-    with pytest.raises(ValueError, match="corrupt block descriptor"):
-        cpu.decompress_accumulate(rows, CODES[dtype], n)
-
-
 def rows_of(chunks):
     """The chunks' reference streams, each in a row of one zero-padded byte array."""
     streams = [R.compress(c) for c in chunks]
@@ -341,6 +322,21 @@ def rows_of(chunks):
     for j, s in enumerate(streams):
         rows[j, : len(s)] = np.frombuffer(s, np.uint8)
     return rows
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_decode_and_sum_in_row_order_bit_for_bit(dtype):
+    """The reduce step's arithmetic (FORMAT.md §7): rows summed in order in float32, NaN payloads,
+    infinities and subnormals among the values; a corrupt row is refused by name."""
+    n, k = 5000, 3
+    chunks = [with_odd_values(gaussian(n, dtype, seed=50 + j), 37 + j) for j in range(k)]
+    rows = rows_of(chunks)
+    got = cpu.decompress_accumulate(rows, CODES[dtype], n)
+    want = R.accumulate(chunks, np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    rows[1, 16 + 8 * 2 - 1] ^= 0x40  # row 1's second descriptor: a reserved bit
+    with pytest.raises(ValueError, match="corrupt block descriptor"):
+        cpu.decompress_accumulate(rows, CODES[dtype], n)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

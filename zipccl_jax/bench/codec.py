@@ -110,8 +110,8 @@ REDUCE_ROWS = 8  # the reduce step's rows: x cut into 8 streams, as a psum over 
 
 def _reduce_call(x: np.ndarray, module):
     """The reduce step (decompress_accumulate) of one build on x cut into REDUCE_ROWS streams, or
-    None where the build has none (version 5's); checks its sums bit for bit against numpy's
-    float32 sum in row order."""
+    None where the build has none (version 5's); checks its sums bit for bit against the
+    reference's row-ordered float32 sum."""
     if not hasattr(module, "decompress_accumulate"):
         return None
     chunks = np.ascontiguousarray(x).ravel()[: x.size // REDUCE_ROWS * REDUCE_ROWS].reshape(REDUCE_ROWS, -1)
@@ -119,11 +119,9 @@ def _reduce_call(x: np.ndarray, module):
     rows = np.zeros((REDUCE_ROWS, reference.max_stream_bytes(m, x.dtype)), np.uint8)
     for row, chunk in zip(rows, chunks):
         module.compress_into(chunk.view(np.uint8), code, row)
-    want = chunks[0].astype(np.float32)
-    for chunk in chunks[1:]:
-        want = want + chunk.astype(np.float32)
+    want = reference.accumulate(list(chunks), np.float32)
     if not np.array_equal(module.decompress_accumulate(rows, code, m).view(np.uint32), want.view(np.uint32)):
-        raise AssertionError(f"{module.__name__}: the reduce step's sums are not numpy's")
+        raise AssertionError(f"{module.__name__}: the reduce step's sums are not the reference's")
     return lambda: module.decompress_accumulate(rows, code, m)
 
 
