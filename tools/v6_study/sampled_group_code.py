@@ -34,18 +34,16 @@ def possible_symbols(lay, q, shift):
 def choose_group_sampled(lay, parts, stride, floor):
     """reference.choose_group with the group code's counts from every stride-th block."""
     own = [R.block_ref(lay, q) for _, q, _ in parts]
-    fam = []  # §6 step 2, as the format
-    for (s, q, low), ref in zip(parts, own):
-        sym = R.symbols(lay, s, q, low, ref)
+    own_syms = [R.symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, own)]
+    fam = []  # §6 step 2, as reference.choose_group
+    for sym, ref in zip(own_syms, own):
         sizes = [R._coded_size(lay, sym, R.block_code(c >> 1, c & 1, None)) for c in range(2 * R.MEMBERS)]
         c = int(np.argmin(sizes))
         raw = sizes[c] >= sym.size * lay.elem_bytes
         fam.append({"ref": 0 if raw else ref, "code": 0 if raw else c >> 1, "flip": 0 if raw else c & 1,
                     "raw": raw, "size": sym.size * lay.elem_bytes if raw else sizes[c], "table": None})
-    best = None
-    for refs in (own, [max(own)] * len(own)):
-        syms = [R.symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, refs)]
-        sample = range(0, len(parts), stride)
+    best, sample, top = None, range(0, len(parts), stride), max(own)
+    for refs, syms in ((own, own_syms), ([top] * len(own), [R.symbols(lay, s, q, low, top) for s, q, low in parts])):
         counts = np.bincount(np.concatenate([syms[b] for b in sample]), minlength=R.NSYM)
         counts = np.ceil(counts * len(parts) / len(sample)).astype(np.int64)
         for b, (_, q, _) in enumerate(parts if floor else []):
