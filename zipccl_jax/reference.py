@@ -189,11 +189,8 @@ def _coded_size(lay: Layout, sym: np.ndarray, lengths: np.ndarray) -> int:
     return int(body_bytes(_lane_bits(lay, sym, sym.size, lengths)))
 
 
-def choose_group(lay: Layout, parts: list) -> list[dict]:
-    """§6 steps 1-4 for one group's blocks [(sign, q, low)]: each block's descriptor fields and,
-    on the group's first, its table (or None)."""
-    own = [block_ref(lay, q) for _, q, _ in parts]
-    own_syms = [symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, own)]
+def family_choices(lay: Layout, own_syms: list, own: list) -> list[dict]:
+    """§6 step 2: each block's smallest (member, flip) at its own ref (its symbols own_syms), or raw."""
     fam = []
     for sym, ref in zip(own_syms, own):
         sizes = [_coded_size(lay, sym, block_code(c >> 1, c & 1, None)) for c in range(2 * MEMBERS)]
@@ -201,6 +198,26 @@ def choose_group(lay: Layout, parts: list) -> list[dict]:
         raw = sizes[c] >= sym.size * lay.elem_bytes
         fam.append({"ref": 0 if raw else ref, "code": 0 if raw else c >> 1, "flip": 0 if raw else c & 1,
                     "raw": raw, "size": sym.size * lay.elem_bytes if raw else sizes[c]})
+    return fam
+
+
+def group_verdict(fam: list[dict], best: tuple) -> list[dict]:
+    """§6 step 4's end: the family choices, or the cheaper candidate best = (cost, refs, lengths,
+    sizes) where its cost is below theirs; the table on the group's first block."""
+    if best[0] >= sum(f["size"] for f in fam):
+        return [dict(f, table=None) for f in fam]
+    _, refs, lengths, sizes = best
+    out = [dict(ref=r, code=GROUP_CODE, flip=0, raw=False, size=z) if z < f["size"] else f
+           for f, r, z in zip(fam, refs, sizes)]
+    return [dict(d, table=lengths if i == 0 else None) for i, d in enumerate(out)]
+
+
+def choose_group(lay: Layout, parts: list) -> list[dict]:
+    """§6 steps 1-4 for one group's blocks [(sign, q, low)]: each block's descriptor fields and,
+    on the group's first, its table (or None)."""
+    own = [block_ref(lay, q) for _, q, _ in parts]
+    own_syms = [symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, own)]
+    fam = family_choices(lay, own_syms, own)
     group_ref = max(own)
     best = None
     for refs, syms in ((own, own_syms),  # the blocks' own refs, then the group's
@@ -210,12 +227,7 @@ def choose_group(lay: Layout, parts: list) -> list[dict]:
         cost = TABLE_BYTES + sum(min(f["size"], z) for f, z in zip(fam, sizes))
         if best is None or cost < best[0]:
             best = (cost, refs, lengths, sizes)
-    if best[0] >= sum(f["size"] for f in fam):
-        return [dict(f, table=None) for f in fam]
-    _, refs, lengths, sizes = best
-    out = [dict(ref=r, code=GROUP_CODE, flip=0, raw=False, size=z) if z < f["size"] else f
-           for f, r, z in zip(fam, refs, sizes)]
-    return [dict(d, table=lengths if i == 0 else None) for i, d in enumerate(out)]
+    return group_verdict(fam, best)
 
 
 def encode_body(lay: Layout, sign, q, low, ref: int, lengths: np.ndarray) -> bytes:

@@ -35,13 +35,7 @@ def choose_group_sampled(lay, parts, stride, floor):
     """reference.choose_group with the group code's counts from every stride-th block."""
     own = [R.block_ref(lay, q) for _, q, _ in parts]
     own_syms = [R.symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, own)]
-    fam = []  # §6 step 2, as reference.choose_group
-    for sym, ref in zip(own_syms, own):
-        sizes = [R._coded_size(lay, sym, R.block_code(c >> 1, c & 1, None)) for c in range(2 * R.MEMBERS)]
-        c = int(np.argmin(sizes))
-        raw = sizes[c] >= sym.size * lay.elem_bytes
-        fam.append({"ref": 0 if raw else ref, "code": 0 if raw else c >> 1, "flip": 0 if raw else c & 1,
-                    "raw": raw, "size": sym.size * lay.elem_bytes if raw else sizes[c], "table": None})
+    fam = R.family_choices(lay, own_syms, own)
     best, sample, top = None, range(0, len(parts), stride), max(own)
     for refs, syms in ((own, own_syms), ([top] * len(own), [R.symbols(lay, s, q, low, top) for s, q, low in parts])):
         counts = np.bincount(np.concatenate([syms[b] for b in sample]), minlength=R.NSYM)
@@ -54,12 +48,7 @@ def choose_group_sampled(lay, parts, stride, floor):
         cost = R.TABLE_BYTES + sum(min(f["size"], z) for f, z in zip(fam, sizes))
         if best is None or cost < best[0]:
             best = (cost, refs, lengths, sizes)
-    if best[0] >= sum(f["size"] for f in fam):
-        return fam
-    _, refs, lengths, sizes = best
-    out = [dict(ref=r, code=R.GROUP_CODE, flip=0, raw=False, size=z) if z < f["size"] else f
-           for f, r, z in zip(fam, refs, sizes)]
-    return [dict(d, table=lengths if i == 0 else None) for i, d in enumerate(out)]
+    return R.group_verdict(fam, best)
 
 
 def main(argv):
