@@ -201,9 +201,15 @@ def family_choices(lay: Layout, own_syms: list, own: list) -> list[dict]:
     return fam
 
 
-def group_verdict(fam: list[dict], best: tuple) -> list[dict]:
-    """§6 step 4's end: the family choices, or the cheaper candidate best = (cost, refs, lengths,
-    sizes) where its cost is below theirs; the table on the group's first block."""
+def group_verdict(fam: list[dict], candidates: list) -> list[dict]:
+    """§6 step 4's end: of the group code candidates [(refs, lengths, sizes)], the cheapest (the
+    first on ties), where its cost is below the family choices'; else those. The table on the
+    group's first block."""
+    best = None
+    for refs, lengths, sizes in candidates:
+        cost = TABLE_BYTES + sum(min(f["size"], z) for f, z in zip(fam, sizes))
+        if best is None or cost < best[0]:
+            best = (cost, refs, lengths, sizes)
     if best[0] >= sum(f["size"] for f in fam):
         return [dict(f, table=None) for f in fam]
     _, refs, lengths, sizes = best
@@ -217,17 +223,13 @@ def choose_group(lay: Layout, parts: list) -> list[dict]:
     on the group's first, its table (or None)."""
     own = [block_ref(lay, q) for _, q, _ in parts]
     own_syms = [symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, own)]
-    fam = family_choices(lay, own_syms, own)
     group_ref = max(own)
-    best = None
+    candidates = []
     for refs, syms in ((own, own_syms),  # the blocks' own refs, then the group's
                        ([group_ref] * len(own), [symbols(lay, s, q, low, group_ref) for s, q, low in parts])):
         lengths = code_lengths(np.bincount(np.concatenate(syms), minlength=NSYM))
-        sizes = [_coded_size(lay, sym, lengths) for sym in syms]
-        cost = TABLE_BYTES + sum(min(f["size"], z) for f, z in zip(fam, sizes))
-        if best is None or cost < best[0]:
-            best = (cost, refs, lengths, sizes)
-    return group_verdict(fam, best)
+        candidates.append((refs, lengths, [_coded_size(lay, sym, lengths) for sym in syms]))
+    return group_verdict(family_choices(lay, own_syms, own), candidates)
 
 
 def encode_body(lay: Layout, sign, q, low, ref: int, lengths: np.ndarray) -> bytes:

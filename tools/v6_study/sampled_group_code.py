@@ -35,8 +35,7 @@ def choose_group_sampled(lay, parts, stride, floor):
     """reference.choose_group with the group code's counts from every stride-th block."""
     own = [R.block_ref(lay, q) for _, q, _ in parts]
     own_syms = [R.symbols(lay, s, q, low, r) for (s, q, low), r in zip(parts, own)]
-    fam = R.family_choices(lay, own_syms, own)
-    best, sample, top = None, range(0, len(parts), stride), max(own)
+    sample, top, candidates = range(0, len(parts), stride), max(own), []
     for refs, syms in ((own, own_syms), ([top] * len(own), [R.symbols(lay, s, q, low, top) for s, q, low in parts])):
         counts = np.bincount(np.concatenate([syms[b] for b in sample]), minlength=R.NSYM)
         counts = np.ceil(counts * len(parts) / len(sample)).astype(np.int64)
@@ -44,11 +43,9 @@ def choose_group_sampled(lay, parts, stride, floor):
             at = possible_symbols(lay, q, refs[b] - own[b])
             counts[at] = np.maximum(counts[at], 1)
         lengths = R.code_lengths(counts)
-        sizes = [R._coded_size(lay, sym, lengths) if (lengths[sym] > 0).all() else 1 << 40 for sym in syms]
-        cost = R.TABLE_BYTES + sum(min(f["size"], z) for f, z in zip(fam, sizes))
-        if best is None or cost < best[0]:
-            best = (cost, refs, lengths, sizes)
-    return R.group_verdict(fam, best)
+        candidates.append((refs, lengths, [R._coded_size(lay, sym, lengths) if (lengths[sym] > 0).all() else 1 << 40
+                                           for sym in syms]))
+    return R.group_verdict(R.family_choices(lay, own_syms, own), candidates)
 
 
 def main(argv):
